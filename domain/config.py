@@ -1,0 +1,160 @@
+"""Service configuration: one TOML file plus environment variables.
+
+Why a single model: the worker, the starter and the sandbox all read the same file, so a cluster,
+registry or credential source is described once. Secrets are never stored here, only *where* to get
+them at execution time (``CredentialSource``).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+CONFIG_ENV = "GPU_RL_BUILDER_CONFIG"
+
+
+class ConfigError(ValueError):
+    """Bad configuration: the message names the file and the field."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CredentialSource(_Model):
+    """Where a secret comes from at execution time; never the secret itself."""
+
+    kind: Literal["env", "file", "command", "literal_public"]
+    name: str | None = None  # env: variable name
+    path: str | None = None  # file: path to a file holding the value
+    argv: list[str] | None = None  # command: e.g. ["gh", "auth", "token"]
+    value: str | None = None  # literal_public: non-secret values only (a user name)
+
+    def describe(self) -> str:
+        """A safe description for plans and errors (never the value of a secret)."""
+        match self.kind:
+            case "env":
+                return f"env:{self.name}"
+            case "file":
+                return f"file:{self.path}"
+            case "command":
+                return "command:" + " ".join(self.argv or [])
+            case _:
+                return f"literal:{self.value}"
+
+
+class TemporalSettings(_Model):
+    address: str = "localhost:7233"
+    namespace: str = "default"
+    task_queue: str = "gpu-rl-builder"
+    ui_url: str | None = None  # e.g. http://127.0.0.1:8233; used for links in reports and PRs
+    api_key: CredentialSource | None = None
+    tls: bool = False
+
+
+class PortForward(_Model):
+    namespace: str = "iris"
+    service: str = "iris-controller-svc"
+    port: int = 10000
+
+
+class ClusterSettings(_Model):
+    """How to reach one Iris cluster's controller."""
+
+    controller_url: str | None = None  # direct URL; or ...
+    port_forward: PortForward | None = None  # ... a kubectl port-forward the client opens itself
+    kubeconfig: str | None = None  # also used for pod termination reasons and events
+    kube_context: str | None = None
+    client_revision_date: str  # YYYY-MM-DD of the upstream Iris revision last validated against
+    iris_user: str = "gpu-rl-builder"
+    job_env: dict[str, str] = Field(default_factory=dict)  # extra non-secret env for every job
+    architecture: str | None = None  # declared host architecture when the controller cannot tell
+
+
+class RepoSettings(_Model):
+    marinskyrl_url: str
+    harbor_url: str
+    marinskyrl_slug: str = "marin-community/MarinSkyRL"
+    harbor_slug: str = "marin-community/harbor"
+    build_branch_prefix: str = "gpu-rl-build/"
+    git_author_name: str = "gpu-rl-builder"
+    git_author_email: str = "gpu-rl-builder@users.noreply.github.com"
+
+
+class RegistrySettings(_Model):
+    image_repository: str | None = None  # overrides the script default (sandbox: local registry)
+    insecure_hosts: list[str] = Field(default_factory=list)  # hosts reached over plain http
+    user: CredentialSource
+    token: CredentialSource
+
+
+class GitHubSettings(_Model):
+    api_url: str = "https://api.github.com"
+    token: CredentialSource
+    pin_table_path: str = "cloud/iris/gpu_rl_images.py"
+    do_not_touch: list[str] = Field(default_factory=lambda: ["cloud/iris/launch_rl_iris.py"])
+    lint_command: list[str] | None = None
+    tracking_issue_url: str = "https://github.com/marin-community/marin/issues/7920"
+
+
+class PolicySettings(_Model):
+    """Retry budgets per failure class and timers; the class names are domain.failures classes."""
+
+    retry_budget: dict[str, int] = Field(
+        default_factory=lambda: {"preemption": 3, "worker_loss": 2, "registry_transient": 2}
+    )
+    operator_decision_timeout_s: int = 24 * 3600
+    visibility_recheck_interval_s: int = 600
+    poll_min_interval_s: float = 2.0
+    poll_max_interval_s: float = 30.0
+    progress_interval_s: float = 50.0
+
+
+class ServiceConfig(_Model):
+    work_dir: str  # worktrees, bundles, logs and diagnostics files
+    temporal: TemporalSettings = TemporalSettings()
+    repos: RepoSettings
+    clusters: dict[str, ClusterSettings]
+    registry: RegistrySettings
+    github: GitHubSettings | None = None
+    policy: PolicySettings = PolicySettings()
+
+    def cluster(self, name: str) -> ClusterSettings:
+        try:
+            return self.clusters[name]
+        except KeyError:
+            known = ", ".join(sorted(self.clusters)) or "none"
+            raise ConfigError(f"cluster {name!r} is not configured (clusters: {known})") from None
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> ServiceConfig:
+    """Load the file named by ``path`` or ``$GPU_RL_BUILDER_CONFIG``; TEMPORAL_* env vars override."""
+    path = path or os.environ.get(CONFIG_ENV)
+    if not path:
+        raise ConfigError(f"no configuration file: pass --config or set {CONFIG_ENV}")
+    p = Path(path).expanduser()
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: configuration file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    temporal = dict(data.get("temporal", {}))
+    for env, key in (("TEMPORAL_ADDRESS", "address"), ("TEMPORAL_NAMESPACE", "namespace")):
+        if os.environ.get(env):
+            temporal[key] = os.environ[env]
+    if os.environ.get("TEMPORAL_API_KEY"):
+        temporal["api_key"] = {"kind": "env", "name": "TEMPORAL_API_KEY"}
+        temporal["tls"] = True
+    data["temporal"] = temporal
+    try:
+        return ServiceConfig.model_validate(data)
+    except ValidationError as e:
+        fields = "; ".join(
+            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors(include_input=False)
+        )
+        raise ConfigError(f"{p}: {fields}") from None

@@ -1,0 +1,11 @@
+"""Session-wide test setup.
+
+Each area keeps its real-service fixtures in ``tests/fixtures_<area>.py``; they are loaded here as
+plugins so one stack of real services (started lazily, once per session) serves the whole suite.
+"""
+
+from pathlib import Path
+
+pytest_plugins = sorted(
+    f"tests.{p.stem}" for p in Path(__file__).parent.glob("fixtures_*.py")
+)
