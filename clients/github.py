@@ -1,0 +1,451 @@
+"""GitHub REST v3 client for the pin-update PR: open/update it, comment, read checks and reviews, merge.
+
+Why its own small client: the workflow needs idempotent steps (``ensure_pull``, ``upsert_comment``)
+and typed errors it can classify (retry a rate limit, stop on a moved head), and the token must never
+leak into an error, repr or log line. Temporal-free; activities wrap it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict
+
+API_VERSION = "2022-11-28"
+MARKER_PREFIX = "<!-- gpu-rl-builder:"
+_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+$")
+_FAILED_CONCLUSIONS = {"failure", "cancelled", "timed_out", "action_required", "startup_failure", "stale"}
+
+
+# ---------------------------------------------------------------- errors
+
+
+class GitHubError(Exception):
+    """Any GitHub API failure. Carries the HTTP status and GitHub's message, never the token."""
+
+    def __init__(self, message: str, *, status: int | None = None, method: str = "", path: str = ""):
+        self.status = status
+        self.method = method
+        self.path = path
+        self.message = message
+        where = f"{method} {path}".strip()
+        super().__init__(f"{where}: {status} {message}" if status is not None else f"{where}: {message}")
+
+
+class GitHubUnavailable(GitHubError):
+    """Transport failure (connection refused, timeout): retryable, no HTTP status."""
+
+
+class ValidationFailed(GitHubError):
+    """422: the request was understood but refused; ``errors`` is GitHub's list of causes."""
+
+    def __init__(self, message: str, *, errors: list[dict[str, Any]] | None = None, **kw: Any):
+        self.errors = errors or []
+        detail = "; ".join(str(e.get("message") or e.get("code") or e) for e in self.errors)
+        super().__init__(f"{message} ({detail})" if detail else message, **kw)
+
+
+class NotMergeable(GitHubError):
+    """405 on merge: conflicts, failing required checks or branch protection."""
+
+
+class HeadMoved(GitHubError):
+    """409 on merge: the head branch no longer points at the sha we reviewed."""
+
+
+class RateLimited(GitHubError):
+    """403/429 rate limit. ``reset_at`` (primary limit) or ``retry_after`` (secondary) says when."""
+
+    def __init__(self, message: str, *, reset_at: datetime | None, retry_after: float | None, **kw: Any):
+        self.reset_at = reset_at
+        self.retry_after = retry_after
+        super().__init__(message, **kw)
+
+    def wait_seconds(self, now: datetime | None = None) -> float:
+        """How long to wait before retrying (at least 1 s)."""
+        if self.retry_after is not None:
+            return max(1.0, self.retry_after)
+        if self.reset_at is not None:
+            now = now or datetime.now(UTC)
+            return max(1.0, (self.reset_at - now).total_seconds())
+        return 60.0
+
+
+class NotFound(GitHubError):
+    """404: missing resource, or a private repo the token cannot see."""
+
+
+class Unauthorized(GitHubError):
+    """401: bad or expired token."""
+
+
+class Forbidden(GitHubError):
+    """403 that is not a rate limit: the token lacks a permission."""
+
+
+# ---------------------------------------------------------------- models
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Pull(_Model):
+    number: int
+    state: Literal["open", "closed"]
+    title: str
+    body: str | None = None
+    html_url: str | None = None
+    head_ref: str
+    head_sha: str
+    base_ref: str
+    merged: bool = False
+    mergeable: bool | None = None  # None while GitHub is still computing it
+    merge_commit_sha: str | None = None
+
+    @classmethod
+    def from_api(cls, d: dict[str, Any]) -> Pull:
+        return cls(
+            number=d["number"],
+            state=d["state"],
+            title=d.get("title") or "",
+            body=d.get("body"),
+            html_url=d.get("html_url"),
+            head_ref=d["head"]["ref"],
+            head_sha=d["head"]["sha"],
+            base_ref=d["base"]["ref"],
+            merged=bool(d.get("merged") or d.get("merged_at")),
+            mergeable=d.get("mergeable"),
+            merge_commit_sha=d.get("merge_commit_sha"),
+        )
+
+
+class Comment(_Model):
+    id: int
+    body: str
+    html_url: str | None = None
+    user_login: str | None = None
+
+    @classmethod
+    def from_api(cls, d: dict[str, Any]) -> Comment:
+        return cls(
+            id=d["id"], body=d.get("body") or "", html_url=d.get("html_url"),
+            user_login=(d.get("user") or {}).get("login"),
+        )
+
+
+class CheckRun(_Model):
+    id: int
+    name: str
+    head_sha: str
+    status: str  # queued | in_progress | completed (| waiting, requested, pending)
+    conclusion: str | None = None  # success | failure | neutral | cancelled | skipped | timed_out | ...
+    html_url: str | None = None
+
+    @classmethod
+    def from_api(cls, d: dict[str, Any]) -> CheckRun:
+        return cls(
+            id=d["id"], name=d["name"], head_sha=d.get("head_sha", ""), status=d["status"],
+            conclusion=d.get("conclusion"), html_url=d.get("html_url"),
+        )
+
+
+class CommitStatus(_Model):
+    context: str
+    state: str  # error | failure | pending | success
+    description: str | None = None
+    target_url: str | None = None
+
+
+class CombinedStatus(_Model):
+    state: str  # failure | pending | success
+    sha: str
+    total_count: int
+    statuses: list[CommitStatus]
+
+    @classmethod
+    def from_api(cls, d: dict[str, Any]) -> CombinedStatus:
+        statuses = [
+            CommitStatus(
+                context=s["context"], state=s["state"], description=s.get("description"),
+                target_url=s.get("target_url"),
+            )
+            for s in d.get("statuses") or []
+        ]
+        return cls(state=d["state"], sha=d.get("sha", ""), total_count=d.get("total_count", len(statuses)),
+                   statuses=statuses)
+
+
+class Review(_Model):
+    id: int
+    state: str  # APPROVED | CHANGES_REQUESTED | COMMENTED | DISMISSED | PENDING
+    user_login: str | None = None
+    commit_id: str | None = None
+    body: str | None = None
+
+    @classmethod
+    def from_api(cls, d: dict[str, Any]) -> Review:
+        return cls(
+            id=d["id"], state=d["state"], user_login=(d.get("user") or {}).get("login"),
+            commit_id=d.get("commit_id"), body=d.get("body"),
+        )
+
+
+class MergeResult(_Model):
+    sha: str
+    merged: bool
+    message: str
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def checks_state(
+    check_runs: Iterable[CheckRun],
+    combined: CombinedStatus,
+    *,
+    required: Iterable[str] | None = None,
+) -> Literal["pending", "success", "failure"]:
+    """Fold check runs and commit statuses into one verdict.
+
+    Any failed check or status is ``failure``; anything unfinished, or nothing reported at all (or a
+    ``required`` name not reported yet), is ``pending``: absence of CI is never success.
+    """
+    runs = list(check_runs)
+    if any(r.status == "completed" and r.conclusion in _FAILED_CONCLUSIONS for r in runs):
+        return "failure"
+    if any(s.state in ("failure", "error") for s in combined.statuses) or combined.state in ("failure", "error"):
+        return "failure"
+    if not runs and combined.total_count == 0:
+        return "pending"
+    if any(r.status != "completed" for r in runs) or any(s.state == "pending" for s in combined.statuses):
+        return "pending"
+    if required is not None:
+        seen = {r.name for r in runs} | {s.context for s in combined.statuses}
+        if not set(required) <= seen:
+            return "pending"
+    return "success"
+
+
+def comment_marker(key: str) -> str:
+    """The hidden HTML marker that lets ``upsert_comment`` find its own comment again."""
+    return f"{MARKER_PREFIX}{key} -->"
+
+
+def _next_link(link_header: str | None) -> str | None:
+    for part in (link_header or "").split(","):
+        m = re.match(r'\s*<([^>]+)>\s*;\s*rel="next"', part)
+        if m:
+            return m.group(1)
+    return None
+
+
+# ---------------------------------------------------------------- client
+
+
+class GitHubClient:
+    """Async REST v3 client bound to one repository. Use as ``async with GitHubClient(...) as gh``."""
+
+    def __init__(self, api_url: str, token: str, repo: str, transport: httpx.AsyncBaseTransport | None = None,
+                 *, timeout: float = 30.0):
+        if not _REPO_RE.match(repo):
+            raise ValueError(f"repo must be 'owner/name', got {repo!r}")
+        self.api_url = api_url.rstrip("/")
+        self.repo = repo
+        self.owner = repo.split("/", 1)[0]
+        self._token = token
+        self._http = httpx.AsyncClient(
+            base_url=self.api_url,
+            transport=transport,
+            timeout=timeout,
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Accept": "application/vnd.github+json",
+                "X-GitHub-Api-Version": API_VERSION,
+                "User-Agent": "gpu-rl-builder",
+            },
+        )
+
+    def __repr__(self) -> str:
+        return f"GitHubClient(api_url={self.api_url!r}, repo={self.repo!r})"
+
+    async def __aenter__(self) -> GitHubClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- transport and error mapping
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._token, "***") if self._token else text
+
+    async def _request(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None,
+                       conflict: type[GitHubError] = GitHubError) -> httpx.Response:
+        try:
+            resp = await self._http.request(method, path, json=json, params=params)
+        except httpx.HTTPError as exc:
+            # Raised "from None": the httpx exception carries the request, whose headers hold the token.
+            raise GitHubUnavailable(self._scrub(f"{type(exc).__name__}: {exc}"), method=method,
+                                    path=path) from None
+        if resp.is_success:
+            return resp
+        raise self._error(resp, method, path, conflict)
+
+    def _error(self, resp: httpx.Response, method: str, path: str, conflict: type[GitHubError]) -> GitHubError:
+        try:
+            data = resp.json()
+        except ValueError:
+            data = {}
+        if not isinstance(data, dict):
+            data = {}
+        message = self._scrub(str(data.get("message") or resp.reason_phrase or "error"))
+        status = resp.status_code
+        kw: dict[str, Any] = {"status": status, "method": method, "path": path}
+        headers = resp.headers
+        if status in (403, 429) and (
+            headers.get("x-ratelimit-remaining") == "0" or "retry-after" in headers or status == 429
+        ):
+            reset = headers.get("x-ratelimit-reset")
+            retry = headers.get("retry-after")
+            return RateLimited(
+                message,
+                reset_at=datetime.fromtimestamp(int(reset), UTC) if reset and reset.isdigit() else None,
+                retry_after=float(retry) if retry and retry.replace(".", "", 1).isdigit() else None,
+                **kw,
+            )
+        match status:
+            case 401:
+                return Unauthorized(message, **kw)
+            case 403:
+                return Forbidden(message, **kw)
+            case 404:
+                return NotFound(message, **kw)
+            case 405:
+                return NotMergeable(message, **kw)
+            case 409:
+                return conflict(message, **kw)
+            case 422:
+                errors = data.get("errors") if isinstance(data.get("errors"), list) else []
+                clean = [{k: self._scrub(str(v)) for k, v in e.items()} if isinstance(e, dict)
+                         else {"message": self._scrub(str(e))} for e in errors]
+                return ValidationFailed(message, errors=clean, **kw)
+            case _:
+                return GitHubError(message, **kw)
+
+    async def _json(self, method: str, path: str, **kw: Any) -> Any:
+        return (await self._request(method, path, **kw)).json()
+
+    async def _paged(self, path: str, params: dict[str, Any] | None = None, *, key: str | None = None,
+                     ) -> list[dict[str, Any]]:
+        """GET every page, following ``Link: rel="next"``; ``key`` picks the list out of an object."""
+        items: list[dict[str, Any]] = []
+        url: str | None = path
+        query: dict[str, Any] | None = {"per_page": 100, **(params or {})}
+        while url:
+            resp = await self._request("GET", url, params=query)
+            data = resp.json()
+            items.extend(data[key] if key else data)
+            url, query = _next_link(resp.headers.get("link")), None
+        return items
+
+    @property
+    def _r(self) -> str:
+        return f"/repos/{self.repo}"
+
+    # -- pulls
+
+    async def find_pull(self, head_branch: str, base: str) -> Pull | None:
+        """The PR from ``head_branch`` into ``base``: the open one if any, else the newest closed one."""
+        pulls = [Pull.from_api(d) for d in await self._paged(
+            f"{self._r}/pulls", {"head": f"{self.owner}:{head_branch}", "base": base, "state": "all"})]
+        pulls = [p for p in pulls if p.head_ref == head_branch and p.base_ref == base]
+        if not pulls:
+            return None
+        open_pulls = [p for p in pulls if p.state == "open"]
+        return max(open_pulls or pulls, key=lambda p: p.number)
+
+    async def create_pull(self, head: str, base: str, title: str, body: str) -> Pull:
+        return Pull.from_api(await self._json(
+            "POST", f"{self._r}/pulls", json={"head": head, "base": base, "title": title, "body": body}))
+
+    async def update_pull(self, number: int, title: str | None = None, body: str | None = None) -> Pull:
+        patch = {k: v for k, v in {"title": title, "body": body}.items() if v is not None}
+        return Pull.from_api(await self._json("PATCH", f"{self._r}/pulls/{number}", json=patch))
+
+    async def get_pull(self, number: int) -> Pull:
+        return Pull.from_api(await self._json("GET", f"{self._r}/pulls/{number}"))
+
+    async def ensure_pull(self, head: str, base: str, title: str, body: str) -> Pull:
+        """Find-or-create the PR, then bring title/body up to date. Safe to repeat.
+
+        An already merged PR is returned as is (a retried step after the merge must not open a second
+        PR); a closed unmerged one is left alone and a new PR is opened.
+        """
+        pull = await self.find_pull(head, base)
+        if pull is not None and (pull.state == "open" or pull.merged):
+            if pull.state == "open" and (pull.title != title or (pull.body or "") != body):
+                pull = await self.update_pull(pull.number, title=title, body=body)
+            return pull
+        try:
+            return await self.create_pull(head, base, title, body)
+        except ValidationFailed as exc:
+            # Lost a race with another attempt that created it between our find and create.
+            if not any("already exists" in str(e.get("message", "")) for e in exc.errors):
+                raise
+            pull = await self.find_pull(head, base)
+            if pull is None:
+                raise
+            return await self.update_pull(pull.number, title=title, body=body)
+
+    async def merge_pull(self, number: int, sha: str, method: str = "merge") -> MergeResult:
+        """Merge only if the head is still ``sha`` (409 → HeadMoved; 405 → NotMergeable)."""
+        data = await self._json("PUT", f"{self._r}/pulls/{number}/merge",
+                                json={"sha": sha, "merge_method": method}, conflict=HeadMoved)
+        return MergeResult(sha=data["sha"], merged=bool(data.get("merged")), message=data.get("message", ""))
+
+    async def reviews(self, pull_number: int) -> list[Review]:
+        return [Review.from_api(d) for d in await self._paged(f"{self._r}/pulls/{pull_number}/reviews")]
+
+    # -- issue comments
+
+    async def comment_issue(self, issue_number: int, body: str) -> Comment:
+        return Comment.from_api(await self._json(
+            "POST", f"{self._r}/issues/{issue_number}/comments", json={"body": body}))
+
+    async def list_issue_comments(self, n: int) -> list[Comment]:
+        return [Comment.from_api(d) for d in await self._paged(f"{self._r}/issues/{n}/comments")]
+
+    async def update_comment(self, id: int, body: str) -> Comment:
+        return Comment.from_api(await self._json("PATCH", f"{self._r}/issues/comments/{id}", json={"body": body}))
+
+    async def upsert_comment(self, issue_number: int, marker: str, body: str) -> Comment:
+        """Edit the comment carrying ``marker`` (e.g. ``comment_marker("build-report")``) or post it once.
+
+        The marker is appended to ``body`` when missing so the next call finds it again.
+        """
+        if not marker.startswith(MARKER_PREFIX):
+            marker = comment_marker(marker)
+        if marker not in body:
+            body = f"{body}\n\n{marker}"
+        for c in await self.list_issue_comments(issue_number):
+            if marker in c.body:
+                return c if c.body == body else await self.update_comment(c.id, body)
+        return await self.comment_issue(issue_number, body)
+
+    # -- checks
+
+    async def check_runs(self, ref: str) -> list[CheckRun]:
+        return [CheckRun.from_api(d) for d in await self._paged(
+            f"{self._r}/commits/{ref}/check-runs", key="check_runs")]
+
+    async def combined_status(self, ref: str) -> CombinedStatus:
+        return CombinedStatus.from_api(await self._json(
+            "GET", f"{self._r}/commits/{ref}/status", params={"per_page": 100}))

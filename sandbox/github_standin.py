@@ -1,0 +1,625 @@
+"""A local GitHub REST v3 stand-in over real bare git repos.
+
+Why: the PR / checks / merge part of the workflow must run end to end without github.com. This is a
+real HTTP server (stdlib ``ThreadingHTTPServer``) speaking the subset of REST v3 that
+``clients.github`` uses, with GitHub's status codes and messages for the failure paths (401, 404,
+405, 409, 422, rate limits). Pull heads are read live from the bare repo, and a merge is a real merge
+commit pushed into the base branch.
+
+Run in a thread (default) or as a subprocess: ``python -m sandbox.github_standin --state-dir D
+--remote owner/name=/path/to/bare.git`` with the token in ``GITHUB_STANDIN_TOKEN``; it prints
+``api_url=<url>`` on its first stdout line. Test-only knobs (checks, reviews, forced rate limits) are
+HTTP admin endpoints under ``/_admin/`` (same token), wrapped by ``GitHubStandinHandle`` methods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import git
+
+TOKEN_ENV = "GITHUB_STANDIN_TOKEN"
+DOCS = "https://docs.github.com/rest"
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, message: str, *, errors: list[dict[str, Any]] | None = None,
+                 headers: dict[str, str] | None = None):
+        self.status, self.message, self.errors, self.headers = status, message, errors, headers or {}
+        super().__init__(message)
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"message": self.message, "documentation_url": DOCS}
+        if self.errors is not None:
+            out["errors"] = self.errors
+        return out
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------- state
+
+
+@dataclass
+class _Store:
+    """Everything the stand-in remembers; persisted to ``state_dir/github.json`` (never the token)."""
+
+    pulls: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # repo -> number -> pull
+    comments: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # repo -> id -> comment
+    checks: dict[str, dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)  # repo->sha->name
+    statuses: dict[str, dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)  # repo->sha->ctx
+    reviews: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)  # repo -> number
+    next_id: int = 1000
+    next_number: dict[str, int] = field(default_factory=dict)  # repo -> next issue/PR number
+
+    def new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id
+
+
+class GitHubStandin:
+    """The request handling logic, independent of HTTP plumbing."""
+
+    def __init__(self, state_dir: Path, remotes: dict[str, str], token: str, *, auto_green: bool = False):
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.remotes = {k: str(v) for k, v in remotes.items()}
+        self.token = token
+        self.auto_green = auto_green
+        self.base_url = ""  # set once the server is bound
+        self.lock = threading.RLock()
+        self.forced_limit = {"n": 0, "status": 403}
+        self.store = self._load()
+
+    # -- persistence
+
+    @property
+    def _state_file(self) -> Path:
+        return self.state_dir / "github.json"
+
+    def _load(self) -> _Store:
+        if self._state_file.exists():
+            return _Store(**json.loads(self._state_file.read_text()))
+        return _Store()
+
+    def _save(self) -> None:
+        tmp = self._state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.store.__dict__, indent=1, sort_keys=True))
+        tmp.replace(self._state_file)
+
+    # -- git
+
+    def _git(self, repo: str) -> git.Repo:
+        if repo not in self.remotes:
+            raise _HttpError(404, "Not Found")
+        return git.Repo(self.remotes[repo])
+
+    def _branch_sha(self, repo: str, branch: str) -> str | None:
+        try:
+            return self._git(repo).git.rev_parse("--verify", "--quiet", f"refs/heads/{branch}^{{commit}}")
+        except git.GitCommandError:
+            return None
+
+    def _resolve_ref(self, repo: str, ref: str) -> str:
+        try:
+            return self._git(repo).git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")
+        except git.GitCommandError:
+            raise _HttpError(422, f"No commit found for SHA: {ref}") from None
+
+    def _mergeable(self, repo: str, base_sha: str, head_sha: str) -> bool:
+        try:
+            self._git(repo).git.merge_tree("--write-tree", base_sha, head_sha)
+            return True
+        except git.GitCommandError as exc:
+            if exc.status == 1:  # conflicts
+                return False
+            raise
+
+    def _is_ancestor(self, repo: str, a: str, b: str) -> bool:
+        try:
+            self._git(repo).git.merge_base("--is-ancestor", a, b)
+            return True
+        except git.GitCommandError:
+            return False
+
+    # -- rendering
+
+    def _pull_json(self, repo: str, p: dict[str, Any]) -> dict[str, Any]:
+        owner = repo.split("/")[0]
+        head_sha = self._branch_sha(repo, p["head"]) or p["head_sha"]
+        base_sha = self._branch_sha(repo, p["base"]) or p["base_sha"]
+        if p["state"] == "open":
+            p["head_sha"], p["base_sha"] = head_sha, base_sha
+            mergeable: bool | None = self._mergeable(repo, base_sha, head_sha)
+        else:
+            mergeable = None
+        return {
+            "url": f"{self.base_url}/repos/{repo}/pulls/{p['number']}",
+            "html_url": f"{self.base_url}/{repo}/pull/{p['number']}",
+            "id": p["id"], "number": p["number"], "state": p["state"], "title": p["title"],
+            "body": p["body"], "user": {"login": owner},
+            "created_at": p["created_at"], "updated_at": p["updated_at"],
+            "closed_at": p.get("closed_at"), "merged_at": p.get("merged_at"),
+            "merged": p["merged"], "mergeable": mergeable,
+            "mergeable_state": "unknown" if mergeable is None else ("clean" if mergeable else "dirty"),
+            "merge_commit_sha": p.get("merge_commit_sha"),
+            "head": {"label": f"{owner}:{p['head']}", "ref": p["head"], "sha": head_sha,
+                     "repo": {"full_name": repo}},
+            "base": {"label": f"{owner}:{p['base']}", "ref": p["base"], "sha": base_sha,
+                     "repo": {"full_name": repo}},
+        }
+
+    def _pull(self, repo: str, number: str) -> dict[str, Any]:
+        p = self.store.pulls.get(repo, {}).get(str(number))
+        if p is None:
+            raise _HttpError(404, "Not Found")
+        return p
+
+    # -- endpoints: pulls
+
+    def list_pulls(self, repo: str, q: dict[str, str]) -> list[dict[str, Any]]:
+        self._git(repo)
+        state = q.get("state", "open")
+        head = q.get("head")
+        base = q.get("base")
+        out = []
+        for p in sorted(self.store.pulls.get(repo, {}).values(), key=lambda p: -p["number"]):
+            if state != "all" and p["state"] != state:
+                continue
+            if head and head != f"{repo.split('/')[0]}:{p['head']}":
+                continue
+            if base and base != p["base"]:
+                continue
+            out.append(self._pull_json(repo, p))
+        return out
+
+    def create_pull(self, repo: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._git(repo)
+        owner = repo.split("/")[0]
+        head, base, title = body.get("head"), body.get("base"), body.get("title")
+        missing = [f for f in ("head", "base", "title") if not body.get(f)]
+        if missing:
+            raise _HttpError(422, "Validation Failed", errors=[
+                {"resource": "PullRequest", "field": f, "code": "missing_field"} for f in missing])
+        if ":" in head:
+            head_owner, head = head.split(":", 1)
+            if head_owner != owner:
+                raise _HttpError(422, "Validation Failed",
+                                 errors=[{"resource": "PullRequest", "field": "head", "code": "invalid"}])
+        head_sha, base_sha = self._branch_sha(repo, head), self._branch_sha(repo, base)
+        invalid = [f for f, sha in (("base", base_sha), ("head", head_sha)) if sha is None]
+        if invalid:
+            raise _HttpError(422, "Validation Failed", errors=[
+                {"resource": "PullRequest", "field": f, "code": "invalid"} for f in invalid])
+        for p in self.store.pulls.get(repo, {}).values():
+            if p["state"] == "open" and p["head"] == head and p["base"] == base:
+                raise _HttpError(422, "Validation Failed", errors=[{
+                    "resource": "PullRequest", "code": "custom",
+                    "message": f"A pull request already exists for {owner}:{head}."}])
+        if self._is_ancestor(repo, head_sha, base_sha):
+            raise _HttpError(422, "Validation Failed", errors=[{
+                "resource": "PullRequest", "code": "custom",
+                "message": f"No commits between {base} and {head}"}])
+        number = self.store.next_number.get(repo, 1)
+        self.store.next_number[repo] = number + 1
+        p = {"id": self.store.new_id(), "number": number, "state": "open", "title": title,
+             "body": body.get("body"), "head": head, "base": base, "head_sha": head_sha, "base_sha": base_sha,
+             "merged": False, "merge_commit_sha": None, "created_at": _now(), "updated_at": _now()}
+        self.store.pulls.setdefault(repo, {})[str(number)] = p
+        self._save()
+        return self._pull_json(repo, p)
+
+    def update_pull(self, repo: str, number: str, body: dict[str, Any]) -> dict[str, Any]:
+        p = self._pull(repo, number)
+        for key in ("title", "body"):
+            if key in body and body[key] is not None:
+                p[key] = body[key]
+        if body.get("state") in ("open", "closed") and not p["merged"]:
+            p["state"] = body["state"]
+            p["closed_at"] = _now() if body["state"] == "closed" else None
+        p["updated_at"] = _now()
+        self._save()
+        return self._pull_json(repo, p)
+
+    def merge_pull(self, repo: str, number: str, body: dict[str, Any]) -> dict[str, Any]:
+        p = self._pull(repo, number)
+        if p["state"] != "open":
+            raise _HttpError(405, "Pull Request is not mergeable")
+        head_sha = self._branch_sha(repo, p["head"])
+        base_sha = self._branch_sha(repo, p["base"])
+        if head_sha is None or base_sha is None:
+            raise _HttpError(405, "Pull Request is not mergeable")
+        if body.get("sha") and body["sha"] != head_sha:
+            raise _HttpError(409, "Head branch was modified. Review and try the merge again.")
+        if not self._mergeable(repo, base_sha, head_sha):
+            raise _HttpError(405, "Pull Request is not mergeable")
+        method = body.get("merge_method", "merge")
+        if method not in ("merge", "squash"):
+            raise _HttpError(422, "Validation Failed",
+                             errors=[{"resource": "PullRequest", "field": "merge_method", "code": "invalid"}])
+        owner = repo.split("/")[0]
+        title = body.get("commit_title") or (
+            f"Merge pull request #{p['number']} from {owner}/{p['head']}" if method == "merge"
+            else f"{p['title']} (#{p['number']})")
+        message = title + "\n\n" + (body.get("commit_message") or p["title"])
+        merge_sha = self._merge_in_clone(repo, p["base"], head_sha, method, message)
+        p.update(state="closed", merged=True, merge_commit_sha=merge_sha, merged_at=_now(), closed_at=_now(),
+                 head_sha=head_sha, base_sha=merge_sha, updated_at=_now())
+        self._save()
+        return {"sha": merge_sha, "merged": True, "message": "Pull Request successfully merged"}
+
+    def _merge_in_clone(self, repo: str, base: str, head_sha: str, method: str, message: str) -> str:
+        with tempfile.TemporaryDirectory(prefix="gh-standin-merge-") as tmp:
+            clone = git.Repo.clone_from(self.remotes[repo], tmp, branch=base)
+            with clone.config_writer() as cw:
+                cw.set_value("user", "name", "GitHub Stand-in")
+                cw.set_value("user", "email", "noreply@github-standin.invalid")
+            if method == "merge":
+                clone.git.merge("--no-ff", "-m", message, head_sha)
+            else:
+                clone.git.merge("--squash", head_sha)
+                clone.git.commit("-m", message)
+            clone.git.push("origin", f"HEAD:refs/heads/{base}")
+            return clone.head.commit.hexsha
+
+    def reviews(self, repo: str, number: str) -> list[dict[str, Any]]:
+        self._pull(repo, number)
+        return self.store.reviews.get(repo, {}).get(str(number), [])
+
+    # -- endpoints: issue comments
+
+    def _comment_json(self, repo: str, c: dict[str, Any]) -> dict[str, Any]:
+        return {**c, "url": f"{self.base_url}/repos/{repo}/issues/comments/{c['id']}",
+                "html_url": f"{self.base_url}/{repo}/issues/{c['issue_number']}#issuecomment-{c['id']}",
+                "user": {"login": repo.split("/")[0]}}
+
+    def add_comment(self, repo: str, issue: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._git(repo)
+        if not body.get("body"):
+            raise _HttpError(422, "Validation Failed",
+                             errors=[{"resource": "IssueComment", "field": "body", "code": "missing_field"}])
+        c = {"id": self.store.new_id(), "issue_number": int(issue), "body": body["body"],
+             "created_at": _now(), "updated_at": _now()}
+        self.store.comments.setdefault(repo, {})[str(c["id"])] = c
+        self._save()
+        return self._comment_json(repo, c)
+
+    def list_comments(self, repo: str, issue: str) -> list[dict[str, Any]]:
+        self._git(repo)
+        cs = [c for c in self.store.comments.get(repo, {}).values() if c["issue_number"] == int(issue)]
+        return [self._comment_json(repo, c) for c in sorted(cs, key=lambda c: c["id"])]
+
+    def update_comment(self, repo: str, cid: str, body: dict[str, Any]) -> dict[str, Any]:
+        c = self.store.comments.get(repo, {}).get(str(cid))
+        if c is None:
+            raise _HttpError(404, "Not Found")
+        if not body.get("body"):
+            raise _HttpError(422, "Validation Failed",
+                             errors=[{"resource": "IssueComment", "field": "body", "code": "missing_field"}])
+        c.update(body=body["body"], updated_at=_now())
+        self._save()
+        return self._comment_json(repo, c)
+
+    # -- endpoints: checks and statuses
+
+    def check_runs(self, repo: str, ref: str) -> list[dict[str, Any]]:
+        sha = self._resolve_ref(repo, ref)
+        runs = list(self.store.checks.get(repo, {}).get(sha, {}).values())
+        if not runs and self.auto_green:
+            runs = [{"id": 1, "name": "ci", "head_sha": sha, "status": "completed", "conclusion": "success",
+                     "started_at": _now(), "completed_at": _now()}]
+        return sorted(runs, key=lambda r: r["id"])
+
+    def combined_status(self, repo: str, ref: str) -> dict[str, Any]:
+        sha = self._resolve_ref(repo, ref)
+        statuses = sorted(self.store.statuses.get(repo, {}).get(sha, {}).values(), key=lambda s: s["id"])
+        states = {s["state"] for s in statuses}
+        if states & {"failure", "error"}:
+            state = "failure"
+        elif not statuses or "pending" in states:
+            state = "pending"
+        else:
+            state = "success"
+        return {"state": state, "sha": sha, "total_count": len(statuses), "statuses": statuses,
+                "repository": {"full_name": repo}}
+
+    def create_status(self, repo: str, sha: str, body: dict[str, Any]) -> dict[str, Any]:
+        sha = self._resolve_ref(repo, sha)
+        if body.get("state") not in ("error", "failure", "pending", "success"):
+            raise _HttpError(422, "Validation Failed",
+                             errors=[{"resource": "Status", "field": "state", "code": "invalid"}])
+        s = {"id": self.store.new_id(), "context": body.get("context") or "default", "state": body["state"],
+             "description": body.get("description"), "target_url": body.get("target_url"),
+             "created_at": _now(), "updated_at": _now()}
+        self.store.statuses.setdefault(repo, {}).setdefault(sha, {})[s["context"]] = s
+        self._save()
+        return s
+
+    # -- admin
+
+    def admin_set_check(self, body: dict[str, Any]) -> dict[str, Any]:
+        repo = body["repo"]
+        sha = self._resolve_ref(repo, body["sha"])
+        by_name = self.store.checks.setdefault(repo, {}).setdefault(sha, {})
+        old = by_name.get(body["name"])
+        run = {"id": old["id"] if old else self.store.new_id(), "name": body["name"], "head_sha": sha,
+               "status": body.get("status", "completed"), "conclusion": body.get("conclusion"),
+               "started_at": _now(), "completed_at": _now() if body.get("status") == "completed" else None}
+        by_name[body["name"]] = run
+        self._save()
+        return run
+
+    def admin_add_review(self, body: dict[str, Any]) -> dict[str, Any]:
+        repo, number = body["repo"], str(body["number"])
+        p = self._pull(repo, number)
+        review = {"id": self.store.new_id(), "state": body["state"], "body": body.get("body", ""),
+                  "user": {"login": body.get("user", "reviewer")},
+                  "commit_id": self._branch_sha(repo, p["head"]) or p["head_sha"], "submitted_at": _now()}
+        self.store.reviews.setdefault(repo, {}).setdefault(number, []).append(review)
+        self._save()
+        return review
+
+    def admin_rate_limit(self, body: dict[str, Any]) -> dict[str, Any]:
+        status = int(body.get("status", 403))
+        if status not in (403, 429):
+            raise _HttpError(422, "status must be 403 or 429")
+        self.forced_limit = {"n": int(body["n"]), "status": status}
+        return dict(self.forced_limit)
+
+    # -- request dispatch
+
+    def check_auth(self, authorization: str | None) -> None:
+        scheme, _, presented = (authorization or "").partition(" ")
+        if scheme.lower() not in ("bearer", "token") or not secrets.compare_digest(presented, self.token):
+            raise _HttpError(401, "Bad credentials")
+
+    def take_rate_limit(self) -> None:
+        if self.forced_limit["n"] <= 0:
+            return
+        self.forced_limit["n"] -= 1
+        if self.forced_limit["status"] == 429:
+            raise _HttpError(429, "You have exceeded a secondary rate limit. Please wait a few minutes "
+                             "before you try again.", headers={"retry-after": "1"})
+        raise _HttpError(403, "API rate limit exceeded for user ID 1.", headers={
+            "x-ratelimit-limit": "5000", "x-ratelimit-remaining": "0", "x-ratelimit-used": "5000",
+            "x-ratelimit-reset": str(int(time.time()) + 60), "x-ratelimit-resource": "core"})
+
+    def route(self, method: str, path: str, q: dict[str, str], body: dict[str, Any]) -> tuple[int, Any, str | None]:
+        """(status, payload, list_key): list_key None = object; "" = paged plain list; else paged under key."""
+        r = r"/repos/(?P<repo>[^/]+/[^/]+)"
+        routes: list[tuple[str, str, Any, int, str | None]] = [
+            ("GET", r + r"/pulls", lambda m: self.list_pulls(m["repo"], q), 200, ""),
+            ("POST", r + r"/pulls", lambda m: self.create_pull(m["repo"], body), 201, None),
+            ("GET", r + r"/pulls/(?P<n>\d+)", lambda m: self._pull_json(m["repo"], self._pull(m["repo"], m["n"])),
+             200, None),
+            ("PATCH", r + r"/pulls/(?P<n>\d+)", lambda m: self.update_pull(m["repo"], m["n"], body), 200, None),
+            ("PUT", r + r"/pulls/(?P<n>\d+)/merge", lambda m: self.merge_pull(m["repo"], m["n"], body), 200, None),
+            ("GET", r + r"/pulls/(?P<n>\d+)/reviews", lambda m: self.reviews(m["repo"], m["n"]), 200, ""),
+            ("GET", r + r"/issues/(?P<n>\d+)/comments", lambda m: self.list_comments(m["repo"], m["n"]), 200, ""),
+            ("POST", r + r"/issues/(?P<n>\d+)/comments", lambda m: self.add_comment(m["repo"], m["n"], body),
+             201, None),
+            ("PATCH", r + r"/issues/comments/(?P<id>\d+)",
+             lambda m: self.update_comment(m["repo"], m["id"], body), 200, None),
+            ("GET", r + r"/commits/(?P<ref>[^/]+)/check-runs", lambda m: self.check_runs(m["repo"], m["ref"]),
+             200, "check_runs"),
+            ("GET", r + r"/commits/(?P<ref>[^/]+)/status", lambda m: self.combined_status(m["repo"], m["ref"]),
+             200, None),
+            ("POST", r + r"/statuses/(?P<sha>[^/]+)", lambda m: self.create_status(m["repo"], m["sha"], body),
+             201, None),
+            ("POST", r"/_admin/checks", lambda m: self.admin_set_check(body), 200, None),
+            ("POST", r"/_admin/reviews", lambda m: self.admin_add_review(body), 200, None),
+            ("POST", r"/_admin/rate_limit", lambda m: self.admin_rate_limit(body), 200, None),
+        ]
+        for verb, pattern, fn, status, list_key in routes:
+            m = re.fullmatch(pattern, path)
+            if m and verb == method:
+                with self.lock:
+                    return status, fn(m), list_key
+        raise _HttpError(404, "Not Found")
+
+
+def _paginate(items: list[Any], q: dict[str, str], url: str) -> tuple[list[Any], str | None]:
+    """Slice by ``per_page``/``page`` and build GitHub's ``Link`` header."""
+    per_page = max(1, min(100, int(q.get("per_page", 30))))
+    page = max(1, int(q.get("page", 1)))
+    last = max(1, -(-len(items) // per_page))
+    links = []
+    if page < last:
+        links.append(f'<{url}?{urlencode({**q, "page": page + 1, "per_page": per_page})}>; rel="next"')
+        links.append(f'<{url}?{urlencode({**q, "page": last, "per_page": per_page})}>; rel="last"')
+    return items[(page - 1) * per_page: page * per_page], ", ".join(links) or None
+
+
+def _make_handler(app: GitHubStandin) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "GitHubStandin/1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet; no header ever logged
+            pass
+
+        def _send(self, status: int, payload: Any, headers: dict[str, str]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("X-GitHub-Api-Version-Selected", "2022-11-28")
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _handle(self) -> None:
+            split = urlsplit(self.path)
+            q = {k: v[-1] for k, v in parse_qs(split.query).items()}
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                try:
+                    body = json.loads(raw) if raw else {}
+                except ValueError:
+                    raise _HttpError(400, "Problems parsing JSON") from None
+                app.check_auth(self.headers.get("Authorization"))
+                if not split.path.startswith("/_admin/"):
+                    app.take_rate_limit()
+                status, payload, list_key = app.route(self.command, split.path, q, body)
+                headers = {"x-ratelimit-limit": "5000", "x-ratelimit-remaining": "4999",
+                           "x-ratelimit-reset": str(int(time.time()) + 3600)}
+                if list_key is not None:
+                    page, link = _paginate(payload, q, f"{app.base_url}{split.path}")
+                    payload = {"total_count": len(payload), list_key: page} if list_key else page
+                    if link:
+                        headers["Link"] = link
+                self._send(status, payload, headers)
+            except _HttpError as exc:
+                self._send(exc.status, exc.body(), exc.headers)
+            except Exception as exc:  # a bug in the stand-in: say so, keep serving
+                self._send(500, {"message": f"stand-in error: {type(exc).__name__}: {exc}"}, {})
+
+        do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _handle
+
+    return Handler
+
+
+# ---------------------------------------------------------------- lifecycle
+
+
+class GitHubStandinHandle:
+    """A running stand-in: ``api_url``, ``token``, admin helpers, and an idempotent ``stop()``."""
+
+    def __init__(self, api_url: str, token: str, stop_fn: Any):
+        self.api_url = api_url
+        self.token = token
+        self._stop_fn = stop_fn
+        self._stopped = False
+        atexit.register(self.stop)
+
+    def __repr__(self) -> str:
+        return f"GitHubStandinHandle(api_url={self.api_url!r})"
+
+    def stop(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            self._stop_fn()
+
+    def _admin(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(
+            f"{self.api_url}/_admin/{path}", data=json.dumps(payload).encode(), method="POST",
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"stand-in admin {path}: {exc.code} {exc.read().decode(errors='replace')}") from None
+
+    def set_check(self, repo: str, sha: str, name: str, status: str = "completed",
+                  conclusion: str | None = "success") -> dict[str, Any]:
+        """Create or replace check run ``name`` on ``sha`` (a sha or branch name)."""
+        return self._admin("checks", {"repo": repo, "sha": sha, "name": name, "status": status,
+                                      "conclusion": conclusion})
+
+    def add_review(self, repo: str, number: int, state: str = "APPROVED", user: str = "reviewer") -> dict[str, Any]:
+        return self._admin("reviews", {"repo": repo, "number": number, "state": state, "user": user})
+
+    def rate_limit_next(self, n: int, status: int = 403) -> None:
+        """Make the next ``n`` API requests fail with a primary (403) or secondary (429) rate limit."""
+        self._admin("rate_limit", {"n": n, "status": status})
+
+
+def _serve(app: GitHubStandin) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(app))
+    server.daemon_threads = True
+    app.base_url = f"http://127.0.0.1:{server.server_address[1]}"
+    return server
+
+
+def start_github_standin(state_dir: Path, remotes: dict[str, str], *, auto_green: bool = False,
+                         subprocess_mode: bool = False) -> GitHubStandinHandle:
+    """Start the stand-in on 127.0.0.1:<free port>; ``remotes`` maps "owner/name" to a bare repo path."""
+    token = "ghs_standin_" + secrets.token_hex(16)
+    if subprocess_mode:
+        return _start_subprocess(Path(state_dir), remotes, token, auto_green)
+    app = GitHubStandin(Path(state_dir), remotes, token, auto_green=auto_green)
+    server = _serve(app)
+    thread = threading.Thread(target=server.serve_forever, name="github-standin", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+    return GitHubStandinHandle(app.base_url, token, stop)
+
+
+def _start_subprocess(state_dir: Path, remotes: dict[str, str], token: str, auto_green: bool) -> GitHubStandinHandle:
+    root = Path(__file__).resolve().parent.parent
+    argv = [sys.executable, "-m", "sandbox.github_standin", "--state-dir", str(state_dir)]
+    for name, path in remotes.items():
+        argv += ["--remote", f"{name}={path}"]
+    if auto_green:
+        argv.append("--auto-green")
+    env = {**os.environ, TOKEN_ENV: token, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            start_new_session=True, text=True)
+
+    def stop() -> None:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            except ProcessLookupError:
+                pass
+        if proc.stdout:
+            proc.stdout.close()
+
+    line = proc.stdout.readline() if proc.stdout else ""
+    if not line.startswith("api_url="):
+        stop()
+        raise RuntimeError(f"github stand-in failed to start (exit {proc.poll()})")
+    return GitHubStandinHandle(line.strip().split("=", 1)[1], token, stop)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--state-dir", required=True, type=Path)
+    parser.add_argument("--remote", action="append", default=[], help="owner/name=/path/to/bare.git")
+    parser.add_argument("--auto-green", action="store_true")
+    args = parser.parse_args(argv)
+    token = os.environ.get(TOKEN_ENV)
+    if not token:
+        parser.error(f"{TOKEN_ENV} must be set")
+    remotes = dict(r.split("=", 1) for r in args.remote)
+    server = _serve(GitHubStandin(args.state_dir, remotes, token, auto_green=args.auto_green))
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    print(f"api_url=http://127.0.0.1:{server.server_address[1]}", flush=True)
+    server.serve_forever()
+    server.server_close()
+
+
+if __name__ == "__main__":
+    main()
