@@ -1,0 +1,805 @@
+"""Iris controller client: Connect RPC JSON over httpx, typed, Temporal-free.
+
+Targets the legacy ``iris.cluster.ControllerService`` surface of marin-iris 0.2.20 (still served by
+newer controllers) plus ``finelog.logging.LogService/FetchLogs``. Replies are parsed leniently:
+int64 arrives as strings, enums as names (sometimes numbers), default fields are omitted and newer
+controllers add fields; unknown fields are ignored, missing ones get defaults.
+
+Secrets: a LaunchSpec's env goes only into the LaunchJob body. ``GetJobStatus`` echoes the launch
+request (env included) as ``request``; that field is dropped before anything is returned, logged or
+put in an exception, and error messages from a launch are scrubbed of the spec's env values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import random
+import re
+import signal
+import socket
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+JOB_NAME_RE = re.compile(r"^/[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)+$")
+
+
+class JobState(StrEnum):
+    UNSPECIFIED = "unspecified"
+    PENDING = "pending"
+    BUILDING = "building"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+    WORKER_FAILED = "worker_failed"
+    UNSCHEDULABLE = "unschedulable"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL_JOB
+
+    @classmethod
+    def parse(cls, raw: Any) -> JobState:
+        return _parse_enum(cls, raw, "JOB_STATE_", _JOB_BY_NUMBER)
+
+
+class TaskState(StrEnum):
+    UNSPECIFIED = "unspecified"
+    PENDING = "pending"
+    BUILDING = "building"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+    WORKER_FAILED = "worker_failed"
+    UNSCHEDULABLE = "unschedulable"
+    ASSIGNED = "assigned"
+    PREEMPTED = "preempted"
+    COSCHED_FAILED = "cosched_failed"
+    MISSING = "missing"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL_TASK
+
+    @classmethod
+    def parse(cls, raw: Any) -> TaskState:
+        return _parse_enum(cls, raw, "TASK_STATE_", _TASK_BY_NUMBER)
+
+
+_TERMINAL_JOB = {
+    JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.WORKER_FAILED, JobState.UNSCHEDULABLE
+}
+_TERMINAL_TASK = {
+    TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.UNSCHEDULABLE,
+    TaskState.WORKER_FAILED, TaskState.PREEMPTED, TaskState.COSCHED_FAILED,
+}
+_JOB_BY_NUMBER = dict(enumerate(JobState))
+_TASK_BY_NUMBER = dict(enumerate(TaskState))
+
+
+def _parse_enum(cls, raw: Any, prefix: str, by_number: dict[int, Any]):
+    if raw is None or raw == "":
+        return cls.UNSPECIFIED
+    if isinstance(raw, int) or (isinstance(raw, str) and raw.isdigit()):
+        return by_number.get(int(raw), cls.UNSPECIFIED)
+    name = str(raw).upper().removeprefix(prefix).lower()
+    try:
+        return cls(name)
+    except ValueError:
+        return cls.UNSPECIFIED
+
+
+def _int(raw: Any, default: int = 0) -> int:
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return default
+
+
+def _ts_ms(raw: Any) -> int | None:
+    """``{"epochMs": "…"}`` (or snake_case, or a bare number) → int, None when unset/zero."""
+    if isinstance(raw, dict):
+        raw = raw.get("epochMs", raw.get("epoch_ms"))
+    value = _int(raw, 0)
+    return value or None
+
+
+def _get(d: dict, camel: str, default: Any = None) -> Any:
+    """Read a field in camelCase or snake_case."""
+    if camel in d:
+        return d[camel]
+    snake = re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), camel)
+    return d.get(snake, default)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class AttemptInfo(_Model):
+    attempt_id: int
+    state: TaskState
+    exit_code: int | None = None
+    error: str = ""
+    worker_id: str = ""
+    is_worker_failure: bool = False
+    attempt_uid: str = ""
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+    pod_name: str | None = None  # newer upstream
+    node_name: str | None = None  # newer upstream
+    terminal_reason: str | None = None  # newer upstream
+
+    @classmethod
+    def from_wire(cls, d: dict) -> AttemptInfo:
+        state = TaskState.parse(d.get("state"))
+        return cls(
+            attempt_id=_int(_get(d, "attemptId")),
+            state=state,
+            exit_code=_int(_get(d, "exitCode")) if state.is_terminal else None,
+            error=d.get("error") or "",
+            worker_id=_get(d, "workerId") or "",
+            is_worker_failure=bool(_get(d, "isWorkerFailure", False)),
+            attempt_uid=_get(d, "attemptUid") or "",
+            started_at_ms=_ts_ms(_get(d, "startedAt")),
+            finished_at_ms=_ts_ms(_get(d, "finishedAt")),
+            pod_name=_get(d, "podName") or None,
+            node_name=_get(d, "nodeName") or None,
+            terminal_reason=_get(d, "terminalReason") or None,
+        )
+
+
+class TaskInfo(_Model):
+    task_id: str
+    state: TaskState
+    exit_code: int | None = None  # None until the task is terminal
+    error: str = ""
+    worker_id: str = ""
+    container_id: str = ""  # Docker id locally; the pod name on Kubernetes
+    current_attempt_id: int = 0
+    pending_reason: str = ""
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+    attempts: list[AttemptInfo] = Field(default_factory=list)
+
+    @classmethod
+    def from_wire(cls, d: dict) -> TaskInfo:
+        state = TaskState.parse(d.get("state"))
+        return cls(
+            task_id=_get(d, "taskId") or "",
+            state=state,
+            exit_code=_int(_get(d, "exitCode")) if state.is_terminal else None,
+            error=d.get("error") or "",
+            worker_id=_get(d, "workerId") or "",
+            container_id=_get(d, "containerId") or "",
+            current_attempt_id=_int(_get(d, "currentAttemptId")),
+            pending_reason=_get(d, "pendingReason") or "",
+            started_at_ms=_ts_ms(_get(d, "startedAt")),
+            finished_at_ms=_ts_ms(_get(d, "finishedAt")),
+            attempts=[AttemptInfo.from_wire(a) for a in d.get("attempts") or []],
+        )
+
+
+class JobInfo(_Model):
+    """A job's status. ``exit_code`` comes from its tasks (the job-level field stays 0 on failure).
+
+    The controller's echo of the launch request (``request``, which carries job env vars) is never
+    kept here."""
+
+    job_id: str
+    state: JobState
+    exit_code: int | None = None
+    error: str = ""
+    pending_reason: str = ""
+    submitted_at_ms: int | None = None
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+    failure_count: int = 0
+    preemption_count: int = 0
+    task_count: int = 0
+    completed_count: int = 0
+    task_state_counts: dict[str, int] = Field(default_factory=dict)
+    parent_job_id: str = ""
+    tasks: list[TaskInfo] = Field(default_factory=list)  # latest attempt per task (ListTasks)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state.is_terminal
+
+    @classmethod
+    def from_wire(cls, job: dict, tasks: list[TaskInfo] | None = None) -> JobInfo:
+        tasks = tasks or []
+        return cls(
+            job_id=_get(job, "jobId") or "",
+            state=JobState.parse(job.get("state")),
+            exit_code=exit_code_from_tasks(tasks),
+            error=job.get("error") or "",
+            pending_reason=_get(job, "pendingReason") or "",
+            submitted_at_ms=_ts_ms(_get(job, "submittedAt")),
+            started_at_ms=_ts_ms(_get(job, "startedAt")),
+            finished_at_ms=_ts_ms(_get(job, "finishedAt")),
+            failure_count=_int(_get(job, "failureCount")),
+            preemption_count=_int(_get(job, "preemptionCount")),
+            task_count=_int(_get(job, "taskCount")),
+            completed_count=_int(_get(job, "completedCount")),
+            task_state_counts={k: _int(v) for k, v in (_get(job, "taskStateCounts") or {}).items()},
+            parent_job_id=_get(job, "parentJobId") or "",
+            tasks=tasks,
+        )
+
+
+def exit_code_from_tasks(tasks: list[TaskInfo]) -> int | None:
+    """The first non-zero terminal task exit code; 0 when all tasks ended with 0; None otherwise."""
+    codes = [t.exit_code for t in tasks if t.exit_code is not None]
+    if not codes:
+        return None
+    return next((c for c in codes if c != 0), 0)
+
+
+class LogEntry(_Model):
+    ts_ms: int | None
+    key: str = ""
+    task_id: str = ""
+    attempt_id: int = 0
+    source: str = ""  # "stdout" / "stderr" / ...
+    level: str = ""
+    data: str = ""
+
+    @classmethod
+    def from_wire(cls, d: dict) -> LogEntry:
+        key = d.get("key") or ""
+        return cls(
+            ts_ms=_ts_ms(d.get("timestamp")),
+            key=key,
+            task_id=key.rsplit(":", 1)[0] if ":" in key else key,
+            attempt_id=_int(_get(d, "attemptId")),
+            source=d.get("source") or "",
+            level=str(d.get("level") or "").removeprefix("LOG_LEVEL_"),
+            data=d.get("data") or "",
+        )
+
+
+class LogPage(_Model):
+    entries: list[LogEntry] = Field(default_factory=list)
+    cursor: int = 0  # pass back as ``cursor`` to continue after the last entry
+
+    @property
+    def lines(self) -> list[str]:
+        return [e.data for e in self.entries]
+
+
+class GpuRequest(_Model):
+    variant: str  # e.g. "H100", "GB200"
+    count: int = 1
+
+
+class Resources(_Model):
+    cpu_millicores: int = 1000
+    memory_bytes: int = 1024**3
+    disk_bytes: int = 5 * 1024**3
+    gpu: GpuRequest | None = None
+
+    def to_wire(self) -> dict:
+        device: dict = {"gpu": {"variant": self.gpu.variant, "count": self.gpu.count}} if self.gpu else {
+            "cpu": {"variant": "cpu"}
+        }
+        return {
+            "cpuMillicores": self.cpu_millicores,
+            "memoryBytes": str(self.memory_bytes),
+            "diskBytes": str(self.disk_bytes),
+            "device": device,
+        }
+
+
+PriorityBandName = Literal["production", "interactive", "batch"]
+ExistingJobPolicyName = Literal["keep", "error", "recreate", "unspecified"]
+
+
+class LaunchSpec(_Model):
+    """One LaunchJob request. ``env`` and ``bundle_blob`` are kept out of repr (env holds secrets).
+
+    No setup commands are ever sent (no ``uv sync``): the command runs directly."""
+
+    name: str  # full wire id: /<user>/<job>
+    argv: list[str]
+    env: dict[str, str] = Field(default_factory=dict, repr=False)
+    bundle_blob: bytes | None = Field(default=None, repr=False)
+    bundle_id: str | None = None
+    resources: Resources = Resources()
+    replicas: int = Field(default=1, ge=1)
+    max_retries_failure: int = Field(default=0, ge=0)
+    max_retries_preemption: int = Field(default=1000, ge=0)
+    timeout_s: float | None = None  # per task
+    scheduling_timeout_s: float | None = None
+    priority_band: PriorityBandName | None = None
+    task_image: str | None = None
+    existing_job_policy: ExistingJobPolicyName = "keep"
+    client_revision_date: str | None = None  # overrides the client's configured date
+
+    @field_validator("name")
+    @classmethod
+    def _full_wire_id(cls, v: str) -> str:
+        if not JOB_NAME_RE.match(v) or len(v) > 200:
+            raise ValueError(f"job name must be a full wire id '/<user>/<job>', got {v!r}")
+        return v
+
+    @field_validator("argv")
+    @classmethod
+    def _non_empty(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("argv must not be empty")
+        return v
+
+    @property
+    def user(self) -> str:
+        return self.name.split("/")[1]
+
+    def to_wire(self, default_revision_date: str) -> dict:
+        body: dict[str, Any] = {
+            "name": self.name,
+            "entrypoint": {"runCommand": {"argv": list(self.argv)}},
+            "resources": self.resources.to_wire(),
+            "environment": {"envVars": dict(self.env)},
+            "replicas": self.replicas,
+            "maxRetriesFailure": self.max_retries_failure,
+            "maxRetriesPreemption": self.max_retries_preemption,
+            "existingJobPolicy": f"EXISTING_JOB_POLICY_{self.existing_job_policy.upper()}",
+            "clientRevisionDate": self.client_revision_date or default_revision_date,
+        }
+        if self.bundle_blob is not None:
+            body["bundleBlob"] = base64.b64encode(self.bundle_blob).decode()
+        elif self.bundle_id:
+            body["bundleId"] = self.bundle_id
+        if self.timeout_s:
+            body["timeout"] = {"milliseconds": str(int(self.timeout_s * 1000))}
+        if self.scheduling_timeout_s:
+            body["schedulingTimeout"] = {"milliseconds": str(int(self.scheduling_timeout_s * 1000))}
+        if self.priority_band:
+            body["priorityBand"] = f"PRIORITY_BAND_{self.priority_band.upper()}"
+        if self.task_image:
+            body["taskImage"] = self.task_image
+        return body
+
+
+# ---------------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------------
+
+
+class IrisError(Exception):
+    """Base of every error this client raises. ``code`` is the Connect code (``transport`` for
+    connection failures); ``message`` never holds env values or tokens."""
+
+    transient = False
+
+    def __init__(self, method: str, code: str, message: str, http_status: int | None = None):
+        self.method = method
+        self.code = code
+        self.message = message
+        self.http_status = http_status
+        super().__init__(f"Iris {method}: {code}: {message}")
+
+
+class NotFound(IrisError):
+    pass
+
+
+class AlreadyExists(IrisError):
+    pass
+
+
+class InvalidArgument(IrisError):
+    pass
+
+
+class FailedPrecondition(IrisError):
+    pass
+
+
+class ClientTooOld(FailedPrecondition):
+    """The controller's freshness gate rejected our ``client_revision_date``."""
+
+    def __init__(self, method: str, code: str, message: str, http_status: int | None, *,
+                 revision_date: str, cluster_name: str):
+        super().__init__(
+            method,
+            code,
+            f"the controller rejects client_revision_date {revision_date} as too old ({message}). "
+            f"Re-validate this client against the current upstream Iris revision, then update "
+            f"clusters.{cluster_name}.client_revision_date in the service configuration.",
+            http_status,
+        )
+        self.revision_date = revision_date
+
+
+class PermissionDenied(IrisError):
+    pass
+
+
+class ResourceExhausted(IrisError):
+    transient = True
+
+
+class Unavailable(IrisError):
+    """Controller unreachable or overloaded (also transport errors and deadline_exceeded).
+    Never a statement about the job: callers keep the last known state."""
+
+    transient = True
+
+
+class Internal(IrisError):
+    pass
+
+
+_ERRORS_BY_CODE: dict[str, type[IrisError]] = {
+    "not_found": NotFound,
+    "already_exists": AlreadyExists,
+    "invalid_argument": InvalidArgument,
+    "out_of_range": InvalidArgument,
+    "failed_precondition": FailedPrecondition,
+    "permission_denied": PermissionDenied,
+    "unauthenticated": PermissionDenied,
+    "resource_exhausted": ResourceExhausted,
+    "unavailable": Unavailable,
+    "deadline_exceeded": Unavailable,
+    "aborted": Unavailable,
+    "internal": Internal,
+    "unknown": Internal,
+    "unimplemented": NotFound,
+    "data_loss": Internal,
+    "canceled": Unavailable,
+}
+_CODE_BY_HTTP = {400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied", 404: "not_found",
+                 409: "already_exists", 429: "resource_exhausted", 502: "unavailable", 503: "unavailable",
+                 504: "deadline_exceeded"}
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """Replace every secret value (4+ chars) in ``text`` with ``[REDACTED]``."""
+    for value in sorted((v for v in secrets if v and len(v) >= 4), key=len, reverse=True):
+        text = text.replace(value, "[REDACTED]")
+    return text
+
+
+# ---------------------------------------------------------------------------------------------------
+# Client
+# ---------------------------------------------------------------------------------------------------
+
+CONTROLLER_SERVICE = "iris.cluster.ControllerService"
+LOG_SERVICE = "finelog.logging.LogService"
+LIST_JOBS_PAGE = 500
+LIST_JOBS_MAX_OFFSET = 5000
+_ARCH_ATTRIBUTE_KEYS = ("arch", "architecture", "cpu-arch", "cpu_arch", "kubernetes.io/arch", "machine")
+_ARCH_ALIASES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+
+class IrisClient:
+    """Async client for one controller URL (direct, or a ``KubectlPortForward`` URL).
+
+    Retries only transient failures (Unavailable, ResourceExhausted, transport) with bounded backoff,
+    and never retries LaunchJob: ``submit_idempotent`` looks the job up instead."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        client_revision_date: str,
+        token: str | None = None,
+        timeout_s: float = 30.0,
+        launch_timeout_s: float = 180.0,
+        cluster_name: str = "<name>",
+        max_attempts: int = 4,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 8.0,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.client_revision_date = client_revision_date
+        self.cluster_name = cluster_name
+        self._timeout_s = timeout_s
+        self._launch_timeout_s = launch_timeout_s
+        self._max_attempts = max(1, max_attempts)
+        self._backoff_s = backoff_s
+        self._max_backoff_s = max_backoff_s
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout_s)
+
+    def __repr__(self) -> str:
+        return f"IrisClient({self.base_url!r}, cluster={self.cluster_name!r})"
+
+    async def __aenter__(self) -> IrisClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- transport ----------------------------------------------------------------------------------
+
+    async def _post_once(self, path: str, method: str, body: dict, timeout_s: float | None,
+                         secrets: Iterable[str] = ()) -> dict:
+        try:
+            r = await self._http.post(path, json=body, timeout=timeout_s or self._timeout_s)
+        except httpx.TransportError as e:  # connect/read errors and timeouts
+            raise Unavailable(method, "transport", f"cannot reach controller ({type(e).__name__})") from None
+        if r.status_code == 200:
+            try:
+                return r.json()
+            except ValueError:
+                raise Internal(method, "internal", "controller returned a non-JSON reply", 200) from None
+        code, message = _CODE_BY_HTTP.get(r.status_code, "internal"), f"HTTP {r.status_code}"
+        try:
+            err = r.json()
+            code = str(err.get("code") or code)
+            message = str(err.get("message") or message)
+        except ValueError:
+            pass
+        message = scrub(message[:2000], secrets)
+        if code == "failed_precondition" and "too old" in message:
+            raise ClientTooOld(method, code, message, r.status_code,
+                               revision_date=self.client_revision_date, cluster_name=self.cluster_name)
+        raise _ERRORS_BY_CODE.get(code, Internal)(method, code, message, r.status_code)
+
+    async def _call(self, method: str, body: dict, *, service: str = CONTROLLER_SERVICE,
+                    retry: bool = True, timeout_s: float | None = None, secrets: Iterable[str] = ()) -> dict:
+        path = f"/{service}/{method}"
+        attempts = self._max_attempts if retry else 1
+        delay = self._backoff_s
+        for attempt in range(1, attempts + 1):
+            try:
+                return await self._post_once(path, method, body, timeout_s, secrets)
+            except IrisError as e:
+                if not e.transient or attempt == attempts:
+                    raise
+            await asyncio.sleep(delay * (0.5 + random.random() / 2))
+            delay = min(delay * 2, self._max_backoff_s)
+        raise AssertionError("unreachable")
+
+    # -- jobs ---------------------------------------------------------------------------------------
+
+    async def launch_job(self, spec: LaunchSpec) -> str:
+        """One LaunchJob call, never retried (a lost reply may still have created the job)."""
+        body = spec.to_wire(self.client_revision_date)
+        reply = await self._call("LaunchJob", body, retry=False, timeout_s=self._launch_timeout_s,
+                                 secrets=spec.env.values())
+        return _get(reply, "jobId") or spec.name
+
+    async def submit_idempotent(self, spec: LaunchSpec) -> tuple[str, bool]:
+        """Attach to an existing job of this name whatever its state, else launch it.
+
+        Returns ``(job_id, launched)``. A finished job is never silently replaced. If the LaunchJob
+        reply is lost (Unavailable), the job is looked up again before the error is re-raised."""
+        try:
+            await self.job_status(spec.name, with_tasks=False)
+            return spec.name, False
+        except NotFound:
+            pass
+        spec = spec.model_copy(update={"existing_job_policy": "keep"})
+        try:
+            return await self.launch_job(spec), True
+        except (Unavailable, AlreadyExists):
+            try:
+                await self.job_status(spec.name, with_tasks=False)
+            except NotFound:
+                raise
+            return spec.name, False
+
+    async def job_status(self, job_id: str, *, with_tasks: bool = True) -> JobInfo:
+        """GetJobStatus (the echoed ``request`` is discarded) plus ListTasks for real exit codes."""
+        reply = await self._call("GetJobStatus", {"jobId": job_id})
+        job = reply.get("job") or {}
+        del reply  # holds ``request`` (job env vars): never keep it
+        if not job:
+            raise NotFound("GetJobStatus", "not_found", f"job {job_id} not found")
+        tasks = await self.list_tasks(job_id) if with_tasks else []
+        return JobInfo.from_wire(job, tasks)
+
+    async def job_states(self, job_ids: list[str]) -> dict[str, JobState]:
+        """Batch states; unknown ids are left out."""
+        reply = await self._call("GetJobState", {"jobIds": list(job_ids)})
+        return {k: JobState.parse(v) for k, v in (reply.get("states") or {}).items()}
+
+    async def list_jobs(self, prefix: str | None = None, state: JobState | str | None = None,
+                        limit: int = 1000) -> list[JobInfo]:
+        """All users' jobs (optionally by anchored id prefix and short state name), paging through."""
+        jobs: list[JobInfo] = []
+        offset = 0
+        while len(jobs) < limit and offset <= LIST_JOBS_MAX_OFFSET:
+            query: dict[str, Any] = {"offset": offset, "limit": min(LIST_JOBS_PAGE, limit - len(jobs))}
+            if prefix:
+                query["jobIdPrefix"] = prefix
+            if state:
+                query["stateFilter"] = str(JobState(state) if not isinstance(state, JobState) else state)
+            reply = await self._call("ListJobs", {"query": query})
+            page = [JobInfo.from_wire(j) for j in reply.get("jobs") or []]
+            jobs.extend(page)
+            offset += len(page)
+            if not page or not reply.get("hasMore", reply.get("has_more", False)):
+                break
+        return jobs[:limit]
+
+    async def list_tasks(self, job_id: str) -> list[TaskInfo]:
+        """Tasks with their latest attempt only (an unknown job gives an empty list)."""
+        reply = await self._call("ListTasks", {"jobId": job_id})
+        return [TaskInfo.from_wire(t) for t in reply.get("tasks") or []]
+
+    async def task_status(self, task_id: str) -> TaskInfo:
+        """One task with its full attempt history."""
+        reply = await self._call("GetTaskStatus", {"taskId": task_id})
+        task = reply.get("task")
+        if not task:
+            raise NotFound("GetTaskStatus", "not_found", f"task {task_id} not found")
+        return TaskInfo.from_wire(task)
+
+    async def terminate(self, job_id: str) -> None:
+        """TerminateJob: running → KILLED; finished → no-op; unknown → NotFound."""
+        await self._call("TerminateJob", {"jobId": job_id})
+
+    # -- logs ---------------------------------------------------------------------------------------
+
+    async def fetch_logs(
+        self,
+        source: str,
+        match_scope: Literal["exact", "prefix", "regex"] = "prefix",
+        since_ms: int | None = None,
+        cursor: int | None = None,
+        max_lines: int | None = None,
+        tail: bool = False,
+        substring: str | None = None,
+        min_level: str | None = None,
+    ) -> LogPage:
+        """FetchLogs. Keys are ``/<user>/<job>/<task>:<attempt>``: a job is ``"/u/j/"`` PREFIX, a task
+        ``"/u/j/0:"`` PREFIX, an attempt ``"/u/j/0:1"`` EXACT. ``cursor``/``since_ms`` are exclusive."""
+        body: dict[str, Any] = {"source": source, "matchScope": f"MATCH_SCOPE_{match_scope.upper()}",
+                                "tail": tail}
+        if since_ms:
+            body["sinceMs"] = str(since_ms)
+        if cursor:
+            body["cursor"] = str(cursor)
+        if max_lines:
+            body["maxLines"] = max_lines
+        if substring:
+            body["substring"] = substring
+        if min_level:
+            body["minLevel"] = min_level
+        reply = await self._call("FetchLogs", body, service=LOG_SERVICE)
+        return LogPage(entries=[LogEntry.from_wire(e) for e in reply.get("entries") or []],
+                       cursor=_int(reply.get("cursor"), cursor or 0))
+
+    # -- cluster ------------------------------------------------------------------------------------
+
+    async def health(self) -> bool:
+        """``GET /health`` answered ``{"status":"ok"}``; False when unreachable or unhealthy."""
+        try:
+            r = await self._http.get("/health", timeout=min(self._timeout_s, 10.0))
+            return r.status_code == 200 and r.json().get("status") == "ok"
+        except (httpx.HTTPError, ValueError):
+            return False
+
+    async def list_workers(self) -> list[dict]:
+        reply = await self._call("ListWorkers", {"query": {}})
+        return list(reply.get("workers") or [])
+
+    async def cluster_arch_hint(self) -> str | None:
+        """``amd64``/``arm64`` if every registered worker advertises one architecture attribute.
+
+        0.2.20 protos have no architecture field; only a worker attribute (e.g. ``arch`` set through
+        ``IRIS_WORKER_ATTRIBUTES``) can tell. None when unknowable (no workers, no attribute, mixed)."""
+        archs = set()
+        for worker in await self.list_workers():
+            attrs = ((worker.get("metadata") or {}).get("attributes")) or {}
+            value = None
+            for key in _ARCH_ATTRIBUTE_KEYS:
+                raw = attrs.get(key)
+                if isinstance(raw, dict):  # AttributeValue{stringValue|intValue|floatValue}
+                    raw = raw.get("stringValue", raw.get("string_value"))
+                if raw:
+                    value = _ARCH_ALIASES.get(str(raw).lower())
+                    break
+            if value is None:
+                return None
+            archs.add(value)
+        return archs.pop() if len(archs) == 1 else None
+
+
+# ---------------------------------------------------------------------------------------------------
+# kubectl port-forward tunnel
+# ---------------------------------------------------------------------------------------------------
+
+
+def _free_local_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class KubectlPortForward:
+    """``async with KubectlPortForward(...) as url:`` runs ``kubectl port-forward`` to the controller
+    Service on a free 127.0.0.1 port for the length of the block and yields ``http://127.0.0.1:<p>``."""
+
+    def __init__(self, kubeconfig: str | None, context: str | None, namespace: str = "iris",
+                 service: str = "iris-controller-svc", port: int = 10000, *, kubectl: str = "kubectl",
+                 local_port: int | None = None, ready_timeout_s: float = 30.0):
+        self.kubeconfig = kubeconfig
+        self.context = context
+        self.namespace = namespace
+        self.service = service
+        self.port = port
+        self.kubectl = kubectl
+        self.local_port = local_port
+        self.ready_timeout_s = ready_timeout_s
+        self._proc: asyncio.subprocess.Process | None = None
+
+    def argv(self, local_port: int) -> list[str]:
+        argv = [self.kubectl]
+        if self.kubeconfig:
+            argv += ["--kubeconfig", os.path.expanduser(self.kubeconfig)]
+        if self.context:
+            argv += ["--context", self.context]
+        return argv + ["--namespace", self.namespace, "port-forward", "--address", "127.0.0.1",
+                       f"svc/{self.service}", f"{local_port}:{self.port}"]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.local_port}"
+
+    async def __aenter__(self) -> str:
+        self.local_port = self.local_port or _free_local_port()
+        self._proc = await asyncio.create_subprocess_exec(
+            *self.argv(self.local_port), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        try:
+            await asyncio.wait_for(self._wait_ready(), self.ready_timeout_s)
+        except BaseException:
+            await self.aclose()
+            raise
+        return self.url
+
+    async def _wait_ready(self) -> None:
+        assert self._proc and self._proc.stdout
+        seen: list[str] = []
+        while True:
+            line = (await self._proc.stdout.readline()).decode(errors="replace")
+            if not line:
+                raise Unavailable("port-forward", "transport",
+                                  f"kubectl port-forward exited: {' | '.join(seen[-3:]) or 'no output'}")
+            seen.append(line.strip())
+            if line.startswith("Forwarding from"):
+                asyncio.get_running_loop().create_task(self._drain())
+                return
+
+    async def _drain(self) -> None:
+        """Keep reading kubectl's output so it never blocks on a full pipe."""
+        try:
+            while self._proc and self._proc.stdout and await self._proc.stdout.readline():
+                pass
+        except (OSError, ValueError):
+            pass
+
+    async def aclose(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            await asyncio.wait_for(proc.wait(), 5)
+        except TimeoutError:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            await proc.wait()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

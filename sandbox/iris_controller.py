@@ -1,0 +1,234 @@
+"""A real marin-iris 0.2.20 controller in local mode, run as a subprocess for tests and the sandbox.
+
+Why a subprocess: the local cluster runs its workers as threads and every task as a host
+subprocess; keeping all of that out of the test process lets ``stop()`` kill it as a unit and lets
+tests simulate a controller crash and restart on the same state directory.
+
+What the local controller advertises (from the ``local.yaml`` shipped in the wheel): one scale group
+``cpu`` of workers with 16 CPU, 32 GB RAM, 100 GB disk, ``device_type=cpu``, up to 4 workers
+(slices); no GPU/TPU scale group, so a GPU request is rejected at LaunchJob with
+``failed_precondition``. Tasks run as host processes whose cwd is ``<state_dir>/cwd`` (the
+controller's cwd), not the bundle: the bundle is unpacked in ``$IRIS_WORKDIR``. ``setup_commands``
+are skipped in local mode.
+
+The client-freshness gate stays ON: ``LaunchJob`` rejects a root job whose
+``client_revision_date`` is more than 14 days old. Our client sends the configured date
+(``clusters.<name>.client_revision_date``); tests send today's date.
+
+State (SQLite DB, bundle store, temp dirs, the auto-login token file under a private HOME) lives
+under ``state_dir``, so starting again on the same directory restores the controller's job table.
+
+Run directly: ``python -m sandbox.iris_controller --state-dir DIR [--port N]`` (blocks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MARKER_ENV = "GPU_RL_BUILDER_IRIS_CONTROLLER_ID"  # inherited by every task: used to sweep survivors
+
+
+class IrisControllerError(RuntimeError):
+    """The controller did not come up (the message carries the tail of its log)."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _processes_with_marker(marker: str) -> list[int]:
+    """PIDs of our own processes whose environment carries ``MARKER_ENV=marker``."""
+    needle = f"{MARKER_ENV}={marker}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _kill_all(pids: list[int]) -> None:
+    groups = set()
+    for pid in pids:
+        try:
+            groups.add(os.getpgid(pid))
+        except ProcessLookupError:
+            continue
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+@dataclass
+class IrisControllerHandle:
+    """A running controller subprocess; ``stop()`` is idempotent and also registered with atexit."""
+
+    url: str
+    port: int
+    pid: int
+    state_dir: Path
+    marker: str
+    log_path: Path
+    _proc: subprocess.Popen = field(repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stopped: bool = False
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Kill the controller, its process group and every task it spawned (tasks run in their own
+        sessions, so they are found by the marker env var they inherit, not by process group)."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        try:
+            os.kill(self.pid, signal.SIGSTOP)  # freeze: no new tasks are spawned while we sweep
+        except ProcessLookupError:
+            pass
+        tasks = [p for p in _processes_with_marker(self.marker) if p != self.pid]
+        _kill_all(tasks)
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self._proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + grace_s
+        while (left := _processes_with_marker(self.marker)) and time.monotonic() < deadline:
+            _kill_all(left)
+            time.sleep(0.1)
+        atexit.unregister(self.stop)
+
+    @property
+    def alive(self) -> bool:
+        return not self._stopped and self._proc.poll() is None
+
+
+def start_iris_controller(
+    state_dir: Path, *, port: int | None = None, startup_timeout_s: float = 90.0
+) -> IrisControllerHandle:
+    """Start a local controller on 127.0.0.1 (a free port unless ``port`` is given, e.g. to restart on
+    the same URL) with its state under ``state_dir``; return once ``GET /health`` answers ok."""
+    state_dir = Path(state_dir).resolve()
+    for sub in ("home", "tmp", "cwd"):
+        (state_dir / sub).mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    marker = uuid.uuid4().hex
+    env = {
+        **os.environ,
+        "HOME": str(state_dir / "home"),
+        "TMPDIR": str(state_dir / "tmp"),
+        "PYTHONPATH": str(REPO_ROOT),
+        "PYTHONUNBUFFERED": "1",
+        MARKER_ENV: marker,
+    }
+    log_path = state_dir / f"controller-{int(time.time() * 1000)}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sandbox.iris_controller", "--state-dir", str(state_dir), "--port", str(port)],
+            cwd=state_dir / "cwd",
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    handle = IrisControllerHandle(
+        url=f"http://127.0.0.1:{port}", port=port, pid=proc.pid, state_dir=state_dir, marker=marker,
+        log_path=log_path, _proc=proc,
+    )
+    atexit.register(handle.stop)
+    deadline = time.monotonic() + startup_timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            handle.stop()
+            raise IrisControllerError(f"controller exited with {proc.returncode}: {_tail(log_path)}")
+        try:
+            r = httpx.get(f"{handle.url}/health", timeout=2.0)
+            if r.status_code == 200 and r.json().get("status") == "ok":
+                return handle
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.2)
+    handle.stop()
+    raise IrisControllerError(f"controller not healthy after {startup_timeout_s}s: {_tail(log_path)}")
+
+
+def _tail(path: Path, n: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def _serve(state_dir: Path, port: int) -> None:
+    """Subprocess body: build the local cluster with its DB and bundle store under state_dir."""
+    from importlib.resources import files
+
+    from iris.cluster.backends.local.cluster import LocalCluster
+    from iris.cluster.config import IrisConfig, make_local_config
+
+    config_path = files("iris") / "config" / "local.yaml"
+    proto = make_local_config(IrisConfig.load(str(config_path)).proto)
+    proto.controller.local.port = port
+    bundles = state_dir / "bundles"
+    bundles.mkdir(exist_ok=True)
+    proto.storage.remote_state_dir = f"file://{bundles}"
+
+    class _Dir:  # stands in for the TemporaryDirectory LocalCluster keeps its DB in
+        name = str(state_dir / "db")
+
+        def cleanup(self) -> None:
+            pass
+
+    cluster = LocalCluster(proto)
+    cluster._db_dir = _Dir()  # noqa: SLF001 - keep the DB in state_dir so a restart restores it
+    url = cluster.start()
+    print(f"Controller started at {url}", flush=True)
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
+    cluster.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    _serve(args.state_dir.resolve(), args.port or free_port())
+
+
+if __name__ == "__main__":
+    main()
