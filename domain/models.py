@@ -1,0 +1,329 @@
+"""Models that cross the Temporal boundary: workflow/activity inputs, outputs, progress and reports.
+
+Why here: workflows, activities, the starter and the tests share them, and they must stay importable
+without Temporal. Everything is small: large logs and diagnostics live in files referenced by
+``FileRef`` (path + digest), never in history. No model carries a secret.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from domain.buildset import BuildRequest, TargetSpec
+from domain.validation import ValidationReport
+
+
+class Stage(StrEnum):
+    QUEUED = "queued"
+    LOADING = "loading"
+    PREPARING_SOURCE = "preparing_source"
+    PLANNING = "planning"
+    PLANNED = "planned"
+    SUBMITTING = "submitting"
+    RUNNING = "running"
+    CAPTURING = "capturing"
+    WAITING = "waiting"  # for an operator: decision, visibility flip, merge authorization
+    VALIDATING = "validating"
+    RECORDING = "recording"
+    AWAITING_MERGE = "awaiting_merge"
+    MERGING = "merging"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class FileRef(BaseModel):
+    """A large artifact kept out of Temporal history."""
+
+    path: str
+    sha256: str
+    size_bytes: int
+
+
+# ---------------------------------------------------------------- pipeline stage 1-3
+
+
+class PipelineInput(BaseModel):
+    request: BuildRequest
+    request_id: str  # the workflow id; names the build branch and commit trailer
+    plan_only: bool = False
+    source_commit: str | None = None  # the default-branch head the starter saw (dedup key)
+    harbor_commit: str | None = None
+
+
+class LoadStateInput(BaseModel):
+    request_id: str
+    source_commit: str | None = None
+    harbor_ref: str | None = None
+
+
+class BuildState(BaseModel):
+    base_commit: str
+    default_branch: str
+    harbor_commit: str  # to bake
+    harbor_pinned: dict[str, str]  # Dockerfile -> currently pinned HARBOR_COMMIT
+    architectures: list[str]
+    policies: list[str]
+    disagreements: list[str]
+
+
+class HarborDiffSummary(BaseModel):
+    old: str
+    new: str
+    affects_image: bool
+    lines: list[str]
+
+
+class BundleSummary(BaseModel):
+    sha256: str
+    size_bytes: int
+    file_count: int
+    largest: list[tuple[str, int]] = Field(default_factory=list)
+    suspicious: list[tuple[str, str]] = Field(default_factory=list)
+
+
+class PrepareSourceInput(BaseModel):
+    request_id: str
+    base_commit: str
+    harbor_commit: str
+    push: bool = True
+
+
+class SourceSnapshot(BaseModel):
+    build_commit: str
+    base_commit: str
+    branch: str
+    pushed: bool
+    created_commit: bool
+    harbor_commit: str
+    harbor_diff: HarborDiffSummary | None
+    changed_files: list[str]
+    ops_doc_corrected: bool
+    bundle: BundleSummary
+
+
+class PlanTargetsInput(BaseModel):
+    request: BuildRequest
+    build_commit: str
+    harbor_commit: str
+
+
+# ---------------------------------------------------------------- per-target child workflow
+
+
+class TargetInput(BaseModel):
+    request_id: str
+    target: TargetSpec
+    build_commit: str
+    harbor_commit: str
+    branch: str
+
+
+class SubmitInput(BaseModel):
+    request_id: str
+    target: TargetSpec
+    build_commit: str
+    branch: str
+    round: int  # 0 for the first submission; a policy resubmit gets a new, deterministic name
+
+
+class SubmittedJob(BaseModel):
+    job_id: str
+    cluster: str
+    attached: bool  # True when an existing job with this name was found (retry/re-run)
+    submitted_at_ms: int
+
+
+class MonitorInput(BaseModel):
+    job_id: str
+    cluster: str
+    return_after_s: float  # return a progress snapshot at least this often (UI/query freshness)
+    log_cursor: int = 0
+    last_marker: str | None = None
+
+
+class JobProgress(BaseModel):
+    job_id: str
+    state: str  # short Iris job state: pending/running/succeeded/failed/...
+    terminal: bool
+    attempt: int = 0
+    preemptions: int = 0
+    failures: int = 0
+    elapsed_s: float = 0.0
+    pending_reason: str | None = None
+    error: str | None = None
+    last_marker: str | None = None
+    log_cursor: int = 0
+    controller_reachable: bool = True
+    missing: bool = False  # the controller no longer knows the job (pruned): never success
+
+
+class LogCheckInput(BaseModel):
+    request_id: str
+    job_id: str
+    cluster: str
+    target: TargetSpec
+
+
+class LogCheck(BaseModel):
+    log: FileRef
+    found: list[str]
+    missing: list[str]
+    final_push_seen: bool
+    pushed_digest: str | None
+
+
+class CaptureInput(BaseModel):
+    request_id: str
+    job_id: str
+    cluster: str
+    target_key: str
+    missing_markers: list[str] = Field(default_factory=list)
+
+
+class FailureRecord(BaseModel):
+    job_id: str
+    failure_class: str
+    reasons: list[str]
+    decision: Literal["retry", "fail", "ask_operator", "abort"]
+    diagnostics: FileRef | None = None
+    hint: str = ""
+
+
+class CapturedFailure(BaseModel):
+    failure_class: str
+    reasons: list[str]
+    hint: str
+    diagnostics: FileRef
+
+
+class ValidateInput(BaseModel):
+    target: TargetSpec
+    build_commit: str
+    harbor_commit: str
+
+
+class OperatorDecision(BaseModel):
+    action: Literal["retry", "abort"]
+    by: str = "operator"
+    note: str = ""
+
+
+class TargetStatus(BaseModel):
+    key: str
+    stage: Stage
+    job_ids: list[str] = Field(default_factory=list)
+    progress: JobProgress | None = None
+    failure_class: str | None = None
+    waiting_for: str | None = None
+    validation_ok: bool | None = None
+    updated_at: str | None = None
+
+
+class TargetResult(BaseModel):
+    key: str
+    architecture: str
+    variant: str
+    status: Literal["validated", "failed", "aborted"]
+    cluster: str
+    job_ids: list[str]
+    tag: str
+    image_ref: str
+    digest: str | None = None
+    platform: str | None = None
+    validation: ValidationReport | None = None
+    log_check: LogCheck | None = None
+    failures: list[FailureRecord] = Field(default_factory=list)
+    message: str = ""
+
+
+# ---------------------------------------------------------------- record and merge
+
+
+class RecordInput(BaseModel):
+    request_id: str
+    request: BuildRequest
+    source: SourceSnapshot
+    targets: list[TargetResult]
+    workflow_url: str | None = None
+
+
+class PullRequestInfo(BaseModel):
+    number: int
+    url: str
+    head_sha: str
+    state: str = "open"
+    merged: bool = False
+    merge_commit: str | None = None
+    pin_commit: str | None = None
+    issue_comment_url: str | None = None
+
+
+class ReviewState(BaseModel):
+    head_sha: str
+    checks: Literal["pending", "success", "failure"]
+    failing_checks: list[str] = Field(default_factory=list)
+    changes_requested: bool = False
+    approvals: int = 0
+    merged: bool = False
+    merge_commit: str | None = None
+
+
+class WatchInput(BaseModel):
+    pr_number: int
+    return_after_s: float = 50.0
+    last: ReviewState | None = None
+
+
+class MergeInput(BaseModel):
+    pr_number: int
+    head_sha: str
+
+
+class MergeAuthorization(BaseModel):
+    by: str
+    note: str = ""
+
+
+# ---------------------------------------------------------------- the final report
+
+
+class PipelineReport(BaseModel):
+    workflow_id: str
+    status: Literal["planned", "succeeded", "failed", "awaiting_merge", "merged"]
+    request: BuildRequest
+    workflow_url: str | None = None
+    state: BuildState | None = None
+    source: SourceSnapshot | None = None
+    plan: list[TargetSpec] = Field(default_factory=list)
+    targets: list[TargetResult] = Field(default_factory=list)
+    pull_request: PullRequestInfo | None = None
+    merge_commit: str | None = None
+    message: str = ""
+
+
+# ---------------------------------------------------------------- scheduled rebuild check
+
+
+class RebuildCheckInput(BaseModel):
+    request: BuildRequest
+    start_pipeline: bool = True
+
+
+class RebuildDecision(BaseModel):
+    needed: bool
+    reasons: list[str]
+    source_commit: str
+    harbor_commit: str
+    last_source_commit: str | None
+    last_harbor_commit: str | None
+    changed_paths: list[str] = Field(default_factory=list)
+
+
+class RebuildCheckResult(BaseModel):
+    decision: RebuildDecision
+    pipeline_workflow_id: str | None = None
+    started: bool = False
+    note: str = ""

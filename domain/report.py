@@ -1,0 +1,85 @@
+"""Render the pipeline report as Markdown (for the terminal, the PR body and the issue comment)."""
+
+from __future__ import annotations
+
+from domain.models import PipelineReport, TargetResult
+
+
+def _fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
+        n /= 1024
+    return str(n)
+
+
+def target_rows(targets: list[TargetResult]) -> list[str]:
+    rows = ["| target | status | jobs | tag | digest | platform | layers (largest) | anonymous pull | labels |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for t in targets:
+        v = t.validation
+        labels = "ok" if v and all(c.verdict == "pass" for c in v.checks if c.name.startswith("label")) else "-"
+        rows.append(
+            f"| {t.key} | {t.status} | {', '.join(f'`{j}`' for j in t.job_ids) or '-'} | `{t.tag}` | "
+            f"`{t.digest or '-'}` | {t.platform or '-'} | "
+            f"{(v.layer_count if v else '-')} ({_fmt_bytes(v.largest_layer_bytes) if v else '-'}) | "
+            f"{(v.anonymous_pull if v else '-')} | {labels} |")
+    return rows
+
+
+def report_markdown(rep: PipelineReport) -> str:
+    out = [f"# GPU-RL build `{rep.workflow_id}` — {rep.status}", ""]
+    if rep.message:
+        out += [rep.message, ""]
+    if rep.workflow_url:
+        out += [f"Temporal: {rep.workflow_url}", ""]
+    req = rep.request
+    if req.compatibility_request:
+        cr = req.compatibility_request
+        out += [f"Requested by **{cr.requested_by}**: {cr.reason}" + (f" ({cr.link})" if cr.link else ""), ""]
+    if rep.source:
+        s = rep.source
+        out += [f"- source commit: `{s.build_commit}` (branch `{s.branch}`, base `{s.base_commit[:12]}`,"
+                f" {'new commit' if s.created_commit else 'no source change needed'})",
+                f"- Harbor commit: `{s.harbor_commit}`",
+                f"- Iris bundle: {_fmt_bytes(s.bundle.size_bytes)} in {s.bundle.file_count} files "
+                f"(sha256 `{s.bundle.sha256[:16]}…`)"]
+        if s.harbor_diff:
+            out.append(f"- Harbor dependency diff `{s.harbor_diff.old[:12]}`..`{s.harbor_diff.new[:12]}`"
+                       f" ({'affects the image' if s.harbor_diff.affects_image else 'no image-relevant change'}):")
+            out += [f"  - {line}" for line in s.harbor_diff.lines] or ["  - no dependency change"]
+        if s.ops_doc_corrected:
+            out.append("- stale ops documentation corrected in the same commit")
+        out.append("")
+    if rep.state and rep.state.disagreements:
+        out += ["Contract disagreements (the script wins):"] + [f"- {d}" for d in rep.state.disagreements] + [""]
+    if rep.plan and not rep.targets:
+        out += ["| target | cluster | job name | tag | wheel source | priority | resources |",
+                "|---|---|---|---|---|---|---|"]
+        for t in rep.plan:
+            r = t.job.resources
+            res = f"cpu {r.cpu:g}, mem {_fmt_bytes(r.memory_bytes)}, disk {_fmt_bytes(r.disk_bytes)}" + (
+                f", gpu {r.gpu}" if r.gpu else "")
+            out.append(f"| {t.key} | {t.cluster} | `{t.job.job_name}` | `{t.tag}` | {t.wheel_source} | "
+                       f"{t.job.priority} | {res} |")
+        out.append("")
+        for t in rep.plan:
+            env = ", ".join(f"{e.name}={'<secret:' + e.secret + '>' if e.secret else e.value}"
+                            for e in t.job.env if e.name != t.job.script_env_var)
+            out.append(f"- `{t.key}` env: {env}; script via `{t.job.script_env_var}` from `{t.job.script_path}`")
+        out.append("")
+    if rep.targets:
+        out += target_rows(rep.targets) + [""]
+        for t in rep.targets:
+            for f in t.failures:
+                out.append(f"- {t.key}: `{f.job_id}` {f.failure_class} → {f.decision}"
+                           + (f" (evidence `{f.diagnostics.path}`)" if f.diagnostics else ""))
+        out.append("")
+    if rep.pull_request:
+        pr = rep.pull_request
+        out.append(f"PR: {pr.url} (#{pr.number}, head `{pr.head_sha[:12]}`)")
+    if rep.merge_commit:
+        out.append(f"Merge commit: `{rep.merge_commit}`")
+    return "\n".join(out).rstrip() + "\n"

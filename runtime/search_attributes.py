@@ -1,0 +1,17 @@
+"""Custom search attributes: what operators filter on in the Temporal UI.
+
+Registered automatically by the sandbox; for a production namespace run
+``temporal operator search-attribute create --namespace <ns> --name <Name> --type Keyword`` for each
+(see deploy/README.md).
+"""
+
+from temporalio.common import SearchAttributeKey
+
+SOURCE_COMMIT = SearchAttributeKey.for_keyword("BuildSourceCommit")
+HARBOR_COMMIT = SearchAttributeKey.for_keyword("BuildHarborCommit")
+ARCHITECTURE = SearchAttributeKey.for_keyword("BuildArchitecture")
+VARIANT = SearchAttributeKey.for_keyword("BuildVariant")
+STAGE = SearchAttributeKey.for_keyword("BuildStage")
+FAILURE_CLASS = SearchAttributeKey.for_keyword("BuildFailureClass")
+
+ALL = (SOURCE_COMMIT, HARBOR_COMMIT, ARCHITECTURE, VARIANT, STAGE, FAILURE_CLASS)

@@ -1,0 +1,81 @@
+"""The gpu-rl-builder worker: runs the pipeline and target workflows and every activity.
+
+Run: ``python worker.py --config config.toml`` (or set GPU_RL_BUILDER_CONFIG). SIGTERM drains
+gracefully: in-flight activities get ``--graceful-shutdown`` seconds, and any that do not finish are
+retried by another worker because every side effect is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+from datetime import timedelta
+
+import click
+from temporalio.worker import Worker
+
+from activities.build import BuildActivities
+from activities.record import RecordActivities
+from activities.source import SourceActivities
+from domain.config import load_config
+from runtime.logging import configure_logging, get_logger
+from runtime.temporal import connect
+from workflows.pipeline import BuildPipelineWorkflow
+from workflows.rebuild import RebuildCheckWorkflow
+from workflows.target import TargetBuildWorkflow
+
+WORKFLOWS = [BuildPipelineWorkflow, TargetBuildWorkflow, RebuildCheckWorkflow]
+
+
+def activities_for(config) -> list:
+    source, build, record = SourceActivities(config), BuildActivities(config), RecordActivities(config)
+    return [*source.all(), *build.all(), *record.all()]
+
+
+def build_worker(client, config, *, graceful_shutdown_s: float = 30.0) -> Worker:
+    return Worker(
+        client,
+        task_queue=config.temporal.task_queue,
+        workflows=WORKFLOWS,
+        activities=activities_for(config),
+        graceful_shutdown_timeout=timedelta(seconds=graceful_shutdown_s),
+        identity=f"gpu-rl-builder@{socket.gethostname()}:{os.getpid()}",
+    )
+
+
+async def run_worker(config_path: str | None, graceful_shutdown_s: float, metrics_bind: str | None) -> None:
+    config = load_config(config_path)
+    log = get_logger("worker")
+    if metrics_bind:
+        from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+        Runtime.set_default(Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=metrics_bind))))
+    client = await connect(config)
+    worker = build_worker(client, config, graceful_shutdown_s=graceful_shutdown_s)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("worker started", task_queue=config.temporal.task_queue, address=config.temporal.address)
+    async with worker:
+        await stop.wait()
+        log.info("shutdown requested: draining in-flight activities", grace_s=graceful_shutdown_s)
+    log.info("worker stopped")
+
+
+@click.command()
+@click.option("--config", "config_path", envvar="GPU_RL_BUILDER_CONFIG", help="Service configuration TOML file.")
+@click.option("--graceful-shutdown", default=30.0, show_default=True, help="Seconds in-flight activities get on SIGTERM.")
+@click.option("--metrics", "metrics_bind", default=None, help="Expose Prometheus metrics on HOST:PORT.")
+@click.option("--log-level", default="INFO", show_default=True)
+def main(config_path, graceful_shutdown, metrics_bind, log_level) -> None:
+    configure_logging(log_level)
+    asyncio.run(run_worker(config_path, graceful_shutdown, metrics_bind))
+    if metrics_bind:
+        os._exit(0)  # the Prometheus runtime can abort at interpreter exit (sdk-python#300)
+
+
+if __name__ == "__main__":
+    main()

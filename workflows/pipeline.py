@@ -1,0 +1,213 @@
+"""The whole runbook as one workflow: load state, prepare source, plan, build targets, record, merge.
+
+Thin on purpose: each step is an activity (I/O) or a child workflow (one per target); this class only
+sequences them, exposes progress (query, search attributes, memo) and waits for the operator where the
+runbook says a human decides (merge authorization).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError, ChildWorkflowError
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from activities.build import BuildActivities
+    from activities.record import RecordActivities
+    from activities.source import SourceActivities
+    from domain.models import (
+        BuildState,
+        LoadStateInput,
+        MergeAuthorization,
+        MergeInput,
+        PipelineInput,
+        PipelineReport,
+        PlanTargetsInput,
+        PrepareSourceInput,
+        RecordInput,
+        ReviewState,
+        SourceSnapshot,
+        Stage,
+        TargetInput,
+        TargetResult,
+        TargetStatus,
+        WatchInput,
+    )
+    from runtime import search_attributes as sa
+    from workflows.target import TargetBuildWorkflow
+
+IO_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60),
+                       non_retryable_error_types=["InputError", "ContractError", "BundleError", "SourceError"])
+
+
+@workflow.defn
+class BuildPipelineWorkflow:
+    @workflow.init
+    def __init__(self, inp: PipelineInput) -> None:
+        self._stage = Stage.QUEUED
+        self._report = PipelineReport(workflow_id=workflow.info().workflow_id, status="failed",
+                                      request=inp.request)
+        self._merge_auth: MergeAuthorization | None = None
+        self._review: ReviewState | None = None
+
+    # ------------------------------------------------------------------ operator surface
+    @workflow.query
+    def report(self) -> PipelineReport:
+        return self._report
+
+    @workflow.query
+    def stage(self) -> str:
+        return self._stage.value
+
+    @workflow.update
+    async def approve_merge(self, auth: MergeAuthorization) -> str:
+        self._merge_auth = auth
+        return f"merge authorized by {auth.by}"
+
+    @approve_merge.validator
+    def _validate_approve(self, auth: MergeAuthorization) -> None:
+        if not auth.by.strip():
+            raise ValueError("approve-merge needs the name of the operator who authorizes it (--by)")
+        if self._stage != Stage.AWAITING_MERGE or self._review is None:
+            raise ValueError(f"nothing to merge yet (stage {self._stage.value})")
+        if self._review.checks != "success":
+            failing = ", ".join(self._review.failing_checks) or "none reported yet"
+            raise ValueError(f"required checks are {self._review.checks} (failing: {failing}); refusing to merge")
+        if self._review.changes_requested:
+            raise ValueError("a reviewer requested changes; refusing to merge")
+
+    # ------------------------------------------------------------------ the run
+    @workflow.run
+    async def run(self, inp: PipelineInput) -> PipelineReport:
+        rep = self._report
+        await self._set_stage(Stage.LOADING)
+        state: BuildState = await workflow.execute_activity_method(
+            SourceActivities.load_build_state,
+            LoadStateInput(request_id=inp.request_id, source_commit=inp.source_commit,
+                           harbor_ref=inp.harbor_commit or inp.request.harbor_ref),
+            start_to_close_timeout=timedelta(minutes=10), retry_policy=IO_RETRY,
+            summary="fetch MarinSkyRL and Harbor, read AGENTS.md, the ops file, the build script and Dockerfiles")
+        rep.state = state
+
+        await self._set_stage(Stage.PREPARING_SOURCE)
+        source: SourceSnapshot = await workflow.execute_activity_method(
+            SourceActivities.prepare_source,
+            PrepareSourceInput(request_id=inp.request_id, base_commit=state.base_commit,
+                               harbor_commit=state.harbor_commit, push=not inp.plan_only),
+            start_to_close_timeout=timedelta(minutes=15), retry_policy=IO_RETRY,
+            summary="re-pin Harbor in every Dockerfile, commit, push the build branch, check the Iris bundle")
+        rep.source = source
+        workflow.upsert_search_attributes([sa.SOURCE_COMMIT.value_set(source.build_commit),
+                                           sa.HARBOR_COMMIT.value_set(source.harbor_commit)])
+
+        await self._set_stage(Stage.PLANNING)
+        rep.plan = await workflow.execute_activity_method(
+            SourceActivities.plan_targets,
+            PlanTargetsInput(request=inp.request, build_commit=source.build_commit,
+                             harbor_commit=source.harbor_commit),
+            start_to_close_timeout=timedelta(minutes=5), retry_policy=IO_RETRY,
+            summary="resolve clusters and job specs for every (architecture, variant) from the build contract")
+        workflow.upsert_memo({"summary": self._memo()})
+        if inp.plan_only:
+            rep.status = "planned"
+            rep.message = f"plan for {source.build_commit[:12]}: {len(rep.plan)} target(s); nothing submitted"
+            await self._set_stage(Stage.PLANNED)
+            return rep
+
+        await self._set_stage(Stage.RUNNING)
+        results = await asyncio.gather(*(self._run_target(inp, source, t) for t in rep.plan))
+        rep.targets = list(results)
+        failed = [r for r in results if r.status != "validated"]
+        workflow.upsert_memo({"summary": self._memo()})
+        if failed:
+            rep.status = "failed"
+            rep.message = " | ".join(r.message for r in failed)
+            await self._set_stage(Stage.FAILED)
+            # Nothing is pinned or proposed for a build set with a failed target.
+            raise ApplicationError(rep.message, rep, type="BuildFailed", non_retryable=True)
+
+        await self._set_stage(Stage.RECORDING)
+        pr = await workflow.execute_activity_method(
+            RecordActivities.record_artifact,
+            RecordInput(request_id=inp.request_id, request=inp.request, source=source, targets=rep.targets,
+                        workflow_url=None),
+            start_to_close_timeout=timedelta(minutes=15), retry_policy=IO_RETRY,
+            summary="update the pin table, commit, open or update the PR and post the evidence")
+        rep.pull_request = pr
+        rep.status = "awaiting_merge"
+
+        await self._set_stage(Stage.AWAITING_MERGE)
+        while True:
+            self._review = await workflow.execute_activity_method(
+                RecordActivities.watch_pull_request, WatchInput(pr_number=pr.number, last=self._review),
+                start_to_close_timeout=timedelta(minutes=5), heartbeat_timeout=timedelta(seconds=60),
+                retry_policy=IO_RETRY, summary=f"watch checks and reviews on PR #{pr.number}")
+            if self._review.merged:  # merged by a human outside the service
+                break
+            if self._merge_auth is not None:
+                if self._review.checks == "success" and not self._review.changes_requested:
+                    await self._set_stage(Stage.MERGING)
+                    merged = await workflow.execute_activity_method(
+                        RecordActivities.merge_pull_request,
+                        MergeInput(pr_number=pr.number, head_sha=self._review.head_sha),
+                        start_to_close_timeout=timedelta(minutes=5), retry_policy=IO_RETRY,
+                        summary=f"merge PR #{pr.number} at {self._review.head_sha[:12]} "
+                                f"(authorized by {self._merge_auth.by})")
+                    self._review = merged
+                    break
+                self._merge_auth = None  # checks went red after authorization: ask again
+            try:
+                await workflow.wait_condition(lambda: self._merge_auth is not None, timeout=timedelta(seconds=60))
+            except asyncio.TimeoutError:
+                pass
+        pr.merged = True
+        pr.merge_commit = self._review.merge_commit
+        rep.merge_commit = self._review.merge_commit
+        rep.status = "merged"
+        rep.message = f"merged PR #{pr.number} as {rep.merge_commit}"
+        await self._set_stage(Stage.DONE)
+        workflow.upsert_memo({"summary": self._memo()})
+        return rep
+
+    async def _run_target(self, inp: PipelineInput, source: SourceSnapshot, target) -> TargetResult:
+        child_id = f"{workflow.info().workflow_id}/{target.key}"
+        try:
+            return await workflow.execute_child_workflow(
+                TargetBuildWorkflow.run,
+                TargetInput(request_id=inp.request_id, target=target, build_commit=source.build_commit,
+                            harbor_commit=source.harbor_commit, branch=source.branch),
+                id=child_id, parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+                search_attributes=workflow.info().typed_search_attributes.updated(
+                    sa.ARCHITECTURE.value_set(target.architecture), sa.VARIANT.value_set(target.variant)),
+                static_summary=f"{target.key} → {target.image_repository}:{target.tag} on {target.cluster}",
+            )
+        except ChildWorkflowError as e:
+            cause = e.cause
+            if isinstance(cause, ApplicationError) and cause.details:
+                detail = cause.details[0]
+                return detail if isinstance(detail, TargetResult) else TargetResult.model_validate(detail)
+            return TargetResult(key=target.key, architecture=target.architecture, variant=target.variant,
+                                status="failed", cluster=target.cluster, job_ids=[], tag=target.tag,
+                                image_ref=f"{target.image_repository}:{target.tag}",
+                                message=f"{target.key}: child workflow failed: {cause or e}")
+
+    async def _set_stage(self, stage: Stage) -> None:
+        self._stage = stage
+        workflow.upsert_search_attributes([sa.STAGE.value_set(stage.value)])
+
+    def _memo(self) -> str:
+        rep = self._report
+        src = rep.source.build_commit[:12] if rep.source else "?"
+        parts = [f"source {src}", f"stage {self._stage.value}"]
+        for r in rep.targets or []:
+            parts.append(f"{r.key}: {r.status} {r.digest or ''}".strip())
+        if not rep.targets:
+            parts.extend(f"{t.key}: planned {t.tag}" for t in rep.plan)
+        return "; ".join(parts)
+
+
+__all__ = ["BuildPipelineWorkflow", "TargetStatus"]

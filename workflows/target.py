@@ -1,0 +1,245 @@
+"""One child workflow per (architecture, variant): submit, monitor, judge, retry by policy, validate.
+
+Why a child workflow: each target has its own job, failure history, operator decisions and UI row
+(filterable by BuildArchitecture/BuildVariant/BuildStage/BuildFailureClass); the parent only fans
+out and collects. All I/O is in activities; this file only decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.build import BuildActivities
+    from domain.failures import decide_retry
+    from domain.models import (
+        CaptureInput,
+        FailureRecord,
+        JobProgress,
+        LogCheck,
+        LogCheckInput,
+        MonitorInput,
+        OperatorDecision,
+        Stage,
+        SubmitInput,
+        TargetInput,
+        TargetResult,
+        TargetStatus,
+        ValidateInput,
+    )
+    from domain.validation import ValidationReport
+    from runtime import search_attributes as sa
+
+# Iris/registry calls are transient-failure-prone: retry them forever with backoff, bounded per call.
+IO_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60),
+                       non_retryable_error_types=["InputError", "ContractError", "ClientTooOld"])
+MAX_ROUNDS = 10  # hard stop on resubmissions, whatever the per-class budgets say
+
+
+@workflow.defn
+class TargetBuildWorkflow:
+    @workflow.init
+    def __init__(self, inp: TargetInput) -> None:
+        self._inp = inp
+        self._status = TargetStatus(key=inp.target.key, stage=Stage.QUEUED)
+        self._decision: OperatorDecision | None = None
+        self._awaiting_decision = False
+        self._recheck = False
+
+    # ------------------------------------------------------------------ operator surface
+    @workflow.query
+    def status(self) -> TargetStatus:
+        return self._status
+
+    @workflow.update
+    async def decide(self, decision: OperatorDecision) -> str:
+        self._decision = decision
+        return f"{decision.action} accepted for {self._inp.target.key}"
+
+    @decide.validator
+    def _validate_decide(self, decision: OperatorDecision) -> None:
+        if not self._awaiting_decision:
+            raise ValueError(f"{self._inp.target.key} is not waiting for an operator decision")
+
+    @workflow.signal
+    def recheck(self) -> None:
+        """Re-run validation now (e.g. after the package was made public)."""
+        self._recheck = True
+
+    # ------------------------------------------------------------------ the run
+    @workflow.run
+    async def run(self, inp: TargetInput) -> TargetResult:
+        t = inp.target
+        result = TargetResult(key=t.key, architecture=t.architecture, variant=t.variant, status="failed",
+                              cluster=t.cluster, job_ids=[], tag=t.tag, image_ref=f"{t.image_repository}:{t.tag}")
+        used: dict[str, int] = {}
+        policy = await self._policy()
+        for round_ in range(MAX_ROUNDS):
+            job_id = await self._submit(round_)
+            result.job_ids.append(job_id)
+            progress = await self._monitor(job_id, policy)
+            failure: FailureRecord | None = None
+            if progress.state == "succeeded":
+                check = await self._check_log(job_id)
+                result.log_check = check
+                if not check.missing and check.final_push_seen:
+                    break
+                failure = await self._capture(job_id, check)
+            else:
+                failure = await self._capture(job_id, None)
+            failure.decision = decide_retry_name(failure.failure_class, used, policy)
+            result.failures.append(failure)
+            await self._set_stage(Stage.CAPTURING, failure_class=failure.failure_class)
+            if failure.decision == "ask_operator":
+                failure.decision = await self._ask_operator(failure, policy)
+            if failure.decision == "retry":
+                used[failure.failure_class] = used.get(failure.failure_class, 0) + 1
+                continue
+            result.status = "aborted" if failure.decision == "abort" else "failed"
+            result.message = _failure_message(t.key, failure)
+            await self._set_stage(Stage.FAILED, failure_class=failure.failure_class)
+            raise ApplicationError(result.message, result, type="TargetFailed", non_retryable=True)
+        else:
+            result.message = f"{t.key}: gave up after {MAX_ROUNDS} submissions"
+            await self._set_stage(Stage.FAILED)
+            raise ApplicationError(result.message, result, type="TargetFailed", non_retryable=True)
+
+        report = await self._validate_until_settled(policy)
+        result.validation = report
+        result.digest = report.digest
+        result.platform = report.platform
+        if not report.ok:
+            result.message = f"{t.key}: validation failed: " + "; ".join(
+                f"{c.name} expected {c.expected}, observed {c.observed}" for c in report.checks if c.verdict == "fail")
+            await self._set_stage(Stage.FAILED, failure_class="validation")
+            raise ApplicationError(result.message, result, type="TargetFailed", non_retryable=True)
+        result.status = "validated"
+        result.message = f"{t.key}: {result.image_ref}@{report.digest} validated"
+        self._status.validation_ok = True
+        await self._set_stage(Stage.DONE)
+        return result
+
+    # ------------------------------------------------------------------ steps
+    async def _policy(self):
+        return await workflow.execute_activity_method(
+            BuildActivities.policy, start_to_close_timeout=timedelta(seconds=30), retry_policy=IO_RETRY,
+            summary="read the retry policy from the service configuration")
+
+    async def _submit(self, round_: int) -> str:
+        await self._set_stage(Stage.SUBMITTING)
+        inp = self._inp
+        job = await workflow.execute_activity_method(
+            BuildActivities.submit_job,
+            SubmitInput(request_id=inp.request_id, target=inp.target, build_commit=inp.build_commit,
+                        branch=inp.branch, round=round_),
+            start_to_close_timeout=timedelta(minutes=5), retry_policy=IO_RETRY,
+            summary=f"submit the Iris job for {inp.target.key} (round {round_})")
+        self._status.job_ids.append(job.job_id)
+        return job.job_id
+
+    async def _monitor(self, job_id: str, policy) -> JobProgress:
+        await self._set_stage(Stage.RUNNING)
+        cursor, marker = 0, None
+        while True:
+            progress: JobProgress = await workflow.execute_activity_method(
+                BuildActivities.monitor_job,
+                MonitorInput(job_id=job_id, cluster=self._inp.target.cluster,
+                             return_after_s=policy.progress_interval_s, log_cursor=cursor, last_marker=marker),
+                start_to_close_timeout=timedelta(seconds=policy.progress_interval_s + 120),
+                heartbeat_timeout=timedelta(seconds=60), retry_policy=IO_RETRY,
+                summary=f"poll Iris for {job_id}")
+            cursor, marker = progress.log_cursor, progress.last_marker
+            self._status.progress = progress
+            self._status.updated_at = workflow.now().isoformat()
+            if progress.terminal:
+                return progress
+            # History stays bounded: one short activity per progress interval (~6 events a minute),
+            # about 3,500 events for the longest (8 h) build, well under Temporal's 10k warning.
+
+    async def _check_log(self, job_id: str) -> LogCheck:
+        await self._set_stage(Stage.VALIDATING)
+        return await workflow.execute_activity_method(
+            BuildActivities.check_build_log,
+            LogCheckInput(request_id=self._inp.request_id, job_id=job_id, cluster=self._inp.target.cluster,
+                          target=self._inp.target),
+            start_to_close_timeout=timedelta(minutes=10), heartbeat_timeout=timedelta(seconds=60),
+            retry_policy=IO_RETRY, summary=f"fetch the full log of {job_id} and check the assertion markers")
+
+    async def _capture(self, job_id: str, check: LogCheck | None) -> FailureRecord:
+        await self._set_stage(Stage.CAPTURING)
+        captured = await workflow.execute_activity_method(
+            BuildActivities.capture_failure,
+            CaptureInput(request_id=self._inp.request_id, job_id=job_id, cluster=self._inp.target.cluster,
+                         target_key=self._inp.target.key, missing_markers=list(check.missing) if check else []),
+            start_to_close_timeout=timedelta(minutes=10), heartbeat_timeout=timedelta(seconds=60),
+            retry_policy=IO_RETRY, summary=f"capture summary, logs, pod reason and events for {job_id}")
+        self._status.failure_class = captured.failure_class
+        return FailureRecord(job_id=job_id, failure_class=captured.failure_class, reasons=captured.reasons,
+                             decision="fail", diagnostics=captured.diagnostics, hint=captured.hint)
+
+    async def _ask_operator(self, failure: FailureRecord, policy) -> str:
+        self._awaiting_decision = True
+        self._decision = None
+        self._status.waiting_for = (f"operator decision (retry|abort) on {failure.failure_class} failure of "
+                                    f"{failure.job_id}; evidence {failure.diagnostics.path if failure.diagnostics else '-'}")
+        await self._set_stage(Stage.WAITING)
+        try:
+            await workflow.wait_condition(lambda: self._decision is not None,
+                                          timeout=timedelta(seconds=policy.operator_decision_timeout_s))
+        except asyncio.TimeoutError:
+            return "fail"
+        finally:
+            self._awaiting_decision = False
+            self._status.waiting_for = None
+        return self._decision.action
+
+    async def _validate(self) -> ValidationReport:
+        inp = self._inp
+        return await workflow.execute_activity_method(
+            BuildActivities.validate_image,
+            ValidateInput(target=inp.target, build_commit=inp.build_commit, harbor_commit=inp.harbor_commit),
+            start_to_close_timeout=timedelta(minutes=10), retry_policy=IO_RETRY,
+            summary=f"validate {inp.target.image_repository}:{inp.target.tag}")
+
+    async def _validate_until_settled(self, policy) -> ValidationReport:
+        await self._set_stage(Stage.VALIDATING)
+        while True:
+            report = await self._validate()
+            if not report.blocked_on_visibility:
+                return report
+            # Green build, private package: never rebuild, wait for the operator to flip visibility.
+            self._recheck = False
+            self._status.waiting_for = (
+                f"{self._inp.target.image_repository} is not anonymously pullable: make the package public "
+                "(GitHub → Packages → Package settings → Change visibility → Public), then `starter.py recheck`")
+            await self._set_stage(Stage.WAITING, failure_class="visibility")
+            try:
+                await workflow.wait_condition(lambda: self._recheck,
+                                              timeout=timedelta(seconds=policy.visibility_recheck_interval_s))
+            except asyncio.TimeoutError:
+                pass
+            self._status.waiting_for = None
+            await self._set_stage(Stage.VALIDATING)
+
+    async def _set_stage(self, stage: Stage, *, failure_class: str | None = None) -> None:
+        self._status.stage = stage
+        self._status.updated_at = workflow.now().isoformat()
+        updates = [sa.STAGE.value_set(stage.value)]
+        if failure_class:
+            updates.append(sa.FAILURE_CLASS.value_set(failure_class))
+        workflow.upsert_search_attributes(updates)
+
+
+def decide_retry_name(failure_class: str, used: dict[str, int], policy) -> str:
+    return decide_retry(failure_class, used, policy.retry_budget)
+
+
+def _failure_message(key: str, f: FailureRecord) -> str:
+    evidence = f.diagnostics.path if f.diagnostics else "no diagnostics file"
+    return (f"{key}: {f.failure_class} failure of {f.job_id} ({'; '.join(f.reasons[:3])}); "
+            f"evidence: {evidence}; next step: {f.hint or 'inspect the evidence'}")
