@@ -1,0 +1,41 @@
+"""Session fixtures for the real local Iris controller (marin-iris 0.2.20, local mode).
+
+``iris_controller``: one controller subprocess per test session (started lazily, stopped with all its
+tasks at session end). ``iris_client``: an ``IrisClient`` bound to it sending today's date as
+``client_revision_date`` (the controller's freshness gate stays on).
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+import pytest
+
+from clients.iris import IrisClient
+from sandbox.iris_controller import IrisControllerHandle, start_iris_controller
+
+
+@pytest.fixture(scope="session")
+def iris_controller(tmp_path_factory) -> IrisControllerHandle:
+    handle = start_iris_controller(tmp_path_factory.mktemp("iris-controller"))
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture
+async def iris_client(iris_controller) -> IrisClient:
+    client = IrisClient(
+        iris_controller.url,
+        client_revision_date=datetime.date.today().isoformat(),
+        timeout_s=15.0,
+        cluster_name="local",
+    )
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def iris_job_name():
+    """A fresh full wire job id per call: ``iris_job_name("what")`` → ``/tester/what-<hex>``."""
+    return lambda label="job": f"/tester/{label}-{uuid.uuid4().hex[:8]}"
