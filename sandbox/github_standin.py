@@ -455,6 +455,7 @@ def _make_handler(app: GitHubStandin) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "GitHubStandin/1"
+        disable_nagle_algorithm = True  # headers and body go out in two writes; avoid 40 ms stalls
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet; no header ever logged
             pass
@@ -508,9 +509,10 @@ def _make_handler(app: GitHubStandin) -> type[BaseHTTPRequestHandler]:
 class GitHubStandinHandle:
     """A running stand-in: ``api_url``, ``token``, admin helpers, and an idempotent ``stop()``."""
 
-    def __init__(self, api_url: str, token: str, stop_fn: Any):
+    def __init__(self, api_url: str, token: str, stop_fn: Any, pid: int | None = None):
         self.api_url = api_url
         self.token = token
+        self.pid = pid  # the subprocess (its own session/process group); None when in-thread
         self._stop_fn = stop_fn
         self._stopped = False
         atexit.register(self.stop)
@@ -562,7 +564,8 @@ def start_github_standin(state_dir: Path, remotes: dict[str, str], *, auto_green
         return _start_subprocess(Path(state_dir), remotes, token, auto_green)
     app = GitHubStandin(Path(state_dir), remotes, token, auto_green=auto_green)
     server = _serve(app)
-    thread = threading.Thread(target=server.serve_forever, name="github-standin", daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              name="github-standin", daemon=True)
     thread.start()
 
     def stop() -> None:
@@ -601,7 +604,7 @@ def _start_subprocess(state_dir: Path, remotes: dict[str, str], token: str, auto
     if not line.startswith("api_url="):
         stop()
         raise RuntimeError(f"github stand-in failed to start (exit {proc.poll()})")
-    return GitHubStandinHandle(line.strip().split("=", 1)[1], token, stop)
+    return GitHubStandinHandle(line.strip().split("=", 1)[1], token, stop, pid=proc.pid)
 
 
 def main(argv: list[str] | None = None) -> None:
