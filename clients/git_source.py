@@ -1,0 +1,473 @@
+"""Immutable source preparation with real git (GitPython): mirror, read, worktree, repin, commit, push.
+
+Why each step is idempotent: these run as Temporal activities that may be retried after a crash at
+any point. A mirror fetch can repeat; a worktree is reused only when it is exactly what an earlier
+attempt left behind; a build commit is recognised by its ``Build-Request: <id>`` trailer; a push is a
+no-op when the remote branch already points at the commit.
+
+Secrets: a remote URL may carry a token. URLs are never written to disk by this module (mirrors
+fetch by explicit URL, no ``origin`` pointing at the remote, no FETCH_HEAD) and every error text is
+passed through :func:`redact_url`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import git
+from pydantic import BaseModel, ConfigDict
+
+TRAILER_KEY = "Build-Request"
+MANAGED_CONFIG_KEY = "gpu-rl-builder.managed"
+_TRAILER_RE = re.compile(rf"^{TRAILER_KEY}:\s*(\S+)\s*$", re.MULTILINE)
+_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+_PIN_VALUE_RE = re.compile(r"^[A-Za-z0-9._+:/@-]+$")
+
+
+# ----------------------------------------------------------------------------------------- errors
+class GitSourceError(RuntimeError):
+    """Base class; messages never contain credentials."""
+
+
+class GitCommandFailed(GitSourceError):
+    pass
+
+
+class RefNotFound(GitSourceError):
+    pass
+
+
+class PathNotFound(GitSourceError):
+    pass
+
+
+class WorktreeError(GitSourceError):
+    def __init__(self, path: Path, problem: str):
+        super().__init__(f"worktree {path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class DirtyWorktree(WorktreeError):
+    pass
+
+
+class DivergedWorktree(WorktreeError):
+    pass
+
+
+class UnmanagedWorktree(WorktreeError):
+    """``dest`` exists but was not created by this service (e.g. an operator's own checkout)."""
+
+
+class MissingPin(GitSourceError):
+    def __init__(self, dockerfile: str, arg: str):
+        super().__init__(f"{dockerfile} has no 'ARG {arg}=<value>' line to repin")
+        self.dockerfile = dockerfile
+        self.arg = arg
+
+
+class CommitVerificationFailed(GitSourceError):
+    pass
+
+
+class BranchConflict(GitSourceError):
+    def __init__(self, branch: str, remote_sha: str, wanted_sha: str):
+        super().__init__(
+            f"remote branch {branch} points at {remote_sha}, which is not an ancestor of {wanted_sha}; "
+            "refusing to overwrite it"
+        )
+        self.branch = branch
+        self.remote_sha = remote_sha
+        self.wanted_sha = wanted_sha
+
+
+# ----------------------------------------------------------------------------------------- models
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class FetchedRepo(_Model):
+    path: Path  # the local bare mirror
+    default_branch: str
+    head_sha: str
+
+
+class CommitResult(_Model):
+    sha: str
+    created: bool
+
+
+# ---------------------------------------------------------------------------------------- helpers
+def redact_url(text: str) -> str:
+    """Replace ``user:token@`` in any URL inside ``text`` with ``***@``."""
+    return re.sub(r"(?i)([a-z][a-z0-9+.-]*://)[^/@\s]+@", r"\1***@", text)
+
+
+def _run(repo: git.Repo | git.Git, *args: str, env: dict[str, str] | None = None, **kw) -> str:
+    """Run a git command; errors re-raised as GitCommandFailed with credentials redacted."""
+    runner = repo.git if isinstance(repo, git.Repo) else repo
+    try:
+        return runner.execute(["git", *args], env=env, **kw)
+    except git.GitCommandError as exc:
+        stderr = exc.stderr.strip() if isinstance(exc.stderr, str) else str(exc.stderr)
+        raise GitCommandFailed(redact_url(f"git {args[0]} failed ({exc.status}): {stderr}")) from None
+
+
+def _git_env(extra: dict[str, str] | None) -> dict[str, str]:
+    env = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
+    env.update(extra or {})
+    return env
+
+
+@contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _mirror_name(url: str) -> str:
+    clean = redact_url(url).replace("***@", "")
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", clean.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git"))
+    return f"{stem or 'repo'}-{hashlib.sha256(clean.encode()).hexdigest()[:12]}.git"
+
+
+# ----------------------------------------------------------------------------------------- mirror
+class MirrorCache:
+    """One bare mirror per remote under ``root``, refreshed on every :meth:`fetch`.
+
+    ``git_env`` is passed to network git commands (e.g. ``GIT_CONFIG_COUNT``/``http.extraHeader``
+    for auth), so tokens need not appear in URLs at all.
+    """
+
+    def __init__(self, root: Path, *, git_env: dict[str, str] | None = None):
+        self.root = Path(root)
+        self.git_env = git_env
+
+    def mirror_path(self, url: str) -> Path:
+        return self.root / _mirror_name(url)
+
+    def fetch(self, url: str) -> FetchedRepo:
+        path = self.mirror_path(url)
+        env = _git_env(self.git_env)
+        with _locked(path.with_suffix(".lock")):
+            repo = self._open_or_init(path)
+            _run(repo, "fetch", "--prune", "--no-write-fetch-head", "--quiet", url,
+                 "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", env=env)
+            branch = self._remote_default_branch(repo, url, env)
+            _run(repo, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+            head = _run(repo, "rev-parse", "--verify", f"refs/heads/{branch}^{{commit}}")
+        return FetchedRepo(path=path, default_branch=branch, head_sha=head)
+
+    @staticmethod
+    def _open_or_init(path: Path) -> git.Repo:
+        if path.exists():
+            try:
+                return git.Repo(path)
+            except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+                shutil.rmtree(path)  # a half-created mirror from a crashed attempt
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        git.Repo.init(tmp, bare=True)
+        os.replace(tmp, path)
+        return git.Repo(path)
+
+    @staticmethod
+    def _remote_default_branch(repo: git.Repo, url: str, env: dict[str, str]) -> str:
+        out = _run(repo, "ls-remote", "--symref", url, "HEAD", env=env)
+        for line in out.splitlines():
+            if line.startswith("ref: ") and line.endswith("\tHEAD"):
+                return line[len("ref: ") :].split("\t")[0].removeprefix("refs/heads/")
+        # No symref advertised: fall back to a single branch, or main/master.
+        branches = [r.name for r in repo.heads]
+        for candidate in (["main", "master"] if len(branches) != 1 else branches):
+            if candidate in branches:
+                return candidate
+        raise RefNotFound("cannot tell the remote's default branch (no HEAD symref advertised)")
+
+
+def _repo(fetched: FetchedRepo) -> git.Repo:
+    return git.Repo(fetched.path)
+
+
+def resolve_ref(fetched: FetchedRepo, ref: str | None = None) -> str:
+    """Full commit sha for ``ref`` (branch, tag or sha); the default branch head when ``ref`` is None."""
+    repo = _repo(fetched)
+    candidates = (
+        [f"refs/heads/{fetched.default_branch}"] if ref is None
+        else [f"refs/heads/{ref}", f"refs/tags/{ref}", ref]
+    )
+    for candidate in candidates:
+        try:
+            sha = _run(repo, "rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}")
+        except GitCommandFailed:
+            continue
+        if _SHA_RE.match(sha):
+            return sha
+    raise RefNotFound(f"{ref or fetched.default_branch!r} is not a branch, tag or commit of the mirror")
+
+
+def read_files_at(
+    fetched: FetchedRepo, sha: str, paths: list[str], *, missing_ok: bool = False
+) -> dict[str, str]:
+    """Text of ``paths`` at commit ``sha`` without a worktree; missing paths raise unless missing_ok."""
+    commit = _repo(fetched).commit(sha)
+    out: dict[str, str] = {}
+    for path in paths:
+        try:
+            blob = commit.tree / path
+        except KeyError:
+            if missing_ok:
+                continue
+            raise PathNotFound(f"{path} does not exist at {sha}") from None
+        if blob.type != "blob":
+            raise PathNotFound(f"{path} at {sha} is a {blob.type}, not a file")
+        out[path] = blob.data_stream.read().decode("utf-8")
+    return out
+
+
+def list_files_at(fetched: FetchedRepo, sha: str, prefix: str = "") -> list[str]:
+    """Files (recursively) under ``prefix`` at commit ``sha``."""
+    args = ["ls-tree", "-r", "-z", "--name-only", sha]
+    if prefix:
+        args += ["--", prefix]
+    out = _run(_repo(fetched), *args)
+    return sorted(p for p in out.split("\0") if p)
+
+
+def changed_paths(fetched: FetchedRepo, old_sha: str, new_sha: str) -> list[str]:
+    """Every path added, removed or modified between the commits (renames as both old and new path)."""
+    out = _run(_repo(fetched), "diff", "--name-only", "--no-renames", "-z", old_sha, new_sha)
+    return sorted(p for p in out.split("\0") if p)
+
+
+# --------------------------------------------------------------------------------------- worktree
+def create_worktree(fetched: FetchedRepo, base_sha: str, dest: Path) -> Path:
+    """A clean clone of the mirror at ``base_sha`` in ``dest`` (detached HEAD), reused when safe.
+
+    Reused when ``dest`` is our clone, clean, and at ``base_sha`` or at our own build commit on top of
+    it. Otherwise raises :class:`DirtyWorktree`, :class:`DivergedWorktree` or
+    :class:`UnmanagedWorktree`.
+    """
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()):
+        _check_reusable(dest, base_sha)
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        repo = git.Repo.clone_from(str(fetched.path), tmp, no_checkout=True)
+        _run(repo, "checkout", "--quiet", "--detach", base_sha)
+        with repo.config_writer() as cw:
+            cw.set_value("gpu-rl-builder", "managed", "true")
+        if dest.exists():
+            dest.rmdir()
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return dest
+
+
+def _check_reusable(dest: Path, base_sha: str) -> None:
+    try:
+        repo = git.Repo(dest)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise UnmanagedWorktree(dest, "exists and is not a git checkout") from None
+    if repo.working_tree_dir is None or Path(repo.working_tree_dir).resolve() != dest.resolve():
+        raise UnmanagedWorktree(dest, "is inside another checkout, not a clone made by this service")
+    with repo.config_reader() as cr:
+        managed = cr.get_value("gpu-rl-builder", "managed", default="false")
+    if str(managed).lower() != "true":
+        raise UnmanagedWorktree(dest, "is a git checkout not created by this service; refusing to touch it")
+    dirty = _dirty_paths(repo)
+    if dirty:
+        raise DirtyWorktree(dest, f"has uncommitted changes: {', '.join(dirty[:10])}")
+    head = repo.head.commit
+    if head.hexsha == base_sha:
+        return
+    if len(head.parents) == 1 and head.parents[0].hexsha == base_sha and build_request_of(head.message):
+        return
+    raise DivergedWorktree(
+        dest, f"HEAD is {head.hexsha}, neither base {base_sha} nor a build commit on top of it"
+    )
+
+
+def _dirty_paths(repo: git.Repo) -> list[str]:
+    out = _run(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all")
+    entries = [e for e in out.split("\0") if e]
+    return [e[3:] if len(e) > 3 and e[2] == " " else e for e in entries]
+
+
+def build_request_of(message: str | bytes) -> str | None:
+    """The ``Build-Request`` trailer value of a commit message, if any."""
+    text = message.decode() if isinstance(message, bytes) else message
+    found = _TRAILER_RE.findall(text)
+    return found[-1] if found else None
+
+
+# ------------------------------------------------------------------------------------------ repin
+def read_dockerfile_args(dockerfile_text: str) -> dict[str, str]:
+    """``ARG NAME=value`` defaults (first declaration wins, quotes stripped), as the pin guard reads them."""
+    out: dict[str, str] = {}
+    for m in re.finditer(r"^[ \t]*ARG[ \t]+([A-Za-z_][A-Za-z0-9_]*)=(\S*)", dockerfile_text, re.MULTILINE):
+        out.setdefault(m.group(1), m.group(2).strip("\"'"))
+    return out
+
+
+def _arg_line_re(name: str) -> re.Pattern[str]:
+    return re.compile(
+        rf"^(?P<prefix>[ \t]*ARG[ \t]+{re.escape(name)}=)(?P<q>[\"']?)(?P<val>[^\"'\s]*)(?P=q)(?P<rest>[ \t]*(?:#.*)?)$",
+        re.MULTILINE,
+    )
+
+
+def repin_dockerfiles(
+    worktree: Path,
+    dockerfiles: list[str],
+    pins: dict[str, str],
+    *,
+    optional: dict[str, set[str]] | None = None,
+) -> list[str]:
+    """Rewrite existing ``ARG NAME=value`` lines; returns the Dockerfiles whose text changed.
+
+    Every pin must exist in every Dockerfile, except ARGs listed in ``optional[dockerfile]``. All files
+    are checked before any is written, so a missing pin leaves the tree untouched.
+    """
+    worktree = Path(worktree)
+    optional = optional or {}
+    for name, value in pins.items():
+        if not _PIN_VALUE_RE.match(value):
+            raise ValueError(f"pin {name} has an unsafe value {value!r}")
+    new_texts: dict[str, str] = {}
+    for rel in dockerfiles:
+        path = worktree / rel
+        if not path.is_file():
+            raise PathNotFound(f"Dockerfile {rel} does not exist in {worktree}")
+        text = original = path.read_text()
+        for name, value in pins.items():
+            pattern = _arg_line_re(name)
+            if not pattern.search(text):
+                if name in optional.get(rel, set()):
+                    continue
+                raise MissingPin(rel, name)
+            text = pattern.sub(lambda m, v=value: f"{m['prefix']}{m['q']}{v}{m['q']}{m['rest']}", text)
+        if text != original:
+            new_texts[rel] = text
+    for rel, text in new_texts.items():
+        _atomic_write(worktree / rel, text)
+    return [rel for rel in dockerfiles if rel in new_texts]
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    mode = path.stat().st_mode & 0o7777
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------------------- commit
+def _parse_author(author: str) -> tuple[str, str]:
+    m = re.match(r"^\s*(.+?)\s*<([^<>\s]+)>\s*$", author)
+    if not m:
+        raise ValueError(f"author must look like 'Name <email>', got {author!r}")
+    return m.group(1), m.group(2)
+
+
+def commit_build_change(worktree: Path, *, message: str, request_id: str, author: str) -> CommitResult:
+    """Commit every change in ``worktree`` with a ``Build-Request: <request_id>`` trailer, idempotently.
+
+    - HEAD already carries this request's trailer and the tree is clean: that commit, created=False.
+    - Nothing changed: HEAD (the base commit, which then holds every input), created=False.
+    - Otherwise a new commit, created=True.
+    Afterwards HEAD must equal the returned sha and ``git diff --quiet`` / ``--cached --quiet`` pass.
+    """
+    if not re.match(r"^[A-Za-z0-9._:/-]+$", request_id):
+        raise ValueError(f"request_id {request_id!r} must be a single token")
+    repo = git.Repo(worktree)
+    name, email = _parse_author(author)
+    _run(repo, "add", "--all")
+    staged = _run(repo, "diff", "--cached", "--name-only", "-z", "HEAD")
+    head = repo.head.commit
+    if not staged:
+        result = CommitResult(sha=head.hexsha, created=False)
+    else:
+        if build_request_of(head.message) == request_id:
+            raise DirtyWorktree(
+                Path(worktree),
+                f"HEAD {head.hexsha} already is the build commit for {request_id} but more changes are "
+                f"pending: {', '.join(p for p in staged.split(chr(0)) if p)}",
+            )
+        env = {
+            "GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
+            "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email,
+        }
+        full_message = f"{message.rstrip()}\n\n{TRAILER_KEY}: {request_id}\n"
+        _run(repo, "-c", "commit.gpgsign=false", "commit", "--quiet", "--no-verify", "-m", full_message,
+             env=env)
+        result = CommitResult(sha=repo.head.commit.hexsha, created=True)
+    _verify_committed(repo, result.sha)
+    return result
+
+
+def _verify_committed(repo: git.Repo, sha: str) -> None:
+    head = _run(repo, "rev-parse", "HEAD")
+    if head != sha:
+        raise CommitVerificationFailed(f"HEAD is {head}, expected {sha}")
+    for args in (("diff", "--quiet"), ("diff", "--cached", "--quiet")):
+        try:
+            _run(repo, *args)
+        except GitCommandFailed:
+            raise CommitVerificationFailed(f"'git {' '.join(args)}' reports changes after commit {sha}") from None
+    dirty = _dirty_paths(repo)
+    if dirty:
+        raise CommitVerificationFailed(f"untracked or modified files remain after commit {sha}: {dirty[:10]}")
+
+
+# ------------------------------------------------------------------------------------------- push
+def remote_branch_sha(worktree: Path, remote_url: str, branch: str, *, git_env: dict[str, str] | None = None
+                      ) -> str | None:
+    out = _run(git.Repo(worktree), "ls-remote", remote_url, f"refs/heads/{branch}", env=_git_env(git_env))
+    for line in out.splitlines():
+        sha, _, ref = line.partition("\t")
+        if ref == f"refs/heads/{branch}":
+            return sha
+    return None
+
+
+def push_branch(
+    worktree: Path, remote_url: str, branch: str, sha: str, *, git_env: dict[str, str] | None = None
+) -> None:
+    """Make ``refs/heads/<branch>`` on the remote point at ``sha``; fast-forward only, idempotent."""
+    repo = git.Repo(worktree)
+    env = _git_env(git_env)
+    current = remote_branch_sha(worktree, remote_url, branch, git_env=git_env)
+    if current == sha:
+        return
+    if current is not None:
+        try:
+            _run(repo, "fetch", "--quiet", "--no-write-fetch-head", remote_url, f"refs/heads/{branch}", env=env)
+            _run(repo, "merge-base", "--is-ancestor", current, sha)
+        except GitCommandFailed:
+            raise BranchConflict(branch, current, sha) from None
+    try:
+        _run(repo, "push", "--quiet", "--no-verify", remote_url, f"{sha}:refs/heads/{branch}", env=env)
+    except GitCommandFailed:
+        after = remote_branch_sha(worktree, remote_url, branch, git_env=git_env)
+        if after == sha:
+            return  # a concurrent attempt pushed the same commit
+        raise BranchConflict(branch, after or "(missing)", sha) from None
