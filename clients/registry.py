@@ -343,7 +343,7 @@ class RegistryClient:
         if send_creds and self._credentials:
             auth = "Basic " + base64.b64encode(":".join(self._credentials).encode()).decode()
         self.token_requests += 1
-        resp = await self._send("GET", str(realm_url.copy_merge_params(params)), auth=auth)
+        resp = await self._send("GET", str(realm_url.copy_merge_params(params)), auth=auth, auth_origin=realm_url)
         if resp.status_code == 401:
             raise Unauthorized(f"token endpoint refused {scope} ({'with' if auth else 'without'} credentials)",
                                status=401, step="token", scheme="bearer", code=_error_code(resp))
@@ -371,12 +371,13 @@ class RegistryClient:
             raise ProtocolError(f"refusing private token realm host {realm.host!r}", step="token")
 
     async def _send(self, method: str, url: str, *, headers: dict[str, str] | None = None,
-                    auth: str | None = None, follow_redirects: bool = False) -> httpx.Response:
+                    auth: str | None = None, follow_redirects: bool = False,
+                    auth_origin: httpx.URL | None = None) -> httpx.Response:
         """One logical request: bounded retries on 429 (honouring Retry-After), 5xx and network errors."""
         last_retry_after: float | None = None
         for attempt in range(self.max_retries + 1):
             try:
-                resp = await self._send_once(method, url, headers, auth, follow_redirects)
+                resp = await self._send_once(method, url, headers, auth, follow_redirects, auth_origin)
             except httpx.TransportError as e:
                 if attempt >= self.max_retries:
                     raise RegistryUnavailable(f"{method} {_safe(url)}: {type(e).__name__}") from None
@@ -400,9 +401,9 @@ class RegistryClient:
         raise AssertionError("unreachable")
 
     async def _send_once(self, method: str, url: str, headers: dict[str, str] | None, auth: str | None,
-                         follow_redirects: bool) -> httpx.Response:
-        """Follow redirects ourselves so Authorization only ever goes to the registry host itself."""
-        origin = httpx.URL(self.base_url)
+                         follow_redirects: bool, auth_origin: httpx.URL | None) -> httpx.Response:
+        """Follow redirects ourselves so Authorization only goes to its own origin (registry or realm)."""
+        origin = auth_origin or httpx.URL(self.base_url)
         target = httpx.URL(url)
         for _ in range(6):
             h = dict(headers or {})

@@ -251,10 +251,16 @@ class _FaultProxy:
                     return
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
                 conn = http.client.HTTPConnection(outer.upstream_host, timeout=60)
                 try:
-                    conn.request(self.command, self.path, body=body, headers=headers)
+                    # header by header: clients such as skopeo repeat Accept, a dict would keep one
+                    conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+                    for k, v in self.headers.items():
+                        if k.lower() not in _HOP_BY_HOP and k.lower() != "content-length":
+                            conn.putheader(k, v)
+                    if body is not None:
+                        conn.putheader("Content-Length", str(len(body)))
+                    conn.endheaders(body)
                     resp = conn.getresponse()
                     data = resp.read()
                     self.send_response(resp.status)
