@@ -274,7 +274,12 @@ def create_worktree(fetched: FetchedRepo, base_sha: str, dest: Path) -> Path:
             cw.set_value("gpu-rl-builder", "managed", "true")
         if dest.exists():
             dest.rmdir()
-        os.replace(tmp, dest)
+        try:
+            os.replace(tmp, dest)
+        except OSError:
+            if not (dest.exists() and any(dest.iterdir())):
+                raise
+            _check_reusable(dest, base_sha)  # a concurrent attempt got there first
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
