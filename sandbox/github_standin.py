@@ -252,8 +252,8 @@ class GitHubStandin:
             raise _HttpError(405, "Pull Request is not mergeable")
         if body.get("sha") and body["sha"] != head_sha:
             raise _HttpError(409, "Head branch was modified. Review and try the merge again.")
-        if not self._mergeable(repo, base_sha, head_sha):
-            raise _HttpError(405, "Pull Request is not mergeable")
+        if not self._mergeable(repo, base_sha, head_sha) or self._is_ancestor(repo, head_sha, base_sha):
+            raise _HttpError(405, "Pull Request is not mergeable")  # conflicts, or nothing left to merge
         method = body.get("merge_method", "merge")
         if method not in ("merge", "squash"):
             raise _HttpError(422, "Validation Failed",

@@ -119,3 +119,17 @@ async def test_squash_merge_has_single_parent(github_standin: GitHubStandinRepo)
     commit = git.Repo(github_standin.bare).commit(result.sha)
     assert [p.hexsha for p in commit.parents] == [main_before]
     assert commit.summary == f"Bump pins (#{pull.number})"
+
+
+async def test_merge_refused_when_head_already_in_base(github_standin: GitHubStandinRepo):
+    work = github_standin.work
+    work.git.fetch("origin")
+    work.git.checkout("-B", "topic", "origin/main")
+    work.git.push("origin", "HEAD:refs/heads/topic")
+    sha = github_standin.push_commit("topic", "topic.txt", "t\n")
+    async with github_standin.client() as gh:
+        pull = await gh.ensure_pull("topic", "main", "t", "b")
+        work.git.push("origin", f"{sha}:refs/heads/main")  # someone fast-forwards main by hand
+        with pytest.raises(NotMergeable):
+            await gh.merge_pull(pull.number, sha)
+    assert github_standin.branch_sha("main") == sha
