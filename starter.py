@@ -12,6 +12,7 @@ import sys
 from datetime import timedelta
 
 import click
+from domain.buildset import BuildRequest, CompatibilityRequest
 from temporalio.client import (
     Client,
     Schedule,
@@ -28,7 +29,6 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError
 
-from domain.buildset import BuildRequest, CompatibilityRequest
 from domain.config import ConfigError, ServiceConfig, load_config
 from domain.models import MergeAuthorization, OperatorDecision, PipelineInput, PipelineReport, TargetStatus
 from domain.report import report_markdown
@@ -41,6 +41,20 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 def pipeline_id(source_commit: str, harbor_commit: str) -> str:
     """One pipeline per (source commit, Harbor commit): the dedup key."""
     return f"gpu-rl-build-{source_commit[:12]}-{harbor_commit[:12]}"
+
+
+def ls_remote_head(url: str, ref: str | None = None) -> str:
+    """The commit a remote's default branch (or ``ref``) points at, read without cloning."""
+    import git
+
+    if ref and len(ref) == 40 and all(c in "0123456789abcdef" for c in ref):
+        return ref
+    out = git.cmd.Git().ls_remote(url, ref or "HEAD")
+    for line in out.splitlines():
+        sha, _, name = line.partition("\t")
+        if ref is None or name in (f"refs/heads/{ref}", f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}"):
+            return sha
+    raise ValueError(f"{ref or 'HEAD'} not found in {url}")
 
 
 def _fail(msg: str, code: int = EXIT_USAGE) -> None:
@@ -122,8 +136,6 @@ def build(ctx, architectures, variants, requested_by, reason, link, clusters, pr
 
 
 async def _build(config, request, plan_only, follow_, as_json):
-    from clients.git_source import ls_remote_head
-
     try:
         src = ls_remote_head(config.repos.marinskyrl_url)
         harbor = ls_remote_head(config.repos.harbor_url, request.harbor_ref)

@@ -142,6 +142,7 @@ class MonitorInput(BaseModel):
     return_after_s: float  # return a progress snapshot at least this often (UI/query freshness)
     log_cursor: int = 0
     last_marker: str | None = None
+    markers: list[str] = Field(default_factory=list)  # marker texts whose latest sighting is progress
 
 
 class JobProgress(BaseModel):

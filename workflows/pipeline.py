@@ -16,7 +16,6 @@ from temporalio.exceptions import ApplicationError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.build import BuildActivities
     from activities.record import RecordActivities
     from activities.source import SourceActivities
     from domain.models import (
@@ -158,11 +157,13 @@ class BuildPipelineWorkflow:
                         summary=f"merge PR #{pr.number} at {self._review.head_sha[:12]} "
                                 f"(authorized by {self._merge_auth.by})")
                     self._review = merged
-                    break
-                self._merge_auth = None  # checks went red after authorization: ask again
+                    if merged.merged:
+                        break
+                    await self._set_stage(Stage.AWAITING_MERGE)
+                self._merge_auth = None  # head moved or checks went red after authorization: ask again
             try:
                 await workflow.wait_condition(lambda: self._merge_auth is not None, timeout=timedelta(seconds=60))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         pr.merged = True
         pr.merge_commit = self._review.merge_commit

@@ -7,7 +7,6 @@ out and collects. All I/O is in activities; this file only decides.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
@@ -15,8 +14,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.build import BuildActivities
     from domain.failures import decide_retry
+
+    from activities.build import BuildActivities
     from domain.models import (
         CaptureInput,
         FailureRecord,
@@ -191,7 +191,7 @@ class TargetBuildWorkflow:
         try:
             await workflow.wait_condition(lambda: self._decision is not None,
                                           timeout=timedelta(seconds=policy.operator_decision_timeout_s))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return "fail"
         finally:
             self._awaiting_decision = False
@@ -221,7 +221,7 @@ class TargetBuildWorkflow:
             try:
                 await workflow.wait_condition(lambda: self._recheck,
                                               timeout=timedelta(seconds=policy.visibility_recheck_interval_s))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._status.waiting_for = None
             await self._set_stage(Stage.VALIDATING)

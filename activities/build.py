@@ -1,0 +1,293 @@
+"""Activities of one target: submit the Iris job, poll it, judge its log, capture failures, validate.
+
+Each is idempotent under retry: the job name is deterministic and a re-submit attaches; polls and
+captures only read; evidence files are rewritten whole. Secrets are fetched here, at execution time,
+and go only into the Iris job's environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+
+from clients.kube import KubeEvidence
+from domain.failures import Evidence, classify
+from domain.markers import check_log
+from temporalio import activity
+
+from activities.common import (
+    Heartbeater,
+    Paths,
+    SourceRepos,
+    input_error,
+    iris_client,
+    safe_name,
+    write_evidence,
+    write_json_evidence,
+)
+from clients.bundle import BundleError, build_bundle
+from clients.credentials import CredentialError, fetch_secret
+from clients.git_source import create_worktree, read_files_at
+from clients.image_validator import validate_image
+from clients.iris import (
+    ClientTooOld,
+    GpuRequest,
+    IrisError,
+    JobInfo,
+    LaunchSpec,
+    NotFound,
+    Resources,
+    Unavailable,
+)
+from domain.config import PolicySettings, ServiceConfig
+from domain.contract import load_contract
+from domain.models import (
+    CapturedFailure,
+    CaptureInput,
+    JobProgress,
+    LogCheck,
+    LogCheckInput,
+    MonitorInput,
+    SubmitInput,
+    SubmittedJob,
+    ValidateInput,
+)
+from domain.validation import ExpectedImage, ValidationReport
+
+LOG_PAGE_LINES = 5000
+
+
+class BuildActivities:
+    def __init__(self, config: ServiceConfig):
+        self.config = config
+        self.paths = Paths(config)
+        self.repos = SourceRepos(config, self.paths)
+
+    def all(self) -> list:
+        return [self.policy, self.submit_job, self.monitor_job, self.check_build_log, self.capture_failure,
+                self.validate_image]
+
+    @activity.defn
+    async def policy(self) -> PolicySettings:
+        """The retry/timer policy, read from configuration when the target starts."""
+        return self.config.policy
+
+    # ------------------------------------------------------------------ submit
+    @activity.defn
+    async def submit_job(self, inp: SubmitInput) -> SubmittedJob:
+        t, job = inp.target, inp.target.job
+        cluster = self.config.cluster(job.cluster)
+        name = job.job_name if inp.round == 0 else f"{job.job_name[:58]}-r{inp.round}"
+        wire_name = f"/{cluster.iris_user}/{name}"
+        async with iris_client(self.config, job.cluster) as iris:
+            # A retried activity or a re-run pipeline finds the job it already launched.
+            try:
+                existing = await iris.job_status(wire_name, with_tasks=False)
+                return SubmittedJob(job_id=existing.job_id or wire_name, cluster=job.cluster, attached=True,
+                                    submitted_at_ms=existing.submitted_at_ms or 0)
+            except NotFound:
+                pass
+            spec = await asyncio.to_thread(self._launch_spec, inp, wire_name)
+            try:
+                job_id, launched = await iris.submit_idempotent(spec)
+            except ClientTooOld as e:
+                raise input_error(str(e)) from None
+            except IrisError as e:
+                if e.transient:
+                    raise
+                raise input_error(f"Iris refused {wire_name} on {job.cluster}: {e}") from None
+        activity.logger.info(f"{'launched' if launched else 'attached to'} {job_id} for {t.key}")
+        return SubmittedJob(job_id=job_id, cluster=job.cluster, attached=not launched,
+                            submitted_at_ms=int(time.time() * 1000))
+
+    def _launch_spec(self, inp: SubmitInput, wire_name: str) -> LaunchSpec:
+        """Re-read the script at the build commit, satisfy every required variable, bundle, add secrets."""
+        t, job = inp.target, inp.target.job
+        repo = self.repos.marinskyrl()
+        files = self.repos.contract_files(repo, inp.build_commit)
+        contract = load_contract(files, inp.build_commit)  # fails closed on anything unrecognized
+        names = {e.name for e in job.env}
+        decided = {e.name: (e.value if e.value is not None else "<secret>") for e in job.env}
+        decided.setdefault(contract.script.wheel_source_var, t.wheel_source)
+        missing = sorted(set(contract.script.required_when(decided)) - names)
+        if missing:
+            raise input_error(f"{job.script_path} at {inp.build_commit[:12]} requires {', '.join(missing)}, "
+                              f"which the job spec for {t.key} does not set")
+        env: dict[str, str] = {}
+        try:
+            for e in job.env:
+                if e.secret == "registry_user":
+                    env[e.name] = fetch_secret(self.config.registry.user, what="registry.user")
+                elif e.secret == "registry_token":
+                    env[e.name] = fetch_secret(self.config.registry.token, what="registry.token")
+                else:
+                    env[e.name] = e.value or ""
+        except CredentialError as err:
+            raise input_error(str(err)) from None
+        if job.script_env_var:
+            script = read_files_at(repo, inp.build_commit, [job.script_path])[job.script_path]
+            env[job.script_env_var] = base64.b64encode(script.encode()).decode()
+        env.update(self.config.cluster(job.cluster).job_env)
+        worktree = create_worktree(repo, inp.build_commit, self.paths.worktree(f"{inp.request_id}-submit-{t.key}"))
+        try:
+            bundle = build_bundle(worktree, self.paths.bundle(inp.request_id, inp.build_commit))
+        except BundleError as err:
+            raise input_error(f"Iris bundle of {inp.build_commit[:12]}: {err}") from None
+        r = job.resources
+        gpu = None
+        if r.gpu:
+            variant, _, count = r.gpu.partition("x")
+            gpu = GpuRequest(variant=variant, count=int(count or 1))
+        return LaunchSpec(
+            name=wire_name, argv=list(job.command), env=env, bundle_blob=bundle.path.read_bytes(),
+            resources=Resources(cpu_millicores=int(r.cpu * 1000), memory_bytes=r.memory_bytes,
+                                disk_bytes=r.disk_bytes, gpu=gpu),
+            max_retries_failure=job.max_retries_failure, max_retries_preemption=job.max_retries_preemption,
+            timeout_s=job.timeout_s or None, priority_band=job.priority, task_image=job.task_image)
+
+    # ------------------------------------------------------------------ monitor
+    @activity.defn
+    async def monitor_job(self, inp: MonitorInput) -> JobProgress:
+        """Poll authoritative job state until terminal or ``return_after_s``; never infer from logs.
+
+        An unreachable controller is reported (``controller_reachable=False``) and polled again; only
+        the controller's own terminal state, or the job vanishing, ends monitoring."""
+        pol = self.config.policy
+        started = time.monotonic()
+        interval = pol.poll_min_interval_s
+        progress = JobProgress(job_id=inp.job_id, state="unknown", terminal=False, log_cursor=inp.log_cursor,
+                               last_marker=inp.last_marker)
+        last_state = None
+        while True:
+            try:
+                async with iris_client(self.config, inp.cluster) as iris:
+                    info = await iris.job_status(inp.job_id)
+                    progress = _progress(info, progress)
+                    progress.log_cursor, progress.last_marker = await _scan_markers(
+                        iris, inp.job_id, progress.log_cursor, progress.last_marker, inp.markers)
+            except NotFound:
+                progress.state, progress.terminal, progress.missing = "missing", True, True
+                progress.error = f"{inp.job_id} is no longer known to the controller (pruned?); not a success"
+            except Unavailable as e:
+                progress.controller_reachable = False
+                progress.error = f"controller unreachable: {e}"
+            activity.heartbeat(progress.model_dump(mode="json"))
+            if progress.terminal or time.monotonic() - started >= inp.return_after_s:
+                return progress
+            # Adaptive: poll fast right after a change, back off while nothing moves.
+            interval = pol.poll_min_interval_s if progress.state != last_state else min(
+                interval * 1.5, pol.poll_max_interval_s)
+            last_state = progress.state
+            await asyncio.sleep(min(interval, max(0.1, inp.return_after_s - (time.monotonic() - started))))
+
+    # ------------------------------------------------------------------ judge the log of a succeeded job
+    @activity.defn
+    async def check_build_log(self, inp: LogCheckInput) -> LogCheck:
+        async with Heartbeater(), iris_client(self.config, inp.cluster) as iris:
+            text = await _full_log(iris, inp.job_id)
+        ref = write_evidence(self.paths.evidence_dir(inp.request_id) / f"{safe_name(inp.job_id)}.log", text)
+        result = check_log(inp.target.expected_markers, text, inp.target)
+        return LogCheck(log=ref, found=result.found, missing=result.missing,
+                        final_push_seen=result.final_push_seen, pushed_digest=result.pushed_digest)
+
+    # ------------------------------------------------------------------ capture and classify a failure
+    @activity.defn
+    async def capture_failure(self, inp: CaptureInput) -> CapturedFailure:
+        cluster = self.config.cluster(inp.cluster)
+        diag: dict = {"job_id": inp.job_id, "cluster": inp.cluster, "target": inp.target_key}
+        info: JobInfo | None = None
+        attempts = []
+        text = ""
+        async with Heartbeater():
+            try:
+                async with iris_client(self.config, inp.cluster) as iris:
+                    info = await iris.job_status(inp.job_id)
+                    diag["summary"] = info.model_dump(mode="json")
+                    for task in info.tasks:
+                        full = await iris.task_status(task.task_id)
+                        attempts.extend(full.attempts)
+                        diag.setdefault("tasks", []).append(full.model_dump(mode="json"))
+                    text = await _full_log(iris, inp.job_id)
+            except NotFound:
+                diag["summary"] = {"state": "missing", "note": "the controller no longer knows this job"}
+            kube = None
+            if cluster.kubeconfig:
+                ev = KubeEvidence(kubeconfig=cluster.kubeconfig, context=cluster.kube_context)
+                pods = [a.pod_name for a in attempts if a.pod_name] or [
+                    t.container_id for t in (info.tasks if info else []) if t.container_id]
+                kube = {p: {"pod": await asyncio.to_thread(ev.pod, p), "events": await asyncio.to_thread(ev.events_for, p)}
+                        for p in pods}
+                diag["kubernetes"] = kube
+        evidence_dir = self.paths.evidence_dir(inp.request_id)
+        log_ref = write_evidence(evidence_dir / f"{safe_name(inp.job_id)}.log", text)
+        evidence = Evidence.from_sources(job=info, attempts=attempts, log_text=text, kube=kube,
+                                         missing_markers=inp.missing_markers)
+        c = classify(evidence)
+        diag["classification"] = c.model_dump(mode="json")
+        diag["log"] = log_ref.model_dump()
+        ref = write_json_evidence(evidence_dir / f"{safe_name(inp.job_id)}.diagnostics.json", diag)
+        return CapturedFailure(failure_class=str(c.failure_class), reasons=c.reasons, hint=c.operator_hint,
+                               diagnostics=ref)
+
+    # ------------------------------------------------------------------ validate the published image
+    @activity.defn
+    async def validate_image(self, inp: ValidateInput) -> ValidationReport:
+        t = inp.target
+        repo = await asyncio.to_thread(self.repos.marinskyrl)
+        files = await asyncio.to_thread(self.repos.contract_files, repo, inp.build_commit)
+        ceiling = load_contract(files, inp.build_commit).ops.layer_ceiling
+        creds = None
+        try:
+            creds = (fetch_secret(self.config.registry.user, what="registry.user"),
+                     fetch_secret(self.config.registry.token, what="registry.token"))
+        except CredentialError as err:
+            activity.logger.warning(f"validating without registry credentials: {err}")
+        expected = ExpectedImage(platform=t.kaniko_platform, revision=inp.build_commit,
+                                 harbor_commit=inp.harbor_commit, min_layers=ceiling.min_layers,
+                                 max_layer_bytes=ceiling.max_layer_bytes, warn_layer_bytes=ceiling.warn_layer_bytes)
+        async with Heartbeater():
+            return await validate_image(image_repository=t.image_repository, tag=t.tag, expected=expected,
+                                        credentials=creds, insecure_hosts=self.config.registry.insecure_hosts)
+
+
+def _progress(info: JobInfo, prev: JobProgress) -> JobProgress:
+    now_ms = time.time() * 1000
+    start = info.started_at_ms or info.submitted_at_ms
+    end = info.finished_at_ms or now_ms
+    attempt = max((t.current_attempt_id for t in info.tasks), default=0)
+    return prev.model_copy(update=dict(
+        state=info.state.value, terminal=info.is_terminal, attempt=attempt,
+        preemptions=info.preemption_count, failures=info.failure_count,
+        elapsed_s=max(0.0, (end - start) / 1000) if start else 0.0,
+        pending_reason=info.pending_reason or None, error=info.error or None, controller_reachable=True))
+
+
+async def _scan_markers(iris, job_id: str, cursor: int, last: str | None, markers: list[str]):
+    """Read new log lines since ``cursor`` and remember the latest build marker seen (progress only)."""
+    if not markers:
+        return cursor, last
+    for _ in range(20):
+        page = await iris.fetch_logs(f"{job_id}/", "prefix", cursor=cursor, max_lines=LOG_PAGE_LINES)
+        for line in page.lines:
+            for m in markers:
+                if m in line:
+                    last = m
+        if not page.entries or page.cursor == cursor:
+            break
+        cursor = page.cursor
+    return cursor, last
+
+
+async def _full_log(iris, job_id: str) -> str:
+    """Every line of the job (all tasks and attempts), paged by cursor."""
+    lines: list[str] = []
+    cursor = 0
+    while True:
+        page = await iris.fetch_logs(f"{job_id}/", "prefix", cursor=cursor, max_lines=LOG_PAGE_LINES)
+        for e in page.entries:
+            lines.append(f"[{e.key} {e.source}] {e.data}")
+        activity.heartbeat({"log_lines": len(lines)})
+        if not page.entries or page.cursor == cursor:
+            return "\n".join(lines) + ("\n" if lines else "")
+        cursor = page.cursor

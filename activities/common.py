@@ -1,0 +1,135 @@
+"""Shared plumbing for activities: paths under the work dir, Iris clients, contract loading, files.
+
+Why: every activity class reads the same configuration and needs the same few things (a mirror of
+the source repos, the contract at an exact commit, an Iris client for a cluster, a place to write
+large evidence files whose path and digest go into history). Keeping them here keeps activities thin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from clients.git_source import FetchedRepo, MirrorCache, list_files_at, read_files_at
+from clients.iris import IrisClient, KubectlPortForward
+from domain.config import ServiceConfig
+from domain.models import FileRef
+from domain.redact import redact
+
+CONTRACT_PATHS = ("AGENTS.md", ".agents/ops/gpu-rl-image-build.md", "docker/build_gpu_rl_kaniko.sh")
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:120]
+
+
+def input_error(message: str) -> ApplicationError:
+    """Bad input or contract: never retried; the message names the file/field/flag."""
+    return ApplicationError(redact(message), type="InputError", non_retryable=True)
+
+
+class Paths:
+    def __init__(self, config: ServiceConfig):
+        self.root = Path(config.work_dir).expanduser()
+
+    @property
+    def mirrors(self) -> Path:
+        return self.root / "mirrors"
+
+    def worktree(self, request_id: str) -> Path:
+        return self.root / "worktrees" / safe_name(request_id)
+
+    def evidence_dir(self, request_id: str) -> Path:
+        d = self.root / "evidence" / safe_name(request_id)
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def bundle(self, request_id: str, commit: str) -> Path:
+        return self.root / "bundles" / safe_name(request_id) / f"{commit[:12]}.zip"
+
+
+def write_evidence(path: Path, text: str) -> FileRef:
+    """Write a (redacted) evidence file atomically and return its reference for history."""
+    data = redact(text).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return FileRef(path=str(path), sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
+
+
+def write_json_evidence(path: Path, obj) -> FileRef:
+    return write_evidence(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+class SourceRepos:
+    """Fresh mirrors of MarinSkyRL and Harbor, and the contract files at an exact commit."""
+
+    def __init__(self, config: ServiceConfig, paths: Paths):
+        self.config = config
+        self.cache = MirrorCache(paths.mirrors)
+
+    def marinskyrl(self) -> FetchedRepo:
+        return self.cache.fetch(self.config.repos.marinskyrl_url)
+
+    def harbor(self) -> FetchedRepo:
+        return self.cache.fetch(self.config.repos.harbor_url)
+
+    @staticmethod
+    def contract_files(repo: FetchedRepo, sha: str) -> dict[str, str]:
+        """AGENTS.md, the ops file, the build script and every docker/Dockerfile* at ``sha``."""
+        files = read_files_at(repo, sha, list(CONTRACT_PATHS))
+        dockerfiles = [p for p in list_files_at(repo, sha, "docker") if Path(p).name.startswith("Dockerfile")]
+        files.update(read_files_at(repo, sha, dockerfiles))
+        return files
+
+
+@contextlib.asynccontextmanager
+async def iris_client(config: ServiceConfig, cluster_name: str) -> AsyncIterator[IrisClient]:
+    """An Iris client for a configured cluster: a direct URL, or a kubectl port-forward we own."""
+    cluster = config.cluster(cluster_name)
+    async with contextlib.AsyncExitStack() as stack:
+        if cluster.controller_url:
+            url = cluster.controller_url
+        elif cluster.port_forward:
+            pf = cluster.port_forward
+            url = await stack.enter_async_context(KubectlPortForward(
+                cluster.kubeconfig, cluster.kube_context, namespace=pf.namespace, service=pf.service, port=pf.port))
+        else:
+            raise input_error(f"clusters.{cluster_name}: set controller_url or port_forward")
+        client = IrisClient(url, client_revision_date=cluster.client_revision_date, cluster_name=cluster_name)
+        stack.push_async_callback(client.aclose)
+        yield client
+
+
+class Heartbeater:
+    """Heartbeat in the background while a long step runs (PostHog's pattern), with the latest details."""
+
+    def __init__(self, every_s: float = 10.0):
+        self.every_s = every_s
+        self.details: object = None
+        self._task: asyncio.Task | None = None
+
+    async def _loop(self) -> None:
+        while True:
+            activity.heartbeat(self.details)
+            await asyncio.sleep(self.every_s)
+
+    async def __aenter__(self) -> Heartbeater:
+        self._task = asyncio.create_task(self._loop())
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

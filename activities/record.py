@@ -1,0 +1,179 @@
+"""Activities that record the artifact: pin table commit, PR with evidence, issue comment, CI watch, merge.
+
+Idempotent under retry and crash: the pin commit carries a request trailer and is found again; the
+PR is found by its head branch and edited; the issue comment is found by a hidden marker and edited;
+merge is done with the expected head SHA, so a moved head is never merged blindly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import time
+
+from temporalio import activity
+
+from activities.common import Heartbeater, Paths, SourceRepos, input_error
+from clients.credentials import CredentialError, fetch_secret
+from clients.git_source import commit_build_change, create_worktree, push_branch
+from clients.github import GitHubClient, HeadMoved, NotMergeable, checks_state, comment_marker
+from domain.config import GitHubSettings, ServiceConfig
+from domain.models import MergeInput, PullRequestInfo, RecordInput, ReviewState, WatchInput
+from domain.pins import PinEntry, PinTableError, update_pin_table
+from domain.redact import redact
+from domain.report import target_rows
+from runtime.temporal import workflow_ui_url
+
+
+class RecordActivities:
+    def __init__(self, config: ServiceConfig):
+        self.config = config
+        self.paths = Paths(config)
+        self.repos = SourceRepos(config, self.paths)
+
+    def all(self) -> list:
+        return [self.record_artifact, self.watch_pull_request, self.merge_pull_request]
+
+    def _github(self) -> tuple[GitHubSettings, GitHubClient]:
+        gh = self.config.github
+        if gh is None:
+            raise input_error("github: no [github] section in the configuration; cannot open a PR")
+        try:
+            token = fetch_secret(gh.token, what="github.token")
+        except CredentialError as e:
+            raise input_error(str(e)) from None
+        return gh, GitHubClient(gh.api_url, token, self.config.repos.marinskyrl_slug)
+
+    # ------------------------------------------------------------------ pin + PR + comment
+    @activity.defn
+    async def record_artifact(self, inp: RecordInput) -> PullRequestInfo:
+        gh_settings, gh = self._github()
+        src = inp.source
+        bad = [t.key for t in inp.targets if t.status != "validated" or not t.digest]
+        if bad:
+            raise input_error(f"refusing to pin targets without a validated digest: {', '.join(bad)}")
+        async with Heartbeater():
+            pin_commit, base_branch = await asyncio.to_thread(self._commit_pins, inp, gh_settings)
+        body = self._pr_body(inp)
+        title = f"Pin GPU-RL images built from {src.build_commit[:12]} (Harbor {src.harbor_commit[:12]})"
+        async with gh:
+            pull = await gh.ensure_pull(src.branch, base_branch, title, body)
+            comment_url = None
+            issue = _issue_number(inp.request.issue_url)
+            if issue is not None:
+                c = await gh.upsert_comment(issue, comment_marker(f"build-{inp.request_id}"), body)
+                comment_url = c.html_url
+        return PullRequestInfo(number=pull.number, url=pull.html_url or f"#{pull.number}", head_sha=pull.head_sha,
+                               state=pull.state, pin_commit=pin_commit, issue_comment_url=comment_url)
+
+    def _commit_pins(self, inp: RecordInput, gh: GitHubSettings) -> tuple[str, str]:
+        src = inp.source
+        repo = self.repos.marinskyrl()
+        wt = create_worktree(repo, src.build_commit, self.paths.worktree(f"{inp.request_id}-record"))
+        path = wt / gh.pin_table_path
+        if gh.pin_table_path in gh.do_not_touch:
+            raise input_error(f"github.pin_table_path {gh.pin_table_path} is on github.do_not_touch")
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise input_error(f"{gh.pin_table_path}: pin table not found at {src.build_commit[:12]}") from None
+        entries = [PinEntry(architecture=t.architecture, variant=t.variant, digest=t.digest, tag=t.tag,
+                            source_commit=src.build_commit, harbor_commit=src.harbor_commit) for t in inp.targets]
+        try:
+            path.write_text(update_pin_table(text, entries, path=gh.pin_table_path))
+        except PinTableError as e:
+            raise input_error(str(e)) from None
+        if gh.lint_command:
+            out = subprocess.run(gh.lint_command, cwd=wt, capture_output=True, text=True, timeout=900)
+            if out.returncode != 0:
+                raise input_error(f"lint command {' '.join(gh.lint_command)} failed: {redact(out.stderr[-2000:])}")
+        touched = subprocess.run(["git", "status", "--porcelain"], cwd=wt, capture_output=True, text=True,
+                                 check=True).stdout.split("\n")
+        touched = [line[3:] for line in touched if line.strip()]
+        forbidden = sorted(set(touched) & set(gh.do_not_touch))
+        if forbidden:
+            subprocess.run(["git", "checkout", "--", *forbidden], cwd=wt, check=False)
+            raise input_error(f"refusing to modify {', '.join(forbidden)} (github.do_not_touch)")
+        result = commit_build_change(
+            wt, message=f"Pin GPU-RL images built from {src.build_commit[:12]}\n\n"
+                        f"Validated digests for {', '.join(t.key for t in inp.targets)}; "
+                        f"Harbor {src.harbor_commit}.",
+            request_id=f"{inp.request_id}-pins",
+            author=f"{self.config.repos.git_author_name} <{self.config.repos.git_author_email}>")
+        push_branch(wt, self.config.repos.marinskyrl_url, src.branch, result.sha)
+        return result.sha, repo.default_branch
+
+    def _pr_body(self, inp: RecordInput) -> str:
+        src, req = inp.source, inp.request
+        url = workflow_ui_url(self.config, inp.request_id)
+        lines = ["Automated GPU-RL image build by gpu-rl-builder.", ""]
+        if req.compatibility_request:
+            cr = req.compatibility_request
+            lines += [f"Compatibility image requested by **{cr.requested_by}**: {cr.reason}"
+                      + (f" ({cr.link})" if cr.link else ""), ""]
+        lines += [f"- source revision: `{src.build_commit}`", f"- Harbor revision: `{src.harbor_commit}`",
+                  f"- Temporal workflow: {url or inp.request_id}",
+                  f"- legacy image path, tracked for removal in {self.config.github.tracking_issue_url}"
+                  if self.config.github else "", ""]
+        lines += target_rows(inp.targets) + [""]
+        for t in inp.targets:
+            v = t.validation
+            if v:
+                lines.append(f"<details><summary>{t.key} validation</summary>\n")
+                lines += ["| check | expected | observed | verdict |", "|---|---|---|---|"]
+                lines += [f"| {c.name} | {c.expected} | {c.observed} | {c.verdict} |" for c in v.checks]
+                lines.append("\n</details>\n")
+        if src.harbor_diff:
+            lines += [f"Harbor dependency diff `{src.harbor_diff.old[:12]}`..`{src.harbor_diff.new[:12]}`:"]
+            lines += [f"- {x}" for x in src.harbor_diff.lines] or ["- no dependency change"]
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ watch + merge
+    @activity.defn
+    async def watch_pull_request(self, inp: WatchInput) -> ReviewState:
+        """Poll checks and reviews until something changes (or ``return_after_s``), heartbeating."""
+        _, gh = self._github()
+        started = time.monotonic()
+        async with gh:
+            while True:
+                state = await _review_state(gh, inp.pr_number)
+                activity.heartbeat(state.model_dump(mode="json"))
+                if state != inp.last or time.monotonic() - started >= inp.return_after_s:
+                    return state
+                await asyncio.sleep(5)
+
+    @activity.defn
+    async def merge_pull_request(self, inp: MergeInput) -> ReviewState:
+        _, gh = self._github()
+        async with gh:
+            pull = await gh.get_pull(inp.pr_number)
+            if pull.merged:
+                return await _review_state(gh, inp.pr_number)
+            try:
+                await gh.merge_pull(inp.pr_number, inp.head_sha)
+            except (HeadMoved, NotMergeable) as e:
+                activity.logger.warning(f"merge of #{inp.pr_number} refused: {e}")
+            return await _review_state(gh, inp.pr_number)
+
+
+async def _review_state(gh: GitHubClient, number: int) -> ReviewState:
+    pull = await gh.get_pull(number)
+    runs = await gh.check_runs(pull.head_sha)
+    combined = await gh.combined_status(pull.head_sha)
+    reviews = await gh.reviews(number)
+    latest: dict[str, str] = {}
+    for r in reviews:
+        latest[r.user_login or str(r.id)] = r.state
+    failing = [r.name for r in runs if r.status == "completed" and r.conclusion not in ("success", "neutral", "skipped")]
+    return ReviewState(head_sha=pull.head_sha, checks=checks_state(runs, combined), failing_checks=failing,
+                       changes_requested="CHANGES_REQUESTED" in latest.values(),
+                       approvals=sum(1 for s in latest.values() if s == "APPROVED"),
+                       merged=pull.merged, merge_commit=pull.merge_commit_sha)
+
+
+def _issue_number(url: str | None) -> int | None:
+    if not url:
+        return None
+    m = re.search(r"/issues/(\d+)", url) or re.fullmatch(r"#?(\d+)", url)
+    return int(m.group(1)) if m else None

@@ -1,0 +1,269 @@
+"""Activities that read the repositories: live build state, immutable source, plan, rebuild check.
+
+Why activities: all of it is git I/O against remotes that change under us. Each is idempotent: the
+mirror is refreshed, the managed worktree is reused or recreated, the build commit carries a
+``Build-Request`` trailer and is found again on the remote branch after a crash, and the push is
+fast-forward only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+from domain.buildset import plan_targets
+from temporalio import activity
+
+from activities.common import Paths, SourceRepos, input_error, iris_client, safe_name
+from clients.bundle import BundleError, build_bundle
+from clients.git_source import (
+    FetchedRepo,
+    GitSourceError,
+    WorktreeError,
+    build_request_of,
+    changed_paths,
+    commit_build_change,
+    create_worktree,
+    push_branch,
+    read_files_at,
+    repin_dockerfiles,
+    resolve_ref,
+)
+from clients.iris import IrisError
+from domain.boundary import BoundaryRule, decide
+from domain.config import ServiceConfig
+from domain.contract import BuildContract, ContractError, load_contract, propose_ops_correction
+from domain.harbor_manifest import diff_manifests, extras_installed_by_dockerfile, parse_harbor_manifest
+from domain.models import (
+    BuildState,
+    BundleSummary,
+    HarborDiffSummary,
+    LoadStateInput,
+    PlanTargetsInput,
+    PrepareSourceInput,
+    RebuildCheckInput,
+    RebuildDecision,
+    SourceSnapshot,
+)
+from domain.pins import read_pins
+
+HARBOR_PIN = "HARBOR_COMMIT"
+
+
+class SourceActivities:
+    def __init__(self, config: ServiceConfig):
+        self.config = config
+        self.paths = Paths(config)
+        self.repos = SourceRepos(config, self.paths)
+
+    def all(self) -> list:
+        return [self.load_build_state, self.prepare_source, self.plan_targets, self.rebuild_decision]
+
+    def _contract(self, repo: FetchedRepo, sha: str) -> BuildContract:
+        try:
+            return load_contract(self.repos.contract_files(repo, sha), sha)
+        except ContractError as e:
+            raise input_error(f"build contract at {sha[:12]}: {e}") from None
+        except GitSourceError as e:
+            raise input_error(f"build contract at {sha[:12]}: {e}") from None
+
+    def branch_for(self, request_id: str) -> str:
+        return f"{self.config.repos.build_branch_prefix}{safe_name(request_id)}"
+
+    # ------------------------------------------------------------------ 1. live build state
+    @activity.defn
+    async def load_build_state(self, inp: LoadStateInput) -> BuildState:
+        return await asyncio.to_thread(self._load_build_state, inp)
+
+    def _load_build_state(self, inp: LoadStateInput) -> BuildState:
+        repo, harbor = self.repos.marinskyrl(), self.repos.harbor()
+        try:
+            base = resolve_ref(repo, inp.source_commit) if inp.source_commit else repo.head_sha
+            harbor_commit = resolve_ref(harbor, inp.harbor_ref)
+        except GitSourceError as e:
+            raise input_error(f"--harbor-ref / source commit: {e}") from None
+        c = self._contract(repo, base)
+        return BuildState(
+            base_commit=base, default_branch=repo.default_branch, harbor_commit=harbor_commit,
+            harbor_pinned={p: d.pins.get(HARBOR_PIN, "") for p, d in c.dockerfiles.items()
+                           if p in {a.dockerfile for a in c.script.arches.values()}},
+            architectures=sorted(c.script.arches), policies=[p.text for p in c.agents.policy],
+            disagreements=[f"{d.file}: {d.field}: prose {d.prose_value!r}, script {d.script_value!r} → {d.resolution}"
+                           for d in c.disagreements])
+
+    # ------------------------------------------------------------------ 2. immutable source
+    @activity.defn
+    async def prepare_source(self, inp: PrepareSourceInput) -> SourceSnapshot:
+        return await asyncio.to_thread(self._prepare_source, inp)
+
+    def _prepare_source(self, inp: PrepareSourceInput) -> SourceSnapshot:
+        repo, harbor = self.repos.marinskyrl(), self.repos.harbor()
+        branch = self.branch_for(inp.request_id)
+        start = self._earlier_build_commit(repo, branch, inp.request_id, inp.base_commit) or inp.base_commit
+        dest = self.paths.worktree(inp.request_id)
+        try:
+            wt = create_worktree(repo, start, dest)
+        except WorktreeError as e:
+            # The managed worktree is scratch (never an operator checkout): a crash mid-edit leaves it
+            # dirty; start again from the remote truth instead of trusting half-written files.
+            activity.logger.warning(f"recreating managed worktree: {e}")
+            shutil.rmtree(dest, ignore_errors=True)
+            wt = create_worktree(repo, start, dest)
+        contract = self._contract(repo, inp.base_commit)
+        dockerfiles = sorted({a.dockerfile for a in contract.script.arches.values()})
+        old_pins = {df: contract.dockerfiles[df].pins.get(HARBOR_PIN) for df in dockerfiles}
+        missing = [df for df, v in old_pins.items() if not v]
+        if missing:
+            raise input_error(f"{', '.join(missing)}: no `ARG {HARBOR_PIN}=` pin to update")
+        diff = self._harbor_diff(harbor, old_pins, contract, inp.harbor_commit)
+        try:
+            repin_dockerfiles(wt, dockerfiles, {HARBOR_PIN: inp.harbor_commit})
+        except GitSourceError as e:
+            raise input_error(str(e)) from None
+        corrected = False
+        fixed = propose_ops_correction(contract)
+        if fixed is not None:
+            ops_path = wt / contract.ops.path
+            if ops_path.read_text() != fixed:
+                ops_path.write_text(fixed)
+                corrected = True
+        message = (f"Bake Harbor {inp.harbor_commit[:12]} into the GPU-RL Dockerfiles\n\n"
+                   f"Every architecture's Dockerfile pins HARBOR_COMMIT={inp.harbor_commit}.")
+        if corrected:
+            message += "\nCorrect stale ops documentation to match the build script."
+        author = f"{self.config.repos.git_author_name} <{self.config.repos.git_author_email}>"
+        result = commit_build_change(wt, message=message, request_id=inp.request_id, author=author)
+        pushed = False
+        if inp.push:
+            try:
+                push_branch(wt, self.config.repos.marinskyrl_url, branch, result.sha)
+            except GitSourceError as e:
+                raise input_error(f"push of {branch}: {e}") from None
+            pushed = True
+        try:
+            bundle = build_bundle(wt, self.paths.bundle(inp.request_id, result.sha))
+        except BundleError as e:
+            raise input_error(f"Iris bundle of {result.sha[:12]} refused before submission: {e}") from None
+        return SourceSnapshot(
+            build_commit=result.sha, base_commit=inp.base_commit, branch=branch, pushed=pushed,
+            created_commit=result.sha != inp.base_commit, harbor_commit=inp.harbor_commit, harbor_diff=diff,
+            changed_files=changed_paths(repo, inp.base_commit, result.sha) if result.sha != inp.base_commit
+            and self._in_mirror(repo, result.sha) else _worktree_changes(wt, inp.base_commit, result.sha),
+            ops_doc_corrected=corrected,
+            bundle=BundleSummary(sha256=bundle.sha256, size_bytes=bundle.size_bytes, file_count=bundle.file_count,
+                                 largest=[(p, s) for p, s in bundle.largest][:5],
+                                 suspicious=[(p, r) for p, r in bundle.suspicious]))
+
+    @staticmethod
+    def _in_mirror(repo: FetchedRepo, sha: str) -> bool:
+        try:
+            resolve_ref(repo, sha)
+            return True
+        except GitSourceError:
+            return False
+
+    @staticmethod
+    def _earlier_build_commit(repo: FetchedRepo, branch: str, request_id: str, base: str) -> str | None:
+        """This request's build commit, if an earlier attempt already pushed it (crash after push)."""
+        try:
+            head = resolve_ref(repo, branch)
+        except GitSourceError:
+            return None
+        import git
+
+        commit = git.Repo(repo.path).commit(head)
+        for c in (commit, *commit.parents[:1]):
+            if build_request_of(c.message) == request_id and c.parents and c.parents[0].hexsha == base:
+                return c.hexsha
+        return None
+
+    def _harbor_diff(self, harbor: FetchedRepo, old_pins: dict[str, str | None], contract: BuildContract,
+                     new: str) -> HarborDiffSummary | None:
+        olds = {v for v in old_pins.values() if v}
+        old = sorted(olds)[0]
+        if olds == {new}:
+            return None
+        try:
+            texts_old = read_files_at(harbor, old, ["pyproject.toml"])
+        except GitSourceError:
+            return HarborDiffSummary(old=old, new=new, affects_image=True,
+                                     lines=[f"pinned Harbor {old[:12]} is not in the Harbor remote; cannot diff"])
+        texts_new = read_files_at(harbor, new, ["pyproject.toml"])
+        extras: list[str] = []
+        texts = read_files_at(self.repos.marinskyrl(), contract.commit, sorted(old_pins))
+        for text in texts.values():
+            extras.extend(e for e in extras_installed_by_dockerfile(text) if e not in extras)
+        d = diff_manifests(parse_harbor_manifest(texts_old["pyproject.toml"]),
+                           parse_harbor_manifest(texts_new["pyproject.toml"]), extras)
+        lines = list(d.summary_lines)
+        if len(olds) > 1:
+            lines.insert(0, f"Dockerfiles disagreed on the Harbor pin ({', '.join(sorted(olds))}); all now pin {new}")
+        return HarborDiffSummary(old=old, new=new, affects_image=d.affects_image, lines=lines)
+
+    # ------------------------------------------------------------------ 3. plan
+    @activity.defn
+    async def plan_targets(self, inp: PlanTargetsInput) -> list:
+        repo = await asyncio.to_thread(self.repos.marinskyrl)
+        contract = await asyncio.to_thread(self._contract, repo, inp.build_commit)
+        for arch, cluster in inp.request.clusters.items():
+            if cluster not in self.config.clusters:
+                raise input_error(f"--cluster {arch}={cluster}: cluster {cluster!r} is not configured "
+                                  f"(configured: {', '.join(sorted(self.config.clusters))})")
+        cluster_archs: dict[str, str] = {}
+        for name, c in self.config.clusters.items():
+            arch = c.architecture
+            try:
+                async with iris_client(self.config, name) as iris:
+                    arch = await iris.cluster_arch_hint() or arch  # live cluster state wins
+            except (IrisError, OSError) as e:
+                activity.logger.warning(f"cluster {name}: no live architecture ({e}); using configuration")
+            if arch:
+                cluster_archs[name] = arch
+        try:
+            return plan_targets(contract, inp.request, build_commit=inp.build_commit,
+                                harbor_commit=inp.harbor_commit, cluster_archs=cluster_archs,
+                                image_repository_override=self.config.registry.image_repository)
+        except (ValueError, ContractError) as e:
+            raise input_error(str(e)) from None
+
+    # ------------------------------------------------------------------ 4. scheduled rebuild check
+    @activity.defn
+    async def rebuild_decision(self, inp: RebuildCheckInput) -> RebuildDecision:
+        return await asyncio.to_thread(self._rebuild_decision, inp)
+
+    def _rebuild_decision(self, inp: RebuildCheckInput) -> RebuildDecision:
+        repo, harbor = self.repos.marinskyrl(), self.repos.harbor()
+        src, harbor_head = repo.head_sha, harbor.head_sha
+        contract = self._contract(repo, src)
+        gh = self.config.github
+        pin_path = gh.pin_table_path if gh else "cloud/iris/gpu_rl_images.py"
+        pins = read_pins(read_files_at(repo, src, [pin_path])[pin_path])
+        wanted = [(a.upper(), v.upper()) for a in inp.request.architectures for v in inp.request.variants]
+        lasts = {(pins.get(k) or {}).get("source_commit") for k in wanted}
+        last_harbors = {(pins.get(k) or {}).get("harbor_commit") for k in wanted}
+        last_src = lasts.pop() if len(lasts) == 1 else None
+        last_harbor = last_harbors.pop() if len(last_harbors) == 1 else None
+        reasons: list[str] = []
+        if last_src is None or not self._in_mirror(repo, last_src):
+            return RebuildDecision(needed=True, source_commit=src, harbor_commit=harbor_head,
+                                   last_source_commit=last_src, last_harbor_commit=last_harbor,
+                                   reasons=[f"the pinned images do not share one source commit known to the "
+                                            f"repository ({pin_path}); rebuild to re-establish provenance"])
+        changed = changed_paths(repo, last_src, src)
+        dockerfile_texts = read_files_at(repo, src, sorted({a.dockerfile for a in contract.script.arches.values()}))
+        verdict = decide([BoundaryRule(glob=r.glob, rebuild=r.rebuild, reaches=r.reaches)
+                          for r in contract.ops.deploy_boundary],
+                         dockerfile_texts, changed, harbor_moved=bool(last_harbor) and last_harbor != harbor_head,
+                         old_harbor=last_harbor, new_harbor=harbor_head)
+        reasons.extend(verdict.reasons)
+        return RebuildDecision(needed=verdict.needed, reasons=reasons, source_commit=src, harbor_commit=harbor_head,
+                               last_source_commit=last_src, last_harbor_commit=last_harbor, changed_paths=changed)
+
+
+def _worktree_changes(wt, base: str, sha: str) -> list[str]:
+    import subprocess
+
+    if base == sha:
+        return []
+    out = subprocess.run(["git", "diff", "--name-only", base, sha], cwd=wt, capture_output=True, text=True)
+    return [p for p in out.stdout.splitlines() if p]

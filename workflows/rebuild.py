@@ -1,0 +1,56 @@
+"""Scheduled rebuild check: start the pipeline only when something that reaches the image changed.
+
+Run by a Temporal Schedule (overlap: skip). The decision and its reasons are the workflow result; a
+needed rebuild starts the pipeline under the dedup id of (source commit, Harbor commit), so a second
+trigger for the same commits starts nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from activities.source import SourceActivities
+    from domain.models import PipelineInput, RebuildCheckInput, RebuildCheckResult, RebuildDecision
+    from workflows.pipeline import BuildPipelineWorkflow
+
+
+def pipeline_id(source_commit: str, harbor_commit: str) -> str:
+    return f"gpu-rl-build-{source_commit[:12]}-{harbor_commit[:12]}"
+
+
+@workflow.defn
+class RebuildCheckWorkflow:
+    @workflow.run
+    async def run(self, inp: RebuildCheckInput) -> RebuildCheckResult:
+        decision: RebuildDecision = await workflow.execute_activity_method(
+            SourceActivities.rebuild_decision, inp, start_to_close_timeout=timedelta(minutes=10),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=1),
+                                     non_retryable_error_types=["InputError"]),
+            summary="compare the latest default branches with the last validated image's commits")
+        result = RebuildCheckResult(decision=decision)
+        if not decision.needed:
+            result.note = "no rebuild needed"
+            return result
+        wid = pipeline_id(decision.source_commit, decision.harbor_commit)
+        result.pipeline_workflow_id = wid
+        if not inp.start_pipeline:
+            result.note = "rebuild needed; not started (start_pipeline=false)"
+            return result
+        try:
+            await workflow.start_child_workflow(
+                BuildPipelineWorkflow.run,
+                PipelineInput(request=inp.request, request_id=wid, source_commit=decision.source_commit,
+                              harbor_commit=decision.harbor_commit),
+                id=wid, parent_close_policy=ParentClosePolicy.ABANDON,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE)
+            result.started = True
+            result.note = f"started {wid}"
+        except WorkflowAlreadyStartedError:
+            result.note = f"{wid} already exists for these commits; nothing started"
+        return result
