@@ -14,7 +14,7 @@ import datetime
 
 import pytest
 
-from clients.iris import IrisClient, JobState, Unavailable
+from clients.iris import IrisClient, JobState, TaskState, Unavailable
 from sandbox.iris_controller import _processes_with_marker, start_iris_controller
 from tests.iris.helpers import bash_spec, wait_for, wait_terminal
 
@@ -48,7 +48,7 @@ async def test_restart_mid_monitoring(tmp_path):
         final = await wait_terminal(client, name, timeout_s=120)
         assert final.state is JobState.WORKER_FAILED
         attempts = (await client.task_status(f"{name}/0")).attempts
-        assert [(a.state, a.is_worker_failure) for a in attempts] == [(JobState.WORKER_FAILED, True)]
+        assert [(a.state, a.is_worker_failure) for a in attempts] == [(TaskState.WORKER_FAILED, True)]
     finally:
         await client.aclose()
         first.stop()
