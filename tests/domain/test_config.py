@@ -1,0 +1,40 @@
+import pytest
+
+from domain.config import ConfigError, load_config
+
+GOOD = """
+work_dir = "/tmp/w"
+[repos]
+marinskyrl_url = "file:///r/m.git"
+harbor_url = "file:///r/h.git"
+[clusters.cw-rno2a]
+controller_url = "http://127.0.0.1:1"
+client_revision_date = "2026-11-20"
+[registry]
+user = {kind = "literal_public", value = "me"}
+token = {kind = "env", name = "GHCR_TOKEN"}
+"""
+
+
+def test_loads_and_env_overrides_temporal(tmp_path, monkeypatch):
+    p = tmp_path / "c.toml"
+    p.write_text(GOOD)
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "temporal.example:7233")
+    monkeypatch.setenv("TEMPORAL_NAMESPACE", "builds")
+    cfg = load_config(p)
+    assert cfg.temporal.address == "temporal.example:7233" and cfg.temporal.namespace == "builds"
+    assert cfg.cluster("cw-rno2a").client_revision_date == "2026-11-20"
+    with pytest.raises(ConfigError, match="cluster 'nope' is not configured"):
+        cfg.cluster("nope")
+
+
+def test_errors_name_file_and_field(tmp_path, monkeypatch):
+    monkeypatch.delenv("GPU_RL_BUILDER_CONFIG", raising=False)
+    with pytest.raises(ConfigError, match="--config"):
+        load_config(None)
+    p = tmp_path / "bad.toml"
+    p.write_text(GOOD.replace('client_revision_date = "2026-11-20"\n', "").replace("token = ", "tokn = "))
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert str(p) in str(e.value)
+    assert "clusters.cw-rno2a.client_revision_date" in str(e.value) and "registry.token" in str(e.value)
