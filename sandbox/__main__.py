@@ -26,11 +26,11 @@ def _up(state_dir: Path, github: bool) -> int:
         stack.start()
         endpoints = stack.endpoints()
         print(json.dumps(endpoints, indent=2), flush=True)
-        print(f"sandbox up; config: {stack.config_path} (export GPU_RL_BUILDER_CONFIG={stack.config_path})",
-              flush=True)
         if endpoints["temporal"]["ui_url"]:
             print(f"Temporal UI: {endpoints['temporal']['ui_url']}", flush=True)
         print("Ctrl-C or `python -m sandbox down --state-dir ...` to stop", flush=True)
+        print(f"sandbox up; config: {stack.config_path} (export GPU_RL_BUILDER_CONFIG={stack.config_path})",
+              flush=True)
         while not done.wait(1.0):
             pass
     finally:
