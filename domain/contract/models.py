@@ -1,0 +1,348 @@
+"""Pydantic models of the build contract read from a MarinSkyRL commit.
+
+Why models: the orchestrator plans jobs, checks logs and validates images only from these values, so
+every fact the upstream files state (required variables, arch defaults, launch flags, layer ceiling)
+is a named field here, never a constant in Python.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+# ----------------------------------------------------------------------------- shell conditions
+
+
+class Condition(BaseModel):
+    """One `[ "$VAR" = value ]` test from a shell `if`."""
+
+    var: str
+    op: Literal["=", "!="]
+    value: str
+
+    def holds(self, env: Mapping[str, str]) -> bool | None:
+        """True/False, or None when ``var`` is not known."""
+        if self.var not in env:
+            return None
+        equal = env[self.var] == self.value
+        return equal if self.op == "=" else not equal
+
+    def __str__(self) -> str:
+        return f"{self.var}{self.op}{self.value}"
+
+
+class Guard(BaseModel):
+    """All of ``all_of`` (negated for an `else` branch); ``opaque`` holds an unparsed test."""
+
+    all_of: list[Condition] = Field(default_factory=list)
+    negated: bool = False
+    opaque: str | None = None
+
+    def holds(self, env: Mapping[str, str]) -> bool | None:
+        if self.opaque is not None:
+            return None
+        results = [c.holds(env) for c in self.all_of]
+        if any(r is None for r in results):
+            return None
+        value = all(results)
+        return (not value) if self.negated else value
+
+
+def guards_hold(guards: list[Guard], env: Mapping[str, str]) -> bool | None:
+    """True when every guard holds, False when one fails, None when one cannot be decided."""
+    undecided = False
+    for g in guards:
+        r = g.holds(env)
+        if r is False:
+            return False
+        if r is None:
+            undecided = True
+    return None if undecided else True
+
+
+# ----------------------------------------------------------------------------- build script
+
+
+class RequiredVar(BaseModel):
+    """A `: "${VAR:?...}"` abort; ``when`` empty means always required."""
+
+    name: str
+    when: list[Condition] = Field(default_factory=list)
+    line: int
+
+    @property
+    def always(self) -> bool:
+        return not self.when
+
+
+class Knob(BaseModel):
+    """An optional input `LOCAL="${ENV:-default}"`; ``default`` is the raw shell text."""
+
+    env: str
+    local: str
+    default: str
+    line: int
+
+
+class ArchSpec(BaseModel):
+    """One arm of the script's `uname -m` case table."""
+
+    arch: str  # kaniko arch: "amd64", "arm64" (from linux/<arch>)
+    uname: str  # "x86_64", "aarch64"
+    dockerfile: str
+    kaniko_platform: str  # "linux/amd64"
+    manifest_platform: str  # wheel MANIFEST platform, "linux_x86_64"
+    crane_asset: str | None = None
+    tag_suffix: str  # "" or "-arm64"
+    cache_name: str  # "cache" / "cache-arm64"
+    cache_repo: str  # template with {repository}: "{repository}/cache"
+    default_wheel_source: str
+    line: int
+
+
+class ConditionalPin(BaseModel):
+    name: str
+    when: list[Condition]
+
+
+class ScriptContract(BaseModel):
+    path: str
+    required: list[RequiredVar]
+    credential_user_var: str | None
+    credential_token_var: str
+    arch_var: str  # HOST_ARCH
+    uname_override_var: str | None = None  # SANDBOX_UNAME_M (sandbox only)
+    task_guard_var: str | None = None  # IRIS_TASK_ID
+    arches: dict[str, ArchSpec]  # keyed by kaniko arch
+    pinned_args: list[str]
+    conditional_pinned_args: list[ConditionalPin] = Field(default_factory=list)
+    wheel_source_var: str
+    wheel_sources: list[str]
+    artifact_uri_schemes: list[str] = Field(default_factory=list)  # ["s3://", "file://"]
+    knobs: dict[str, Knob]  # keyed by env name
+    image_repository_var: str  # GHCR_IMAGE_REPOSITORY (era C: IMAGE_REPOSITORY)
+    image_repository_default: str
+    repository_local: str  # the shell variable holding the repository (REPO)
+    tag_prefix_var: str | None
+    megatron_var: str | None
+    floating_var: str | None  # PUSH_FLOATING
+    preserve_wheels_var: str | None
+    dockerfile_var: str | None
+    tag_pattern: str  # "${TAG_PREFIX}-${GITSHA}${TAG_SUFFIX}"
+    wheels_tag_pattern: str | None
+    floating_tag_pattern: str | None
+    arch_field_vars: dict[str, str] = Field(default_factory=dict)  # shell var -> ArchSpec field
+    locals: dict[str, str] = Field(default_factory=dict)  # other `X="..."` assignments (raw)
+    echoes: list[EchoLine] = Field(default_factory=list)  # stdout echo lines (log markers)
+    pin_echo: str | None = None  # the pin-loop echo template (uses $pin / $value / $DOCKERFILE)
+
+    @property
+    def always_required(self) -> list[str]:
+        return [r.name for r in self.required if r.always]
+
+    def required_when(self, env: Mapping[str, str]) -> list[str]:
+        """Variables the script aborts without, given the job env (conditions decided by ``env``)."""
+        return [r.name for r in self.required if all(c.holds(env) is not False for c in r.when)]
+
+    def knob_default(self, env_name: str) -> str | None:
+        k = self.knobs.get(env_name)
+        return k.default if k else None
+
+
+# ----------------------------------------------------------------------------- Dockerfile
+
+
+class EchoLine(BaseModel):
+    """An `echo` that prints a log marker; ``template`` is raw shell text (may hold $VARS)."""
+
+    template: str
+    guards: list[Guard] = Field(default_factory=list)
+    in_loop: bool = False
+    stage: str | None = None
+    line: int
+
+
+class Stage(BaseModel):
+    name: str
+    base: str  # an image reference or another stage's name
+    base_is_stage: bool
+    line: int
+    args: dict[str, str | None] = Field(default_factory=dict)  # ARGs declared in the stage
+    labels: dict[str, str] = Field(default_factory=dict)  # raw templates
+    layer_steps: int = 0  # RUN / COPY / ADD instructions
+    echoes: list[EchoLine] = Field(default_factory=list)
+
+
+class DockerfileContract(BaseModel):
+    path: str
+    pins: dict[str, str]  # global `ARG X=default`
+    global_args: dict[str, str | None]
+    stages: list[Stage]
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    @property
+    def final_stage(self) -> Stage:
+        return self.stages[-1]
+
+    def chain(self, target: str | None = None) -> list[Stage]:
+        """The stages ``target`` (default: last) derives from, base first."""
+        stage = self.stage(target) if target else self.final_stage
+        out = [stage]
+        while stage.base_is_stage:
+            stage = self.stage(stage.base)
+            out.append(stage)
+        return list(reversed(out))
+
+    def labels(self, target: str | None = None) -> dict[str, str]:
+        merged: dict[str, str] = {}
+        for s in self.chain(target):
+            merged.update(s.labels)
+        return merged
+
+    def layer_steps(self, target: str | None = None) -> int:
+        return sum(s.layer_steps for s in self.chain(target))
+
+
+# ----------------------------------------------------------------------------- ops doc
+
+
+class EnvPair(BaseModel):
+    name: str
+    value: str  # raw: "$GITSHA" (a reference) or a literal like "wheel-builder"
+
+    @property
+    def is_reference(self) -> bool:
+        return bool(re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", self.value))
+
+
+class LaunchTemplate(BaseModel):
+    arch: str
+    cluster: str
+    line: int
+    task_image: str | None = None
+    no_sync: bool = False
+    enable_extra_resources: bool = False
+    no_wait: bool = False
+    job_name: str | None = None  # raw template, e.g. "gpurl-kaniko-amd64-${VARIANT}-${SHORT_SHA}"
+    cpu: float | None = None
+    memory: str | None = None  # raw, e.g. "512GB"
+    disk: str | None = None
+    gpu: str | None = None
+    priority: str | None = None
+    max_retries: int | None = None
+    timeout_s: int | None = None
+    preemptible: bool | None = None
+    flags: dict[str, str | bool] = Field(default_factory=dict)  # every flag as written
+    env: list[EnvPair] = Field(default_factory=list)
+    command: list[str] = Field(default_factory=list)  # argv after `--`
+
+
+class Placement(BaseModel):
+    arch: str
+    cluster: str
+    priority: str | None = None
+    line: int
+
+
+class LayerCeiling(BaseModel):
+    max_layer_bytes: int  # every compressed layer strictly below
+    warn_layer_bytes: int  # flag layers above
+    min_layers: int
+
+
+class DeployRule(BaseModel):
+    glob: str
+    rebuild: bool
+    reaches: str
+    line: int
+
+
+class WheelArtifact(BaseModel):
+    uri: str | None
+    sha256: str | None
+    manifest_platform: str | None
+    stated_usable: bool
+    usable: bool  # stated usable AND full SHA AND known scheme
+    reason: str
+    line: int
+
+
+class ContractRow(BaseModel):
+    """A row of the ops build-contract table."""
+
+    variable: str
+    required_when: str  # raw
+    source: str
+    always: bool = False
+    when: list[Condition] = Field(default_factory=list)
+    optional_default: str | None = None
+    line: int
+
+
+class OpsContract(BaseModel):
+    path: str
+    deploy_boundary: list[DeployRule]
+    contract_rows: list[ContractRow]
+    placements: dict[str, Placement]
+    templates: dict[str, LaunchTemplate]
+    megatron_env: list[EnvPair]
+    layer_ceiling: LayerCeiling
+    wheel_artifact: WheelArtifact | None
+
+
+# ----------------------------------------------------------------------------- AGENTS.md
+
+
+class PolicyLine(BaseModel):
+    text: str
+    line: int
+
+
+class AgentsPolicy(BaseModel):
+    path: str
+    policy: list[PolicyLine]
+    do_not_touch: list[str] = Field(default_factory=list)  # paths named in "Do not add/edit ..." lines
+
+
+# ----------------------------------------------------------------------------- whole contract
+
+
+class Disagreement(BaseModel):
+    file: str
+    field: str
+    prose_value: str
+    script_value: str
+    resolution: str
+
+
+class BuildContract(BaseModel):
+    commit: str
+    script: ScriptContract
+    dockerfiles: dict[str, DockerfileContract]
+    ops: OpsContract
+    agents: AgentsPolicy
+    disagreements: list[Disagreement] = Field(default_factory=list)
+    ops_text: str = ""  # kept so a corrected ops doc can be proposed
+
+    def arch(self, arch: str) -> ArchSpec:
+        try:
+            return self.script.arches[arch]
+        except KeyError:
+            known = ", ".join(sorted(self.script.arches))
+            raise ContractError(self.script.path, 0, f"an architecture in ({known})", arch) from None
+
+    def dockerfile_for(self, arch: str) -> DockerfileContract:
+        return self.dockerfiles[self.arch(arch).dockerfile]
+
+
+from domain.contract.errors import ContractError  # noqa: E402  (used by BuildContract.arch)
+
+ScriptContract.model_rebuild()
