@@ -11,8 +11,8 @@ import asyncio
 import base64
 import time
 
-from clients.kube import KubeEvidence
-from domain.failures import Evidence, classify
+from clients.kube import KubeEvidence, PodFacts
+from domain.failures import AttemptEvidence, Evidence, classify
 from domain.markers import check_log
 from temporalio import activity
 
@@ -194,11 +194,13 @@ class BuildActivities:
     # ------------------------------------------------------------------ capture and classify a failure
     @activity.defn
     async def capture_failure(self, inp: CaptureInput) -> CapturedFailure:
+        """Job summary, every attempt, the whole log, pod termination reason and events → one file."""
         cluster = self.config.cluster(inp.cluster)
         diag: dict = {"job_id": inp.job_id, "cluster": inp.cluster, "target": inp.target_key}
         info: JobInfo | None = None
-        attempts = []
+        attempts: list = []
         text = ""
+        facts: list[PodFacts] = []
         async with Heartbeater():
             try:
                 async with iris_client(self.config, inp.cluster) as iris:
@@ -211,24 +213,22 @@ class BuildActivities:
                     text = await _full_log(iris, inp.job_id)
             except NotFound:
                 diag["summary"] = {"state": "missing", "note": "the controller no longer knows this job"}
-            kube = None
             if cluster.kubeconfig:
-                ev = KubeEvidence(kubeconfig=cluster.kubeconfig, context=cluster.kube_context)
-                pods = [a.pod_name for a in attempts if a.pod_name] or [
-                    t.container_id for t in (info.tasks if info else []) if t.container_id]
-                kube = {p: {"pod": await asyncio.to_thread(ev.pod, p), "events": await asyncio.to_thread(ev.events_for, p)}
-                        for p in pods}
-                diag["kubernetes"] = kube
+                kube = KubeEvidence(cluster.kubectl, cluster.kubeconfig, cluster.kube_context)
+                pods = {a.pod_name for a in attempts if a.pod_name} | {
+                    t.container_id for t in (info.tasks if info else []) if t.container_id}
+                facts = [await kube.collect(p) for p in sorted(pods)]
+                diag["kubernetes"] = [f.model_dump(mode="json") for f in facts]
         evidence_dir = self.paths.evidence_dir(inp.request_id)
         log_ref = write_evidence(evidence_dir / f"{safe_name(inp.job_id)}.log", text)
-        evidence = Evidence.from_sources(job=info, attempts=attempts, log_text=text, kube=kube,
-                                         missing_markers=inp.missing_markers)
+        evidence = _evidence(info, attempts, facts, text, inp.missing_markers)
         c = classify(evidence)
+        diag["evidence"] = evidence.model_dump(mode="json")
         diag["classification"] = c.model_dump(mode="json")
         diag["log"] = log_ref.model_dump()
         ref = write_json_evidence(evidence_dir / f"{safe_name(inp.job_id)}.diagnostics.json", diag)
-        return CapturedFailure(failure_class=str(c.failure_class), reasons=c.reasons, hint=c.operator_hint,
-                               diagnostics=ref)
+        activity.logger.info(f"{inp.job_id}: {c.failure_class} ({'; '.join(c.reasons)}); evidence {ref.path}")
+        return CapturedFailure(classification=c, diagnostics=ref)
 
     # ------------------------------------------------------------------ validate the published image
     @activity.defn
@@ -291,3 +291,22 @@ async def _full_log(iris, job_id: str) -> str:
         if not page.entries or page.cursor == cursor:
             return "\n".join(lines) + ("\n" if lines else "")
         cursor = page.cursor
+
+
+def _evidence(info: JobInfo | None, attempts: list, facts: list[PodFacts], log_text: str,
+              missing_markers: list[str]) -> Evidence:
+    """Fold Iris state, attempts, pod facts and the log tail into the classifier's input."""
+    last_pod = facts[-1] if facts else None
+    return Evidence(
+        job_state=info.state.value if info else "missing",
+        error=info.error if info else "",
+        attempts=[AttemptEvidence(state=a.state.value, exit_code=a.exit_code, error=a.error,
+                                  is_worker_failure=a.is_worker_failure) for a in attempts],
+        pod_termination_reason=last_pod.termination_reason or last_pod.status_reason if last_pod else None,
+        pod_exit_code=last_pod.exit_code if last_pod else None,
+        pod_condition_reasons=[r for f in facts for r in f.condition_reasons],
+        pod_waiting_reason=last_pod.waiting_reason if last_pod else None,
+        k8s_event_reasons=[r for f in facts for r in f.event_reasons],
+        log_tail=[line.split("] ", 1)[-1] for line in log_text.splitlines()[-200:]],
+        missing_markers=missing_markers,
+    )

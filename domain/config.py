@@ -69,6 +69,7 @@ class ClusterSettings(_Model):
     port_forward: PortForward | None = None  # ... a kubectl port-forward the client opens itself
     kubeconfig: str | None = None  # also used for pod termination reasons and events
     kube_context: str | None = None
+    kubectl: str = "kubectl"  # binary used for pod termination reasons and events
     client_revision_date: str  # YYYY-MM-DD of the upstream Iris revision last validated against
     iris_user: str = "gpu-rl-builder"
     job_env: dict[str, str] = Field(default_factory=dict)  # extra non-secret env for every job

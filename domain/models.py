@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from domain.buildset import BuildRequest, TargetSpec
+from domain.failures import Classification
 from domain.validation import ValidationReport
 
 
@@ -194,9 +195,7 @@ class FailureRecord(BaseModel):
 
 
 class CapturedFailure(BaseModel):
-    failure_class: str
-    reasons: list[str]
-    hint: str
+    classification: Classification
     diagnostics: FileRef
 
 

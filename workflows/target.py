@@ -50,6 +50,7 @@ class TargetBuildWorkflow:
         self._decision: OperatorDecision | None = None
         self._awaiting_decision = False
         self._recheck = False
+        self._classification = None
 
     # ------------------------------------------------------------------ operator surface
     @workflow.query
@@ -92,7 +93,7 @@ class TargetBuildWorkflow:
                 failure = await self._capture(job_id, check)
             else:
                 failure = await self._capture(job_id, None)
-            failure.decision = decide_retry_name(failure.failure_class, used, policy)
+            failure.decision = decide_retry(self._classification, used, policy.retry_budget)
             result.failures.append(failure)
             await self._set_stage(Stage.CAPTURING, failure_class=failure.failure_class)
             if failure.decision == "ask_operator":
@@ -178,9 +179,10 @@ class TargetBuildWorkflow:
                          target_key=self._inp.target.key, missing_markers=list(check.missing) if check else []),
             start_to_close_timeout=timedelta(minutes=10), heartbeat_timeout=timedelta(seconds=60),
             retry_policy=IO_RETRY, summary=f"capture summary, logs, pod reason and events for {job_id}")
-        self._status.failure_class = captured.failure_class
-        return FailureRecord(job_id=job_id, failure_class=captured.failure_class, reasons=captured.reasons,
-                             decision="fail", diagnostics=captured.diagnostics, hint=captured.hint)
+        c = self._classification = captured.classification
+        self._status.failure_class = str(c.failure_class)
+        return FailureRecord(job_id=job_id, failure_class=str(c.failure_class), reasons=c.reasons,
+                             decision="fail", diagnostics=captured.diagnostics, hint=c.operator_hint)
 
     async def _ask_operator(self, failure: FailureRecord, policy) -> str:
         self._awaiting_decision = True
@@ -233,10 +235,6 @@ class TargetBuildWorkflow:
         if failure_class:
             updates.append(sa.FAILURE_CLASS.value_set(failure_class))
         workflow.upsert_search_attributes(updates)
-
-
-def decide_retry_name(failure_class: str, used: dict[str, int], policy) -> str:
-    return decide_retry(failure_class, used, policy.retry_budget)
 
 
 def _failure_message(key: str, f: FailureRecord) -> str:

@@ -1,0 +1,159 @@
+"""Run the main job end to end on the local sandbox: the README's first command.
+
+Starts the stack of real services, a worker process, and drives ``starter.py`` exactly as an operator
+would: ``build`` (amd64/standard by default), then plays the two human roles the runbook keeps for
+people — making the package public when the anonymous-pull gate asks for it, and (after the sandbox
+"CI" reports green) authorizing the merge. Prints the report, checks the digest against the registry
+with ``skopeo``, then stops every process it started (unless ``--keep``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def _starter(config: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, str(ROOT / "starter.py"), "--config", str(config), *args], cwd=ROOT,
+                          capture_output=True, text=True, check=check, timeout=600)
+
+
+def _query(config: Path, wid: str) -> dict:
+    out = _starter(config, "report", wid, "--format", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def _target_status(stack, wid: str, key: str) -> dict:
+    """Read a target's status through the Temporal CLI (what an operator's terminal would show)."""
+    temporal = Path(PY).parent / "temporal"
+    out = subprocess.run([str(temporal), "workflow", "query", "--address", stack.temporal.address,
+                          "-w", f"{wid}/{key}", "--type", "status", "-o", "json"],
+                         capture_output=True, text=True, timeout=60)
+    try:
+        return json.loads(out.stdout).get("queryResult", [{}])[0]
+    except (ValueError, IndexError, AttributeError):
+        return {}
+
+
+def _skopeo_digest(host: str, ref: str, user: str, token: str) -> str | None:
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as auth:
+        import base64
+
+        auth.write(json.dumps({"auths": {host: {"auth": base64.b64encode(f"{user}:{token}".encode()).decode()}}}))
+        auth.flush()
+        out = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false", "--authfile", auth.name,
+                              f"docker://{ref}"], capture_output=True, timeout=120)
+    return "sha256:" + hashlib.sha256(out.stdout).hexdigest() if out.returncode == 0 else None
+
+
+@click.command()
+@click.option("--state-dir", type=click.Path(path_type=Path), default=None,
+              help="Where the stack keeps its state (default: a fresh temporary directory).")
+@click.option("--arch", "archs", multiple=True, default=("amd64",), show_default=True)
+@click.option("--variant", "variants", multiple=True, default=("standard",), show_default=True)
+@click.option("--keep", is_flag=True, help="Leave the stack and worker running until Ctrl-C.")
+@click.option("--timeout", default=900, show_default=True, help="Give up after this many seconds.")
+def main(state_dir, archs, variants, keep, timeout):
+    from sandbox.stack import IMAGE_REPO_PATH, MARINSKYRL_SLUG, SandboxStack
+
+    state_dir = state_dir or Path(tempfile.mkdtemp(prefix="gpu-rl-sandbox-"))
+    click.echo(f"sandbox state: {state_dir}")
+    stack = SandboxStack(state_dir).start()
+    worker = None
+    code = 1
+    try:
+        config = stack.config_path
+        click.echo(f"Temporal UI: {stack.temporal.ui_url}")
+        worker = subprocess.Popen([PY, str(ROOT / "worker.py"), "--config", str(config)], cwd=ROOT,
+                                  start_new_session=True, stdout=open(state_dir / "worker.log", "w"),
+                                  stderr=subprocess.STDOUT)
+        clusters = [f"--cluster={a}=sandbox-{a}" for a in archs]
+        args = ["build", *[f"--arch={a}" for a in archs], *[f"--variant={v}" for v in variants], *clusters,
+                "--requested-by", "sandbox-demo", "--reason", "end-to-end sandbox run of the runbook",
+                "--link", "https://github.com/marin-community/marin/issues/7920"]
+        out = _starter(config, *args)
+        click.echo(out.stdout.strip())
+        wid = out.stdout.split()[1]
+        deadline = time.monotonic() + timeout
+        last_line = ""
+        keys = [f"{a}-{v}" for a in archs for v in variants]
+        while time.monotonic() < deadline:
+            rep = _query(config, wid)
+            status = rep.get("status")
+            statuses = {k: _target_status(stack, wid, k) for k in keys}
+            line = " | ".join(f"{k}: {s.get('stage', '-')}" + (f" ({s['progress']['state']})" if s.get("progress") else "")
+                              for k, s in statuses.items())
+            if line != last_line:
+                click.echo(f"[{time.strftime('%H:%M:%S')}] {line}")
+                last_line = line
+            for k, s in statuses.items():
+                waiting = s.get("waiting_for") or ""
+                if "anonymously pullable" in waiting and not stack.token_registry.is_public(IMAGE_REPO_PATH):
+                    click.echo(f"operator: making {IMAGE_REPO_PATH} public, then `starter.py recheck {wid} {k}`")
+                    stack.token_registry.set_public(IMAGE_REPO_PATH, True)
+                    _starter(config, "recheck", wid, k)
+            pr = rep.get("pull_request")
+            if pr and status == "awaiting_merge":
+                stack.github.set_check(MARINSKYRL_SLUG, pr["head_sha"], "ci")
+                res = _starter(config, "approve-merge", wid, "--by", "sandbox-operator", check=False)
+                if res.returncode == 0:
+                    click.echo(f"operator: {res.stdout.strip()}")
+            if status in ("merged",) or _closed_failed(stack, wid):
+                break
+            time.sleep(2)
+        final = _starter(config, "report", wid, check=False)
+        click.echo(final.stdout)
+        rep = _query(config, wid)
+        code = 0 if rep.get("status") == "merged" else 1
+        for t in rep.get("targets", []):
+            ref = f"{t['image_ref']}"
+            oracle = _skopeo_digest(stack.token_registry.host, ref, stack.token_registry.push_user,
+                                    stack.token_registry.push_token)
+            agree = "agrees" if oracle == t.get("digest") else "DISAGREES"
+            click.echo(f"skopeo: {ref} → {oracle} ({agree} with the report)")
+            if oracle != t.get("digest"):
+                code = 1
+        click.echo(f"Temporal UI: {stack.temporal.ui_url}/namespaces/default/workflows/{wid}")
+        if keep:
+            click.echo("stack is up (--keep); Ctrl-C to stop everything")
+            try:
+                signal.pause()
+            except KeyboardInterrupt:
+                pass
+    finally:
+        if worker is not None and worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGTERM)
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+        stack.stop()
+        click.echo("sandbox stopped; no process left running")
+    sys.exit(code)
+
+
+def _closed_failed(stack, wid: str) -> bool:
+    temporal = Path(PY).parent / "temporal"
+    out = subprocess.run([str(temporal), "workflow", "describe", "--address", stack.temporal.address, "-w", wid,
+                          "-o", "json"], capture_output=True, text=True, timeout=60)
+    try:
+        st = json.loads(out.stdout)["workflowExecutionInfo"]["status"]
+    except (ValueError, KeyError):
+        return False
+    return st not in ("WORKFLOW_EXECUTION_STATUS_RUNNING", 1)
+
+
+if __name__ == "__main__":
+    main()
