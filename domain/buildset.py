@@ -1,0 +1,293 @@
+"""Plan the build set: one Iris job per (architecture, variant), every value taken from the contract.
+
+Why pure: the plan is shown to the operator (plan mode) and recorded in workflow history before any
+job exists; it must be reproducible from the commit's files plus the request and live cluster state.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel
+
+from domain.contract import BuildContract, render
+from domain.markers import Marker, expected_markers, variant_env
+
+VARIANTS = ("standard", "megatron")
+# Iris priority bands and the CLI's memory units (the reference client reads "GB" as GiB).
+PRIORITY_BANDS = ("production", "interactive", "batch")
+IRIS_CLI_PREEMPTION_RETRIES = 1000  # what `iris job run` sends for max_retries_preemption
+_MEM_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
+              "G": 2**30, "GB": 2**30, "GIB": 2**30, "T": 2**40, "TB": 2**40, "TIB": 2**40}
+
+
+class BuildSetError(ValueError):
+    """The request cannot be planned against this contract; the message names the offending value."""
+
+
+class CompatibilityRequest(BaseModel):
+    requested_by: str
+    reason: str
+    link: str | None = None
+
+
+class BuildRequest(BaseModel):
+    architectures: list[str]
+    variants: list[str] = ["standard", "megatron"]
+    compatibility_request: CompatibilityRequest | None
+    clusters: dict[str, str] = {}  # arch -> cluster override
+    priority: str | None = None
+    harbor_ref: str | None = None
+    push_floating: bool = False
+    issue_url: str | None = None
+
+
+class JobResources(BaseModel):
+    cpu: float
+    memory_bytes: int
+    disk_bytes: int
+    gpu: str | None
+
+
+class EnvVar(BaseModel):
+    name: str
+    value: str | None = None
+    secret: Literal["registry_user", "registry_token"] | None = None
+
+
+class JobSpecPlan(BaseModel):
+    job_name: str
+    cluster: str
+    priority: str
+    resources: JobResources
+    max_retries_failure: int
+    max_retries_preemption: int
+    timeout_s: int
+    task_image: str | None
+    no_sync: bool
+    enable_extra_resources: bool
+    env: list[EnvVar]
+    command: list[str]
+    script_env_var: str | None
+    script_path: str
+
+
+class TargetSpec(BaseModel):
+    architecture: str
+    variant: str
+    cluster: str
+    dockerfile: str
+    kaniko_platform: str
+    image_repository: str
+    tag: str
+    floating_tag: str | None
+    wheel_source: str
+    expected_markers: list[Marker]
+    job: JobSpecPlan
+
+    @property
+    def key(self) -> str:
+        return f"{self.architecture}-{self.variant}"
+
+
+def parse_iris_size(value: str) -> int:
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", value or "")
+    if not m or m.group(2).upper() not in _MEM_UNITS:
+        raise BuildSetError(f"unrecognized size {value!r} (expected e.g. 512GB)")
+    return int(float(m.group(1)) * _MEM_UNITS[m.group(2).upper()])
+
+
+def choose_wheel_source(contract: BuildContract, arch: str) -> str:
+    """The arch default, but prebuilt only with a usable recorded artifact for this platform."""
+    a = contract.arch(arch)
+    s = contract.script
+    source = a.default_wheel_source
+    art = contract.ops.wheel_artifact
+    if source == "prebuilt-wheelhouse":
+        df = contract.dockerfiles[a.dockerfile]
+        env = {s.wheel_source_var: source}
+        pins_ok = all(p.name in df.pins for p in s.conditional_pinned_args
+                      if all(c.holds(env) for c in p.when))
+        if not (art and art.usable and art.manifest_platform == a.manifest_platform and pins_ok):
+            source = "wheel-builder"
+    if source not in s.wheel_sources:
+        raise BuildSetError(f"wheel source {source!r} for {arch} is not one the script accepts ({s.wheel_sources})")
+    return source
+
+
+def _job_name(template: str | None, contract: BuildContract, arch: str, variant: str, commit: str) -> str:
+    m = re.search(r"SHORT_SHA=\$\{GITSHA:0:(\d+)\}", contract.ops_text)
+    short = commit[: int(m.group(1)) if m else 8]
+    values = {"VARIANT": variant, "SHORT_SHA": short, "ARCH": arch, "GITSHA": commit}
+    name = ""
+    if template:
+        try:
+            name = render(template, values)
+        except KeyError as e:
+            raise BuildSetError(f"job name template {template!r} uses unknown variable {e.args[0]}") from None
+    name = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    for part in (arch, variant, short):
+        if part not in name:
+            name = f"{name}-{part}" if name else part
+    name = re.sub(r"-{2,}", "-", name)
+    if len(name) > 63:
+        tail = f"-{arch}-{variant}-{short}"
+        name = name[: 63 - len(tail)].rstrip("-") + tail
+    return name[:63]
+
+
+def plan_targets(
+    contract: BuildContract,
+    request: BuildRequest,
+    *,
+    build_commit: str,
+    harbor_commit: str,
+    cluster_archs: dict[str, str] | None,
+    image_repository_override: str | None,
+) -> list[TargetSpec]:
+    if request.compatibility_request is None:
+        raise BuildSetError(
+            "refusing to plan: no explicit compatibility request (image builds are legacy, "
+            "marin-community/marin#7920); say who needs the image and why")
+    if build_commit != contract.commit:
+        raise BuildSetError(f"build commit {build_commit} is not the commit the contract was read at "
+                            f"({contract.commit})")
+    if not request.architectures:
+        raise BuildSetError("no architectures requested")
+    s = contract.script
+    for arch in request.architectures:
+        if arch not in s.arches:
+            raise BuildSetError(f"unknown architecture {arch!r} (the build script supports "
+                                f"{', '.join(sorted(s.arches))})")
+    for variant in request.variants:
+        if variant not in VARIANTS:
+            raise BuildSetError(f"unknown variant {variant!r} (expected one of {', '.join(VARIANTS)})")
+    if "megatron" in request.variants and not contract.ops.megatron_env:
+        raise BuildSetError("the ops doc records no Megatron add-on flags")
+    for arch in request.clusters:
+        if arch not in request.architectures:
+            raise BuildSetError(f"cluster override for {arch!r}, which is not a requested architecture")
+    repository = image_repository_override or s.image_repository_default
+
+    targets: list[TargetSpec] = []
+    for arch in request.architectures:
+        a = s.arches[arch]
+        df = contract.dockerfiles[a.dockerfile]
+        pinned_harbor = df.pins.get("HARBOR_COMMIT")
+        if pinned_harbor is not None and pinned_harbor != harbor_commit:
+            raise BuildSetError(f"{a.dockerfile} pins HARBOR_COMMIT={pinned_harbor}, not {harbor_commit}: "
+                                "commit the pin change and build that commit")
+        template = contract.ops.templates.get(arch)
+        placement = contract.ops.placements.get(arch)
+        if template is None:
+            raise BuildSetError(f"the ops doc has no launch template for {arch}")
+        cluster = request.clusters.get(arch) or (placement.cluster if placement else template.cluster)
+        if cluster_archs is not None and cluster in cluster_archs and cluster_archs[cluster] != arch:
+            raise BuildSetError(f"cluster {cluster!r} runs {cluster_archs[cluster]} hosts; {arch} builds "
+                                "only on a native host")
+        priority = request.priority or template.priority or (placement.priority if placement else None)
+        if priority not in PRIORITY_BANDS:
+            raise BuildSetError(f"unknown priority {priority!r} (expected one of {', '.join(PRIORITY_BANDS)})")
+        wheel_source = choose_wheel_source(contract, arch)
+        for variant in request.variants:
+            targets.append(_target(contract, request, arch, variant, cluster, priority, wheel_source,
+                                   repository, image_repository_override, build_commit))
+    return targets
+
+
+def _target(contract, request, arch, variant, cluster, priority, wheel_source, repository, override,
+            commit) -> TargetSpec:
+    s = contract.script
+    a = s.arches[arch]
+    t = contract.ops.templates[arch]
+    script_var = next((e.name for e in t.env if e.is_reference and f"${e.name}" in " ".join(t.command)
+                       and "base64" in " ".join(t.command)), None)
+    inputs: dict[str, str] = {"GITSHA": commit, s.wheel_source_var: wheel_source}
+    inputs.update(variant_env(contract, variant))
+    if request.push_floating and s.floating_var:
+        inputs[s.floating_var] = "1"
+    if override:
+        inputs[s.image_repository_var] = override
+    art = contract.ops.wheel_artifact
+    if wheel_source == "prebuilt-wheelhouse" and art:
+        for r in s.required:
+            if r.name.endswith("_URI"):
+                inputs[r.name] = art.uri or ""
+            elif r.name.endswith("_SHA256"):
+                inputs[r.name] = art.sha256 or ""
+
+    env: list[EnvVar] = []
+    named: set[str] = set()
+
+    def put(name: str, value: str | None = None, secret=None) -> None:
+        if name in named:
+            for e in env:
+                if e.name == name:
+                    e.value, e.secret = value, secret
+            return
+        named.add(name)
+        env.append(EnvVar(name=name, value=value, secret=secret))
+
+    for pair in t.env:
+        if pair.name in s.pinned_args or pair.name in {p.name for p in s.conditional_pinned_args}:
+            raise BuildSetError(f"the {arch} launch template passes pin {pair.name} as env; the script "
+                                "refuses pins from env")
+        if pair.name == s.credential_token_var:
+            put(pair.name, secret="registry_token")
+        elif pair.name == s.credential_user_var:
+            put(pair.name, secret="registry_user")
+        elif pair.name == script_var:
+            put(pair.name, None)
+        elif pair.name in inputs:
+            put(pair.name, inputs[pair.name])
+        elif pair.is_reference:
+            raise BuildSetError(f"the {arch} launch template passes -e {pair.name} {pair.value}, which the "
+                                "service has no value for")
+        else:
+            put(pair.name, pair.value)
+    for name, value in inputs.items():
+        put(name, value)
+    if s.credential_user_var:
+        put(s.credential_user_var, secret="registry_user")
+    put(s.credential_token_var, secret="registry_token")
+
+    decide = {e.name: (e.value if e.value is not None else "<set>") for e in env}
+    for name in s.required_when(decide):
+        if name not in named:
+            raise BuildSetError(f"required variable {name} has no value for {arch}-{variant}")
+
+    knob_env = {e.name: e.value for e in env if e.value is not None and e.secret is None}
+    values = {s.arch_var: a.uname, "GITSHA": commit}
+    values.update({var: str(getattr(a, f) or "") for var, f in s.arch_field_vars.items()})
+    for k in s.knobs.values():
+        try:
+            values[k.local] = render(knob_env.get(k.env, k.default), values)
+        except KeyError:
+            pass
+    tag = render(s.tag_pattern, values)
+    floating = render(s.floating_tag_pattern, values) if (request.push_floating and s.floating_tag_pattern) else None
+    if t.cpu is None or t.memory is None or t.disk is None or t.timeout_s is None:
+        raise BuildSetError(f"the {arch} launch template lacks --cpu, --memory, --disk or --timeout")
+    job = JobSpecPlan(
+        job_name=_job_name(t.job_name, contract, arch, variant, commit),
+        cluster=cluster,
+        priority=priority,
+        resources=JobResources(cpu=t.cpu, memory_bytes=parse_iris_size(t.memory),
+                               disk_bytes=parse_iris_size(t.disk), gpu=t.gpu),
+        max_retries_failure=t.max_retries or 0,
+        max_retries_preemption=IRIS_CLI_PREEMPTION_RETRIES,
+        timeout_s=t.timeout_s,
+        task_image=t.task_image,
+        no_sync=t.no_sync,
+        enable_extra_resources=t.enable_extra_resources,
+        env=env,
+        command=list(t.command),
+        script_env_var=script_var,
+        script_path=s.path,
+    )
+    markers = expected_markers(contract, arch, variant, wheel_source, tag,
+                               image_repository=repository, job_env=knob_env)
+    return TargetSpec(architecture=arch, variant=variant, cluster=cluster, dockerfile=a.dockerfile,
+                      kaniko_platform=a.kaniko_platform, image_repository=repository, tag=tag,
+                      floating_tag=floating, wheel_source=wheel_source, expected_markers=markers, job=job)

@@ -1,0 +1,196 @@
+"""Assertion markers a successful build log must show, derived from the contract at the build commit.
+
+Why derived: the markers are whatever the script and the Dockerfile's RUN steps echo on the path this
+(arch, variant, wheel source) takes, plus kaniko's final push. Reading them from the files means a
+Dockerfile that adds or drops an assertion changes the check with it; nothing is hard-coded here
+except kaniko's push lines.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel
+
+from domain.contract import BuildContract, EchoLine, render
+from domain.contract.models import guards_hold
+
+_PART = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)|\$\([^)]*\)")
+DIGEST_RE = r"sha256:([0-9a-f]{64})"
+
+
+class Marker(BaseModel):
+    """One expected log line: ``text`` (exact substring) or ``pattern`` (regex, searched per log)."""
+
+    name: str
+    text: str | None = None
+    pattern: str | None = None
+    source: str  # "script", a Dockerfile path, or "kaniko"
+    role: Literal["assert", "push", "pushed"] = "assert"
+
+    def search(self, log: str, start: int = 0) -> re.Match[str] | None:
+        rx = self.pattern if self.pattern is not None else re.escape(self.text or "")
+        return re.compile(rx, re.M).search(log, start)
+
+
+class MarkerCheck(BaseModel):
+    found: list[str]
+    missing: list[str]
+    final_push_seen: bool
+    pushed_digest: str | None  # "sha256:<64 hex>" of the final push
+
+
+def _to_marker(template: str, env: dict[str, str], source: str) -> Marker:
+    """Resolve known variables; anything else (a shell local, `$(...)`) becomes a wildcard."""
+    literal: list[str] = []
+    regex: list[str] = []
+    wild = False
+    pos = 0
+    for m in _PART.finditer(template):
+        lit = template[pos:m.start()]
+        literal.append(lit)
+        regex.append(re.escape(lit))
+        pos = m.end()
+        name = m.group(1) or m.group(3)
+        default = m.group(2)
+        if name and name in env and (env[name] != "" or default is None):
+            literal.append(env[name])
+            regex.append(re.escape(env[name]))
+        elif name and default is not None and name in env:
+            literal.append(default)
+            regex.append(re.escape(default))
+        else:
+            wild = True
+            literal.append("…")
+            regex.append(r"\S.*?")
+    literal.append(template[pos:])
+    regex.append(re.escape(template[pos:]))
+    name = "".join(literal).strip()[:100]
+    if wild:
+        return Marker(name=name, pattern="".join(regex), source=source)
+    return Marker(name=name, text="".join(literal), source=source)
+
+
+def _knob_values(contract: BuildContract, arch: str, job_env: dict[str, str]) -> dict[str, str]:
+    """Shell values the script will hold for this arch and job env (knob defaults resolved)."""
+    s = contract.script
+    a = contract.arch(arch)
+    values: dict[str, str] = {s.arch_var: a.uname, "GITSHA": contract.commit}
+    for var, field in s.arch_field_vars.items():
+        values[var] = str(getattr(a, field) or "")
+    for k in s.knobs.values():
+        raw = job_env.get(k.env, k.default)
+        try:
+            values[k.local] = render(raw, values)
+        except KeyError:
+            continue
+    return values
+
+
+def variant_env(contract: BuildContract, variant: str) -> dict[str, str]:
+    """The add-on env a variant sets (Megatron: the ops doc's `-e` pairs; standard: none)."""
+    if variant == "megatron":
+        return {e.name: e.value for e in contract.ops.megatron_env}
+    return {}
+
+
+def expected_markers(
+    contract: BuildContract,
+    arch: str,
+    variant: str,
+    wheel_source: str,
+    tag: str,
+    *,
+    image_repository: str | None = None,
+    job_env: dict[str, str] | None = None,
+) -> list[Marker]:
+    """Markers for one target, in log order (script, Dockerfile chain, final push)."""
+    s = contract.script
+    a = contract.arch(arch)
+    env = {**variant_env(contract, variant), **(job_env or {}), s.wheel_source_var: wheel_source}
+    if image_repository:
+        env[s.image_repository_var] = image_repository
+    values = _knob_values(contract, arch, env)
+    repo = values.get(s.repository_local, image_repository or s.image_repository_default)
+    df = contract.dockerfiles[values.get(s.knobs[s.dockerfile_var].local, a.dockerfile)
+                              if s.dockerfile_var else a.dockerfile]
+    values.update({k: v for k, v in df.pins.items()})
+    local_tags = {name: pat for name, pat in s.locals.items() if pat in
+                  (s.tag_pattern, s.wheels_tag_pattern, s.floating_tag_pattern)}
+    for name, pat in local_tags.items():
+        try:
+            values[name] = render(pat, values)
+        except KeyError:
+            pass
+    cond_env = {**values, **env}
+    markers: list[Marker] = []
+
+    # Script: pin lines, then its stdout echoes on this path.
+    pins = list(s.pinned_args) + [p.name for p in s.conditional_pinned_args
+                                  if all(c.holds(cond_env) for c in p.when)]
+    if s.pin_echo:
+        dockerfile_local = s.knobs[s.dockerfile_var].local if s.dockerfile_var else "DOCKERFILE"
+        for pin in pins:
+            pin_values = {**values, "pin": pin, "value": df.pins.get(pin, ""), dockerfile_local: df.path}
+            markers.append(_to_marker(s.pin_echo, pin_values, "script"))
+    markers.extend(_echo_markers(s.echoes, cond_env, values, "script"))
+
+    # Dockerfile: the final target's stage chain with its build args.
+    build_env = dict(df.pins)
+    for stage in df.chain():
+        build_env.update({k: v for k, v in stage.args.items() if v is not None})
+    build_env.update({"GITSHA": contract.commit, s.wheel_source_var: wheel_source})
+    if s.megatron_var:
+        build_env[s.megatron_var] = values.get(s.knobs[s.megatron_var].local, "0")
+    for stage in df.chain():
+        markers.extend(_echo_markers(stage.echoes, build_env, build_env, df.path))
+
+    # kaniko's final push of this tag (the wheels push has another tag and does not count).
+    markers.append(Marker(name=f"push {repo}:{tag}", text=f"Pushing image to {repo}:{tag}",
+                          source="kaniko", role="push"))
+    markers.append(Marker(name=f"pushed {repo}@sha256", pattern=re.escape(f"Pushed {repo}@") + DIGEST_RE,
+                          source="kaniko", role="pushed"))
+    seen: dict[str, int] = {}
+    for m in markers:
+        n = seen.get(m.name, 0)
+        seen[m.name] = n + 1
+        if n:
+            m.name = f"{m.name} #{n + 1}"
+    return markers
+
+
+def _echo_markers(echoes: list[EchoLine], cond_env: dict[str, str], values: dict[str, str],
+                  source: str) -> list[Marker]:
+    out = []
+    for e in echoes:
+        if e.in_loop or guards_hold(e.guards, cond_env) is not True:
+            continue
+        out.append(_to_marker(e.template, values, source))
+    return out
+
+
+def check_log(markers: list[Marker], log_text: str) -> MarkerCheck:
+    """Which markers the log shows; the final push counts only as `Pushing image to` then `Pushed`."""
+    found: list[str] = []
+    missing: list[str] = []
+    push_end: int | None = None
+    digest: str | None = None
+    for m in markers:
+        if m.role == "assert":
+            (found if m.search(log_text) else missing).append(m.name)
+        elif m.role == "push":
+            hit = m.search(log_text)
+            if hit:
+                found.append(m.name)
+                push_end = hit.end()
+            else:
+                missing.append(m.name)
+        else:
+            hit = m.search(log_text, push_end) if push_end is not None else None
+            if hit:
+                found.append(m.name)
+                digest = "sha256:" + hit.group(1)
+            else:
+                missing.append(m.name)
+    return MarkerCheck(found=found, missing=missing, final_push_seen=digest is not None, pushed_digest=digest)
