@@ -66,7 +66,7 @@ def _to_marker(template: str, env: dict[str, str], source: str) -> Marker:
             regex.append(r"\S.*?")
     literal.append(template[pos:])
     regex.append(re.escape(template[pos:]))
-    name = "".join(literal).strip()[:100]
+    name = "".join(literal).strip()
     if wild:
         return Marker(name=name, pattern="".join(regex), source=source)
     return Marker(name=name, text="".join(literal), source=source)

@@ -1,0 +1,79 @@
+"""Dockerfile and AGENTS.md parsers: pins, stages, labels, markers, policy; fail-closed errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from domain.contract import ContractError, parse_agents, parse_dockerfile
+
+from .helpers import DF_AMD, DF_ARM, HARBOR, contract, edited, fixture_files, line_of
+
+
+def test_pins_and_missing_donor_on_arm64():
+    files = fixture_files()
+    amd = parse_dockerfile(files[DF_AMD], DF_AMD)
+    arm = parse_dockerfile(files[DF_ARM], DF_ARM)
+    assert amd.pins["HARBOR_COMMIT"] == HARBOR and arm.pins["HARBOR_COMMIT"] == HARBOR
+    assert amd.pins["FLASH_ATTN_VERSION"] == "2.8.3" and amd.pins["TORCH_VERSION"] == "2.11.0"
+    assert "VLLM_NATIVE_DONOR_COMMIT" in amd.pins and "VLLM_NATIVE_DONOR_COMMIT" not in arm.pins
+
+
+def test_stages_labels_and_layers():
+    df = parse_dockerfile(fixture_files()[DF_AMD], DF_AMD)
+    assert [s.name for s in df.stages] == ["base", "wheel-builder", "rl"]
+    assert [s.name for s in df.chain()] == ["base", "rl"]
+    assert [s.name for s in df.chain("wheel-builder")] == ["base", "wheel-builder"]
+    assert df.labels() == {
+        "org.opencontainers.image.source": "https://github.com/marin-community/MarinSkyRL",
+        "org.opencontainers.image.revision": "${GITSHA}",
+        "org.marin.harbor-commit": "${HARBOR_COMMIT}",
+    }
+    # with 3 synthetic base layers for the external FROM the image has >= the ops minimum of 20
+    assert df.layer_steps() + 3 >= contract().ops.layer_ceiling.min_layers
+
+
+def test_variant_markers_carry_their_branch():
+    df = parse_dockerfile(fixture_files()[DF_ARM], DF_ARM)
+    echoes = {e.template: e for s in df.chain() for e in s.echoes}
+    meg = echoes["transformer_engine.pytorch + megatron.bridge AutoBridge import OK"]
+    std = echoes["megatron backend not installed (INSTALL_MEGATRON=0)"]
+    assert meg.guards[0].holds({"INSTALL_MEGATRON": "1"}) is True
+    assert std.guards[0].holds({"INSTALL_MEGATRON": "1"}) is False
+    assert std.guards[0].holds({"INSTALL_MEGATRON": "0"}) is True
+    assert echoes["baked harbor commit: ${HARBOR_COMMIT}"].guards == []
+    assert any(e.in_loop for e in echoes.values())  # the pip-check loop lines are not plain markers
+
+
+def test_dockerfile_without_a_pin_is_refused():
+    files = edited(DF_AMD, lambda t: t.replace("ARG TORCH_VERSION=2.11.0\n", ""))
+    with pytest.raises(ContractError) as e:
+        contract(files)
+    assert e.value.file == DF_AMD and "ARG TORCH_VERSION" in str(e.value)
+
+
+def test_unknown_instruction_and_bad_from():
+    text = fixture_files()[DF_AMD].replace("WORKDIR /opt/skyrl", "FROBNICATE /opt/skyrl")
+    with pytest.raises(ContractError) as e:
+        parse_dockerfile(text, DF_AMD)
+    assert e.value.line == line_of(text, "FROBNICATE") and "FROBNICATE" in str(e.value)
+    text = fixture_files()[DF_AMD].replace("FROM base AS rl", "FROM base")
+    with pytest.raises(ContractError) as e:
+        parse_dockerfile(text, DF_AMD)
+    assert e.value.line == text.splitlines().index("FROM base") + 1
+    assert "AS <name>" in e.value.expected
+
+
+def test_agents_policy_lines():
+    policy = parse_agents(fixture_files()["AGENTS.md"])
+    texts = [p.text for p in policy.policy]
+    assert any("kaniko cache" in t for t in texts)
+    assert any("iris cluster restart" in t for t in texts)
+    assert any("uv run infra/pre-commit.py --all-files --fix" in t for t in texts)
+    assert any("Merge only with explicit user authorization" in t for t in texts)
+    assert policy.do_not_touch == ["cloud/iris/launch_rl_iris.py"]
+
+
+def test_agents_without_policy_section_fails():
+    with pytest.raises(ContractError) as e:
+        parse_agents("# Notes\n\nNothing here.\n")
+    assert e.value.file == "AGENTS.md" and "## Policy" in e.value.expected

@@ -1,0 +1,104 @@
+"""Ops runbook parser: tables, launch templates, ceiling, artifact; disagreements and the correction."""
+
+from __future__ import annotations
+
+import pytest
+
+from domain.contract import ContractError, corrected_ops_doc, parse_ops
+
+from .helpers import OPS, contract, edited, fixture_files, line_of
+
+
+def ops():
+    return parse_ops(fixture_files()[OPS], uri_schemes=["s3://", "file://"])
+
+
+def test_launch_templates():
+    o = ops()
+    amd, arm = o.templates["amd64"], o.templates["arm64"]
+    assert amd.cluster == "cw-rno2a" and arm.cluster == "cw-us-east-08a"
+    assert amd.task_image == "docker.io/library/ubuntu:22.04"
+    assert amd.no_sync and amd.enable_extra_resources and amd.no_wait
+    assert (amd.cpu, amd.memory, amd.disk, amd.gpu) == (48.0, "512GB", "400GB", None)
+    assert (arm.cpu, arm.memory, arm.disk, arm.gpu) == (96.0, "640GB", "500GB", "GB200x1")
+    assert (amd.priority, amd.max_retries, amd.timeout_s) == ("interactive", 0, 18000)
+    assert (arm.max_retries, arm.timeout_s) == (3, 28800)
+    assert [(e.name, e.value) for e in amd.env] == [
+        ("BUILD_B64", "$BUILD_B64"), ("GITSHA", "$GITSHA"), ("DOCKER_USER_ID", "$DOCKER_USER_ID"),
+        ("GHCR_TOKEN", "$GHCR_TOKEN"), ("WHEEL_SOURCE", "wheel-builder")]
+    assert amd.command[:2] == ["bash", "-lc"] and "mktemp" in amd.command[2]
+    assert amd.job_name == "gpurl-kaniko-amd64-${VARIANT}-${SHORT_SHA}"
+    assert [(e.name, e.value) for e in o.megatron_env] == [("INSTALL_MEGATRON", "1"), ("TAG_PREFIX", "gpu-rl-megatron")]
+
+
+def test_tables():
+    o = ops()
+    assert {a: p.cluster for a, p in o.placements.items()} == {"amd64": "cw-rno2a", "arm64": "cw-us-east-08a"}
+    c = o.layer_ceiling
+    assert (c.max_layer_bytes, c.warn_layer_bytes, c.min_layers) == (8 * 10**9, 4 * 10**9, 20)
+    rules = {r.glob: r.rebuild for r in o.deploy_boundary}
+    assert rules["skyrl-train/**"] is True and rules["cloud/iris/**"] is False
+    art = o.wheel_artifact
+    assert art.uri.startswith("s3://marin-us-east-02a/") and len(art.sha256) == 64
+    assert art.usable is False and "not usable" in art.reason
+
+
+def test_artifact_truncated_sha_is_unusable_even_if_marked_usable():
+    text = fixture_files()[OPS].replace("| usable | no |", "| usable | yes |")
+    assert parse_ops(text).wheel_artifact.usable is True
+    sha = parse_ops(text).wheel_artifact.sha256
+    short = parse_ops(text.replace(sha, sha[:12])).wheel_artifact
+    assert short.usable is False and "64-hex" in short.reason
+
+
+def _err(text: str) -> ContractError:
+    with pytest.raises(ContractError) as e:
+        parse_ops(text)
+    assert e.value.file == OPS
+    return e.value
+
+
+def test_unknown_flag_fails_with_line():
+    text = fixture_files()[OPS].replace("  --no-wait \\\n", "  --no-wait \\\n  --frobnicate \\\n", 1)
+    err = _err(text)
+    assert err.line == line_of(text, "--frobnicate") and "--frobnicate" in str(err)
+
+
+def test_key_equals_value_env_fails():
+    text = fixture_files()[OPS].replace('-e GITSHA "$GITSHA"', '-e GITSHA="$GITSHA" -e X', 1)
+    assert "KEY=VALUE" in _err(text).expected
+
+
+def test_renamed_column_and_missing_section_fail():
+    text = fixture_files()[OPS].replace("| architecture | cluster | priority |", "| arch | cluster | priority |")
+    err = _err(text)
+    assert err.line == line_of(text, "| arch | cluster | priority |")
+    err = _err(fixture_files()[OPS].replace("## Layer ceiling", "## Layers"))
+    assert "Layer ceiling" in err.expected and err.line == 0
+
+
+def test_unrecognized_required_when_fails():
+    text = fixture_files()[OPS].replace("| `GITSHA` | always |", "| `GITSHA` | sometimes |")
+    err = _err(text)
+    assert err.line == line_of(text, "| `GITSHA` | sometimes |") and "sometimes" in str(err)
+
+
+def test_disagreement_and_correction():
+    c = contract()
+    assert [(d.field, d.prose_value, d.script_value) for d in c.disagreements] == [
+        ("build contract: HF_TOKEN", "required always", "not required by the script")]
+    fixed = corrected_ops_doc(c)
+    assert fixed is not None and "HF_TOKEN" not in fixed
+    again = contract(edited(OPS, lambda _: fixed))
+    assert again.disagreements == [] and corrected_ops_doc(again) is None
+
+
+def test_disagreement_on_default_and_missing_row():
+    files = edited(OPS, lambda t: t.replace("optional (default: gpu-rl)", "optional (default: gpu-rl-image)")
+                   .replace("| `GITSHA` | always | the full 40-hex committed revision the bundle was cut from |\n", ""))
+    c = contract(files)
+    fields = {d.field: d for d in c.disagreements}
+    assert fields["build contract: TAG_PREFIX"].script_value == "default gpu-rl"
+    assert fields["build contract: GITSHA"].prose_value == "absent"
+    fixed = corrected_ops_doc(c)
+    assert "optional (default: gpu-rl)" in fixed and "| `GITSHA` | always |" in fixed
