@@ -12,7 +12,6 @@ import sys
 from datetime import timedelta
 
 import click
-from domain.buildset import BuildRequest, CompatibilityRequest
 from temporalio.client import (
     Client,
     Schedule,
@@ -29,6 +28,7 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError
 
+from domain.buildset import BuildRequest, CompatibilityRequest
 from domain.config import ConfigError, ServiceConfig, load_config
 from domain.models import MergeAuthorization, OperatorDecision, PipelineInput, PipelineReport, TargetStatus
 from domain.report import report_markdown

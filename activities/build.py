@@ -11,9 +11,6 @@ import asyncio
 import base64
 import time
 
-from clients.kube import KubeEvidence, PodFacts
-from domain.failures import AttemptEvidence, Evidence, classify
-from domain.markers import check_log
 from temporalio import activity
 
 from activities.common import (
@@ -40,8 +37,11 @@ from clients.iris import (
     Resources,
     Unavailable,
 )
+from clients.kube import KubeEvidence, PodFacts
 from domain.config import PolicySettings, ServiceConfig
 from domain.contract import load_contract
+from domain.failures import AttemptEvidence, Evidence, classify
+from domain.markers import check_log
 from domain.models import (
     CapturedFailure,
     CaptureInput,
@@ -187,7 +187,7 @@ class BuildActivities:
         async with Heartbeater(), iris_client(self.config, inp.cluster) as iris:
             text = await _full_log(iris, inp.job_id)
         ref = write_evidence(self.paths.evidence_dir(inp.request_id) / f"{safe_name(inp.job_id)}.log", text)
-        result = check_log(inp.target.expected_markers, text, inp.target)
+        result = check_log(inp.target.expected_markers, text)
         return LogCheck(log=ref, found=result.found, missing=result.missing,
                         final_push_seen=result.final_push_seen, pushed_digest=result.pushed_digest)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 
-from domain.buildset import plan_targets
 from temporalio import activity
 
 from activities.common import Paths, SourceRepos, input_error, iris_client, safe_name
@@ -31,8 +30,9 @@ from clients.git_source import (
 )
 from clients.iris import IrisError
 from domain.boundary import BoundaryRule, decide
+from domain.buildset import plan_targets
 from domain.config import ServiceConfig
-from domain.contract import BuildContract, ContractError, load_contract, propose_ops_correction
+from domain.contract import BuildContract, ContractError, corrected_ops_doc, load_contract
 from domain.harbor_manifest import diff_manifests, extras_installed_by_dockerfile, parse_harbor_manifest
 from domain.models import (
     BuildState,
@@ -121,7 +121,7 @@ class SourceActivities:
         except GitSourceError as e:
             raise input_error(str(e)) from None
         corrected = False
-        fixed = propose_ops_correction(contract)
+        fixed = corrected_ops_doc(contract)
         if fixed is not None:
             ops_path = wt / contract.ops.path
             if ops_path.read_text() != fixed:

@@ -14,9 +14,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from domain.failures import decide_retry
-
     from activities.build import BuildActivities
+    from domain.failures import decide_retry
     from domain.models import (
         CaptureInput,
         FailureRecord,
@@ -150,7 +149,8 @@ class TargetBuildWorkflow:
             progress: JobProgress = await workflow.execute_activity_method(
                 BuildActivities.monitor_job,
                 MonitorInput(job_id=job_id, cluster=self._inp.target.cluster,
-                             return_after_s=policy.progress_interval_s, log_cursor=cursor, last_marker=marker),
+                             return_after_s=policy.progress_interval_s, log_cursor=cursor, last_marker=marker,
+                             markers=[m.text for m in self._inp.target.expected_markers if m.text]),
                 start_to_close_timeout=timedelta(seconds=policy.progress_interval_s + 120),
                 heartbeat_timeout=timedelta(seconds=60), retry_policy=IO_RETRY,
                 summary=f"poll Iris for {job_id}")
