@@ -1,7 +1,8 @@
 """Session fixtures for the real local Iris controller (marin-iris 0.2.20, local mode).
 
 ``iris_controller``: one controller subprocess per test session (started lazily, stopped with all its
-tasks at session end). ``iris_client``: an ``IrisClient`` bound to it sending today's date as
+tasks at session end); its per-task-timeout scan runs every 1 s instead of 0.2.20's 60 s so the
+timeout test stays short. ``iris_client``: an ``IrisClient`` bound to it sending today's date as
 ``client_revision_date`` (the controller's freshness gate stays on).
 """
 
@@ -18,7 +19,7 @@ from sandbox.iris_controller import IrisControllerHandle, start_iris_controller
 
 @pytest.fixture(scope="session")
 def iris_controller(tmp_path_factory) -> IrisControllerHandle:
-    handle = start_iris_controller(tmp_path_factory.mktemp("iris-controller"))
+    handle = start_iris_controller(tmp_path_factory.mktemp("iris-controller"), timeout_scan_interval_s=1.0)
     yield handle
     handle.stop()
 
