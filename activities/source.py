@@ -30,7 +30,7 @@ from clients.git_source import (
 )
 from clients.iris import IrisError
 from domain.boundary import BoundaryRule, decide
-from domain.buildset import plan_targets
+from domain.buildset import TargetSpec, plan_targets
 from domain.config import ServiceConfig
 from domain.contract import BuildContract, ContractError, corrected_ops_doc, load_contract
 from domain.harbor_manifest import diff_manifests, extras_installed_by_dockerfile, parse_harbor_manifest
@@ -202,7 +202,7 @@ class SourceActivities:
 
     # ------------------------------------------------------------------ 3. plan
     @activity.defn
-    async def plan_targets(self, inp: PlanTargetsInput) -> list:
+    async def plan_targets(self, inp: PlanTargetsInput) -> list[TargetSpec]:
         repo = await asyncio.to_thread(self.repos.marinskyrl)
         contract = await asyncio.to_thread(self._contract, repo, inp.build_commit)
         for arch, cluster in inp.request.clusters.items():

@@ -292,7 +292,7 @@ class MergeAuthorization(BaseModel):
 
 class PipelineReport(BaseModel):
     workflow_id: str
-    status: Literal["planned", "succeeded", "failed", "awaiting_merge", "merged"]
+    status: Literal["running", "planned", "failed", "awaiting_merge", "merged"]
     request: BuildRequest
     workflow_url: str | None = None
     state: BuildState | None = None

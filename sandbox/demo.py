@@ -9,6 +9,7 @@ with ``skopeo``, then stops every process it started (unless ``--keep``).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -36,15 +37,29 @@ def _query(config: Path, wid: str) -> dict:
 
 
 def _target_status(stack, wid: str, key: str) -> dict:
-    """Read a target's status through the Temporal CLI (what an operator's terminal would show)."""
-    temporal = Path(PY).parent / "temporal"
-    out = subprocess.run([str(temporal), "workflow", "query", "--address", stack.temporal.address,
-                          "-w", f"{wid}/{key}", "--type", "status", "-o", "json"],
-                         capture_output=True, text=True, timeout=60)
+    """A target's status as the Temporal UI/CLI shows it (the child workflow's ``status`` query)."""
+    return asyncio.run(_query_child(stack.temporal.address, f"{wid}/{key}"))
+
+
+async def _query_child(address: str, child_id: str) -> dict:
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    from domain.models import TargetStatus
+
+    client = await Client.connect(address, data_converter=pydantic_data_converter)
     try:
-        return json.loads(out.stdout).get("queryResult", [{}])[0]
-    except (ValueError, IndexError, AttributeError):
+        st = await client.get_workflow_handle(child_id).query("status", result_type=TargetStatus)
+        return st.model_dump(mode="json")
+    except Exception:  # noqa: BLE001 - not started yet
         return {}
+
+
+async def _running(address: str, wid: str) -> bool:
+    from temporalio.client import Client, WorkflowExecutionStatus
+
+    client = await Client.connect(address)
+    return (await client.get_workflow_handle(wid).describe()).status == WorkflowExecutionStatus.RUNNING
 
 
 def _skopeo_digest(host: str, ref: str, user: str, token: str) -> str | None:
@@ -110,7 +125,7 @@ def main(state_dir, archs, variants, keep, timeout):
                 res = _starter(config, "approve-merge", wid, "--by", "sandbox-operator", check=False)
                 if res.returncode == 0:
                     click.echo(f"operator: {res.stdout.strip()}")
-            if status in ("merged",) or _closed_failed(stack, wid):
+            if status == "merged" or not asyncio.run(_running(stack.temporal.address, wid)):
                 break
             time.sleep(2)
         final = _starter(config, "report", wid, check=False)
@@ -142,17 +157,6 @@ def main(state_dir, archs, variants, keep, timeout):
         stack.stop()
         click.echo("sandbox stopped; no process left running")
     sys.exit(code)
-
-
-def _closed_failed(stack, wid: str) -> bool:
-    temporal = Path(PY).parent / "temporal"
-    out = subprocess.run([str(temporal), "workflow", "describe", "--address", stack.temporal.address, "-w", wid,
-                          "-o", "json"], capture_output=True, text=True, timeout=60)
-    try:
-        st = json.loads(out.stdout)["workflowExecutionInfo"]["status"]
-    except (ValueError, KeyError):
-        return False
-    return st not in ("WORKFLOW_EXECUTION_STATUS_RUNNING", 1)
 
 
 if __name__ == "__main__":

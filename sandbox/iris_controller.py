@@ -4,8 +4,9 @@ Why a subprocess: the local cluster runs its workers as threads and every task a
 subprocess; keeping all of that out of the test process lets ``stop()`` kill it as a unit and lets
 tests simulate a controller crash and restart on the same state directory.
 
-What the local controller advertises (from the ``local.yaml`` shipped in the wheel): one scale group
-``cpu`` of workers with 16 CPU, 32 GB RAM, 100 GB disk, ``device_type=cpu``, up to 4 workers
+What the local controller advertises: the wheel's ``local.yaml`` reshaped like the CoreWeave pools
+(``_shape_like_coreweave``): scale group ``cpu`` (128 CPU, 2014 GiB RAM, 2 TiB disk) and ``gb200``
+(4 x GB200, 144 CPU, 955 GiB RAM), up to 4 workers each
 (slices); no GPU/TPU scale group, so a GPU request is rejected at LaunchJob with
 ``failed_precondition``. Tasks run as host processes whose cwd is ``<state_dir>/cwd`` (the
 controller's cwd), not the bundle: the bundle is unpacked in ``$IRIS_WORKDIR``. ``setup_commands``
@@ -205,6 +206,7 @@ def _serve(state_dir: Path, port: int, timeout_scan_interval_s: float | None = N
     config_path = files("iris") / "config" / "local.yaml"
     proto = make_local_config(IrisConfig.load(str(config_path)).proto)
     proto.controller.local.port = port
+    _shape_like_coreweave(proto)
     bundles = state_dir / "bundles"
     bundles.mkdir(exist_ok=True)
     proto.storage.remote_state_dir = f"file://{bundles}"
@@ -229,6 +231,27 @@ def _serve(state_dir: Path, port: int, timeout_scan_interval_s: float | None = N
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
     cluster.stop()
+
+
+def _shape_like_coreweave(proto) -> None:
+    """Advertise node shapes like the CoreWeave pools the ops templates target.
+
+    The local scheduler believes the config's worker sizes (tasks are host processes either way), so
+    the real launch templates (48 CPU / 512 GB on amd64; GB200x1 / 96 CPU / 640 GB on arm64) schedule
+    here unchanged instead of the service shrinking real requests for the sandbox."""
+    cpu = proto.scale_groups["cpu"]
+    cpu.resources.cpu_millicores = 128_000
+    cpu.resources.memory_bytes = 2014 * 2**30
+    cpu.resources.disk_bytes = 2 * 2**40
+    cpu.slice_template.disk_size_gb = 2048
+    gpu = proto.scale_groups["gb200"]
+    gpu.CopyFrom(cpu)
+    gpu.name = "gb200"
+    gpu.resources.cpu_millicores = 144_000
+    gpu.resources.memory_bytes = 955 * 2**30
+    gpu.resources.device_type = gpu.slice_template.accelerator_type = 2  # ACCELERATOR_TYPE_GPU
+    gpu.resources.device_variant = gpu.slice_template.accelerator_variant = "GB200"
+    gpu.resources.device_count = gpu.slice_template.gpu_count = 4
 
 
 def main() -> None:

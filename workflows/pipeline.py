@@ -48,7 +48,7 @@ class BuildPipelineWorkflow:
     @workflow.init
     def __init__(self, inp: PipelineInput) -> None:
         self._stage = Stage.QUEUED
-        self._report = PipelineReport(workflow_id=workflow.info().workflow_id, status="failed",
+        self._report = PipelineReport(workflow_id=workflow.info().workflow_id, status="running",
                                       request=inp.request)
         self._merge_auth: MergeAuthorization | None = None
         self._review: ReviewState | None = None
