@@ -300,6 +300,7 @@ class PipelineReport(BaseModel):
     plan: list[TargetSpec] = Field(default_factory=list)
     targets: list[TargetResult] = Field(default_factory=list)
     pull_request: PullRequestInfo | None = None
+    review: ReviewState | None = None  # checks and reviews as last seen while awaiting merge
     merge_commit: str | None = None
     message: str = ""
 

@@ -153,37 +153,9 @@ class SandboxStack:
 
     def _write_config(self) -> None:
         assert self.temporal and self.iris and self.token_registry and self.open_registry and self.remotes
-        token_file = self.state_dir / "secrets" / "registry-token"
-        _write_secret(token_file, self.token_registry.push_token or "")
-        today = dt.date.today().isoformat()
-        cluster = {"controller_url": self.iris.url, "client_revision_date": today, "iris_user": "gpu-rl-builder"}
-        config: dict[str, Any] = {
-            "work_dir": str(self.state_dir / "work"),
-            "temporal": {"address": self.temporal.address, "namespace": self.temporal.namespace,
-                         "ui_url": self.temporal.ui_url},
-            "repos": {"marinskyrl_url": self.remotes.marinskyrl_url, "harbor_url": self.remotes.harbor_url,
-                      "marinskyrl_slug": MARINSKYRL_SLUG, "harbor_slug": HARBOR_SLUG},
-            "clusters": {
-                "sandbox-amd64": {**cluster, "architecture": "amd64"},
-                "sandbox-arm64": {**cluster, "architecture": "arm64",
-                                  "job_env": {"SANDBOX_UNAME_M": "aarch64"}},
-            },
-            "registry": {
-                "image_repository": f"{self.token_registry.host}/{IMAGE_REPO_PATH}",
-                "insecure_hosts": [self.token_registry.host, self.open_registry.host],
-                "user": {"kind": "literal_public", "value": self.token_registry.push_user},
-                "token": {"kind": "file", "path": str(token_file)},
-            },
-        }
-        if self.github is not None:
-            gh_token = self.state_dir / "secrets" / "github-token"
-            _write_secret(gh_token, self.github.token)
-            config["github"] = {"api_url": self.github.api_url, "token": {"kind": "file", "path": str(gh_token)}}
-        (self.state_dir / "work").mkdir(exist_ok=True)
-        self.config_path.write_text(to_toml(config))
-        from domain.config import load_config
-
-        load_config(self.config_path)  # fail now, not in the worker, if the file does not validate
+        write_service_config(self.config_path, self.state_dir, temporal=self.temporal, iris=self.iris,
+                             token_registry=self.token_registry, open_registry=self.open_registry,
+                             remotes=self.remotes, github=self.github)
 
     def endpoints(self) -> dict[str, Any]:
         """Endpoints and pids (no secrets): what ``stack.json`` holds and ``up`` prints."""
@@ -220,6 +192,47 @@ class SandboxStack:
     def pids(self) -> list[int]:
         return [p for p in (getattr(x, "pid", None) for x in (
             self.temporal, self.iris, self.open_registry, self.token_registry, self.github)) if p]
+
+
+def write_service_config(path: Path, state_dir: Path, *, temporal, iris, token_registry, open_registry, remotes,
+                         github=None, task_queue: str = "gpu-rl-builder") -> Path:
+    """The service configuration for these sandbox parts (``domain.config.ServiceConfig`` as TOML).
+
+    Secrets go to 0600 files under ``state_dir/secrets`` and the config names those files."""
+    token_file = state_dir / "secrets" / "registry-token"
+    _write_secret(token_file, token_registry.push_token or "")
+    today = dt.date.today().isoformat()
+    cluster = {"controller_url": iris.url, "client_revision_date": today, "iris_user": "gpu-rl-builder"}
+    config: dict[str, Any] = {
+        "work_dir": str(state_dir / "work"),
+        "temporal": {"address": temporal.address, "namespace": temporal.namespace, "task_queue": task_queue,
+                     **({"ui_url": temporal.ui_url} if temporal.ui_url else {})},
+        "repos": {"marinskyrl_url": remotes.marinskyrl_url, "harbor_url": remotes.harbor_url,
+                  "marinskyrl_slug": MARINSKYRL_SLUG, "harbor_slug": HARBOR_SLUG},
+        "clusters": {
+            "sandbox-amd64": {**cluster, "architecture": "amd64"},
+            "sandbox-arm64": {**cluster, "architecture": "arm64", "job_env": {"SANDBOX_UNAME_M": "aarch64"}},
+        },
+        "registry": {
+            "image_repository": f"{token_registry.host}/{IMAGE_REPO_PATH}",
+            "insecure_hosts": [token_registry.host, open_registry.host],
+            "user": {"kind": "literal_public", "value": token_registry.push_user},
+            "token": {"kind": "file", "path": str(token_file)},
+        },
+        # Short timers so the sandbox and tests see progress and re-checks quickly.
+        "policy": {"progress_interval_s": 5.0, "poll_min_interval_s": 0.5, "poll_max_interval_s": 3.0,
+                   "visibility_recheck_interval_s": 60},
+    }
+    if github is not None:
+        gh_token = state_dir / "secrets" / "github-token"
+        _write_secret(gh_token, github.token)
+        config["github"] = {"api_url": github.api_url, "token": {"kind": "file", "path": str(gh_token)}}
+    (state_dir / "work").mkdir(parents=True, exist_ok=True)
+    path.write_text(to_toml(config))
+    from domain.config import load_config
+
+    load_config(path)  # fail now, not in the worker, if the file does not validate
+    return path
 
 
 def _alive(pid: int) -> bool:

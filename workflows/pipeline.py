@@ -71,6 +71,8 @@ class BuildPipelineWorkflow:
     def _validate_approve(self, auth: MergeAuthorization) -> None:
         if not auth.by.strip():
             raise ValueError("approve-merge needs the name of the operator who authorizes it (--by)")
+        if self._merge_auth is not None:
+            raise ValueError(f"merge already authorized by {self._merge_auth.by}")
         if self._stage != Stage.AWAITING_MERGE or self._review is None:
             raise ValueError(f"nothing to merge yet (stage {self._stage.value})")
         if self._review.checks != "success":
@@ -142,9 +144,11 @@ class BuildPipelineWorkflow:
         await self._set_stage(Stage.AWAITING_MERGE)
         while True:
             self._review = await workflow.execute_activity_method(
-                RecordActivities.watch_pull_request, WatchInput(pr_number=pr.number, last=self._review),
+                RecordActivities.watch_pull_request,
+                WatchInput(pr_number=pr.number, last=None if self._merge_auth else self._review),
                 start_to_close_timeout=timedelta(minutes=5), heartbeat_timeout=timedelta(seconds=60),
                 retry_policy=IO_RETRY, summary=f"watch checks and reviews on PR #{pr.number}")
+            rep.review = self._review
             if self._review.merged:  # merged by a human outside the service
                 break
             if self._merge_auth is not None:
@@ -156,7 +160,7 @@ class BuildPipelineWorkflow:
                         start_to_close_timeout=timedelta(minutes=5), retry_policy=IO_RETRY,
                         summary=f"merge PR #{pr.number} at {self._review.head_sha[:12]} "
                                 f"(authorized by {self._merge_auth.by})")
-                    self._review = merged
+                    self._review = rep.review = merged
                     if merged.merged:
                         break
                     await self._set_stage(Stage.AWAITING_MERGE)

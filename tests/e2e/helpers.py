@@ -1,0 +1,57 @@
+"""Small helpers for end-to-end tests: start a pipeline like the starter does, and play the operator."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import WorkflowIDConflictPolicy
+
+from domain.buildset import BuildRequest, CompatibilityRequest
+from domain.models import PipelineInput, PipelineReport, TargetStatus
+from starter import ls_remote_head, pipeline_id
+from workflows.pipeline import BuildPipelineWorkflow
+
+
+def request(archs=("amd64",), variants=("standard",), **kw) -> BuildRequest:
+    return BuildRequest(architectures=list(archs), variants=list(variants),
+                        compatibility_request=CompatibilityRequest(requested_by="tester", reason="e2e test"),
+                        clusters={a: f"sandbox-{a}" for a in archs}, **kw)
+
+
+async def start_pipeline(stack, req: BuildRequest, *, plan_only: bool = False):
+    src = ls_remote_head(stack.config.repos.marinskyrl_url)
+    harbor = ls_remote_head(stack.config.repos.harbor_url, req.harbor_ref)
+    wid = pipeline_id(src, harbor) + ("-plan" if plan_only else "")
+    handle = await stack.client.start_workflow(
+        BuildPipelineWorkflow.run,
+        PipelineInput(request=req, request_id=wid, plan_only=plan_only, source_commit=src, harbor_commit=harbor),
+        id=wid, task_queue=stack.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+    return handle
+
+
+async def target_status(client: Client, wid: str, key: str) -> TargetStatus | None:
+    try:
+        return await client.get_workflow_handle(f"{wid}/{key}").query("status", result_type=TargetStatus)
+    except Exception:  # noqa: BLE001 - the child may not exist yet
+        return None
+
+
+async def report(client: Client, wid: str) -> PipelineReport:
+    return await client.get_workflow_handle(wid).query("report", result_type=PipelineReport)
+
+
+async def wait_until(predicate, timeout: float = 240.0, interval: float = 0.5, what: str = "condition"):
+    """Poll an async predicate until it returns a truthy value (bounded; never a timed assertion)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = await predicate()
+        if value:
+            return value
+        await asyncio.sleep(interval)
+    raise AssertionError(f"gave up waiting for {what} after {timeout:.0f}s")
+
+
+async def is_closed(client: Client, wid: str) -> bool:
+    return (await client.get_workflow_handle(wid).describe()).status != WorkflowExecutionStatus.RUNNING

@@ -1,0 +1,106 @@
+"""The whole runbook on real parts: Temporal dev server, Iris controller, token-auth registry, git remotes,
+GitHub stand-in. One build, amd64/standard, from request to merged PR — plus the checks that matter:
+the digest agrees with an independent tool, the pin table holds it, the launcher is untouched, there
+is exactly one Iris job, and no secret reached Temporal history, evidence files or the report."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowUpdateFailedError
+
+from clients.iris import IrisClient
+from domain.models import MergeAuthorization, PipelineReport
+from sandbox.git_remotes import remote_head
+from sandbox.stack import MARINSKYRL_SLUG
+from tests.e2e.helpers import is_closed, report, request, start_pipeline, target_status, wait_until
+
+pytestmark = pytest.mark.stack
+
+
+def _skopeo_digest(host: str, ref: str, user: str, token: str) -> str:
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as auth:
+        auth.write(json.dumps({"auths": {host: {"auth": base64.b64encode(f"{user}:{token}".encode()).decode()}}}))
+        auth.flush()
+        raw = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false", "--authfile", auth.name,
+                              f"docker://{ref}"], capture_output=True, check=True, timeout=120).stdout
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def _git_show(url: str, rev: str, path: str) -> str:
+    return subprocess.run(["git", "--git-dir", url.removeprefix("file://"), "show", f"{rev}:{path}"],
+                          capture_output=True, text=True, check=True).stdout
+
+
+async def test_build_to_merged_pr_with_visibility_gate_and_no_secret_leak(service_stack):
+    s = service_stack
+    launcher_before = _git_show(s.remotes.marinskyrl_url, "main", "cloud/iris/launch_rl_iris.py")
+    handle = await start_pipeline(s, request())
+    wid = handle.id
+    key = "amd64-standard"
+
+    # Green build, private package: the target waits without rebuilding; the operator flips it public.
+    waiting = await wait_until(lambda: _waiting_on_visibility(s.client, wid, key), what="visibility wait")
+    jobs_before = list(waiting.job_ids)
+    s.token_registry.set_public(s.image_repo_path, True)
+    await s.client.get_workflow_handle(f"{wid}/{key}").signal("recheck")
+
+    # PR opened; merge is refused while CI is pending, accepted once it is green.
+    rep = await wait_until(lambda: _awaiting_merge(s.client, wid), what="awaiting_merge")
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update("approve_merge", MergeAuthorization(by="tester"), result_type=str)
+    assert "required checks are pending" in str(refused.value.cause)
+    s.github.set_check(MARINSKYRL_SLUG, rep.pull_request.head_sha, "ci")
+    await wait_until(lambda: _checks_green(s.client, wid), what="checks green seen by the workflow")
+    await handle.execute_update("approve_merge", MergeAuthorization(by="tester"), result_type=str)
+    final: PipelineReport = await handle.result()
+
+    assert final.status == "merged" and final.merge_commit
+    (t,) = final.targets
+    assert t.status == "validated" and t.job_ids == jobs_before  # the re-check did not rebuild
+    assert t.platform == "linux/amd64" and t.validation.anonymous_pull == "pullable"
+    assert t.tag == f"gpu-rl-{final.source.build_commit}"
+    assert not t.log_check.missing and t.log_check.final_push_seen
+    host = s.token_registry.host
+    assert _skopeo_digest(host, t.image_ref, *s.token_registry.credentials) == t.digest
+    # The merged main carries the validated digest; the launcher is untouched; one Iris job exists.
+    assert remote_head(s.remotes.marinskyrl_url) == final.merge_commit
+    pins = _git_show(s.remotes.marinskyrl_url, "main", "cloud/iris/gpu_rl_images.py")
+    assert t.digest in pins and final.source.build_commit in pins
+    assert _git_show(s.remotes.marinskyrl_url, "main", "cloud/iris/launch_rl_iris.py") == launcher_before
+    async with IrisClient(s.iris.url, client_revision_date=s.config.clusters["sandbox-amd64"].client_revision_date) as iris:
+        jobs = await iris.list_jobs(prefix="/gpu-rl-builder/gpurl-kaniko-amd64-standard-" + final.source.build_commit[:8])
+    assert len(jobs) == 1
+
+    # Sentinel: the registry push token and the GitHub token appear nowhere we write or keep.
+    secrets = [s.token_registry.push_token, s.github.token]
+    histories = [await s.client.get_workflow_handle(w).fetch_history() for w in (wid, f"{wid}/{key}")]
+    kept = [h.to_json() for h in histories] + [final.model_dump_json()]
+    for path in Path(s.config.work_dir).rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".log", ".md", ".txt"):
+            kept.append(path.read_text(errors="replace"))
+    assert len(kept) > 3
+    for secret in secrets:
+        assert secret and all(secret not in text for text in kept)
+    assert await is_closed(s.client, wid)
+
+
+async def _waiting_on_visibility(client, wid, key):
+    st = await target_status(client, wid, key)
+    return st if st and st.waiting_for and "anonymously pullable" in st.waiting_for else None
+
+
+async def _awaiting_merge(client, wid):
+    rep = await report(client, wid)
+    return rep if rep.status == "awaiting_merge" and rep.pull_request and rep.review else None
+
+
+async def _checks_green(client, wid):
+    rep = await report(client, wid)
+    return rep.review is not None and rep.review.checks == "success"
