@@ -51,6 +51,7 @@ from domain.models import (
     MonitorInput,
     SubmitInput,
     SubmittedJob,
+    TerminateInput,
     ValidateInput,
 )
 from domain.validation import ExpectedImage, ValidationReport
@@ -66,7 +67,7 @@ class BuildActivities:
 
     def all(self) -> list:
         return [self.policy, self.submit_job, self.monitor_job, self.check_build_log, self.capture_failure,
-                self.validate_image]
+                self.validate_image, self.terminate_jobs]
 
     @activity.defn
     async def policy(self) -> PolicySettings:
@@ -229,6 +230,19 @@ class BuildActivities:
         ref = write_json_evidence(evidence_dir / f"{safe_name(inp.job_id)}.diagnostics.json", diag)
         activity.logger.info(f"{inp.job_id}: {c.failure_class} ({'; '.join(c.reasons)}); evidence {ref.path}")
         return CapturedFailure(classification=c, diagnostics=ref)
+
+    @activity.defn
+    async def terminate_jobs(self, inp: TerminateInput) -> list[str]:
+        """Terminate exactly the jobs we submitted (never by prefix: that would reach other jobs)."""
+        done = []
+        async with iris_client(self.config, inp.cluster) as iris:
+            for job_id in inp.job_ids:
+                try:
+                    await iris.terminate(job_id)
+                    done.append(job_id)
+                except NotFound:
+                    pass
+        return done
 
     # ------------------------------------------------------------------ validate the published image
     @activity.defn

@@ -205,6 +205,11 @@ class ValidateInput(BaseModel):
     harbor_commit: str
 
 
+class TerminateInput(BaseModel):
+    cluster: str
+    job_ids: list[str]  # exact ids of jobs this workflow submitted
+
+
 class OperatorDecision(BaseModel):
     action: Literal["retry", "abort"]
     by: str = "operator"

@@ -7,6 +7,7 @@ out and collects. All I/O is in activities; this file only decides.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
@@ -29,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         TargetInput,
         TargetResult,
         TargetStatus,
+        TerminateInput,
         ValidateInput,
     )
     from domain.validation import ValidationReport
@@ -74,6 +76,20 @@ class TargetBuildWorkflow:
     # ------------------------------------------------------------------ the run
     @workflow.run
     async def run(self, inp: TargetInput) -> TargetResult:
+        try:
+            return await self._build(inp)
+        except asyncio.CancelledError:
+            # Cancelled by an operator: stop our own jobs (exact ids, never a prefix), nothing else.
+            if self._status.job_ids:
+                await workflow.execute_activity_method(
+                    BuildActivities.terminate_jobs,
+                    TerminateInput(cluster=inp.target.cluster, job_ids=list(self._status.job_ids)),
+                    start_to_close_timeout=timedelta(minutes=2), retry_policy=IO_RETRY,
+                    summary=f"terminate {', '.join(self._status.job_ids)} (pipeline cancelled)")
+            await self._set_stage(Stage.FAILED, failure_class="cancelled")
+            raise
+
+    async def _build(self, inp: TargetInput) -> TargetResult:
         t = inp.target
         result = TargetResult(key=t.key, architecture=t.architecture, variant=t.variant, status="failed",
                               cluster=t.cluster, job_ids=[], tag=t.tag, image_ref=f"{t.image_repository}:{t.tag}")
