@@ -1,0 +1,266 @@
+"""Scripted stand-ins for every activity the pipeline and target workflows call, registered by name.
+
+Why scripted rather than real: these tests are about the workflows' decisions (retry, wait, refuse,
+merge), so each test says what Iris, the log, the registry and GitHub "answer" and then asserts what
+the REAL workflows did with it. The answers are real domain models, and failure classes come from the
+real classifier (``domain.failures.classify``) fed with the kind of evidence the capture activity sees.
+Every call is recorded in ``calls`` (activity name, input) for assertions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Literal
+
+from temporalio import activity
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+from domain.buildset import BuildRequest, CompatibilityRequest, TargetSpec, plan_targets
+from domain.config import PolicySettings
+from domain.failures import Evidence, classify
+from domain.models import (
+    BuildState,
+    BundleSummary,
+    CapturedFailure,
+    CaptureInput,
+    FileRef,
+    JobProgress,
+    LoadStateInput,
+    LogCheck,
+    LogCheckInput,
+    MergeInput,
+    MonitorInput,
+    PlanTargetsInput,
+    PrepareSourceInput,
+    PullRequestInfo,
+    RecordInput,
+    ReviewState,
+    SourceSnapshot,
+    SubmitInput,
+    SubmittedJob,
+    TargetInput,
+    TerminateInput,
+    ValidateInput,
+    WatchInput,
+)
+from domain.validation import CheckResult, ValidationReport
+from tests.contract.helpers import COMMIT, HARBOR, contract
+from workflows.pipeline import BuildPipelineWorkflow
+from workflows.target import TargetBuildWorkflow
+
+RESULT_TIMEOUT_S = 60  # every wait on a workflow is bounded: a broken workflow fails instead of hanging
+MERGE_COMMIT = "c" * 40
+PR_HEAD = "d" * 40
+DIGEST = "sha256:" + "e" * 64
+
+# Evidence as the capture activity would assemble it for each failure kind (classified for real).
+PREEMPTED = Evidence(job_state="worker_failed", k8s_event_reasons=["EvictedDueToPreempted"],
+                     log_tail=["INFO[0420] Taking snapshot of full filesystem..."])
+MANIFEST_MISMATCH = Evidence(job_state="failed", error="exit code 1",
+                             log_tail=["ERROR: wheelhouse MANIFEST differs from expected-wheel-manifest.txt"])
+UNKNOWN = Evidence(job_state="failed", error="exit code 3")
+
+
+def request(archs=("amd64",), variants=("standard",)) -> BuildRequest:
+    return BuildRequest(architectures=list(archs), variants=list(variants),
+                        compatibility_request=CompatibilityRequest(requested_by="tester", reason="workflow test"))
+
+
+def plan(req: BuildRequest | None = None) -> list[TargetSpec]:
+    """Real targets planned from the sandbox fixture contract at COMMIT."""
+    return plan_targets(contract(), req or request(), build_commit=COMMIT, harbor_commit=HARBOR,
+                        cluster_archs=None, image_repository_override=None)
+
+
+def target_input(request_id: str, target: TargetSpec | None = None) -> TargetInput:
+    return TargetInput(request_id=request_id, target=target or plan()[0], build_commit=COMMIT,
+                       harbor_commit=HARBOR, branch=f"gpu-rl-build/{request_id}")
+
+
+def validation(target: TargetSpec, kind: Literal["pass", "blocked", "fail"]) -> ValidationReport:
+    """A report that is ok, blocked only on anonymous pull, or failing on the platform check."""
+    platform = target.kaniko_platform
+    anon = "not_anonymously_pullable" if kind == "blocked" else "pullable"
+    checks = [
+        CheckResult(name="platform", expected=platform, observed=platform if kind != "fail" else "linux/s390x",
+                    verdict="fail" if kind == "fail" else "pass"),
+        CheckResult(name="layers", expected=">= 20", observed="42", verdict="pass"),
+        CheckResult(name="anonymous_pull", expected="pullable", observed=anon,
+                    verdict="fail" if kind == "blocked" else "pass"),
+    ]
+    return ValidationReport(image_ref=target.image_repository, tag=target.tag, digest=DIGEST, platform=platform,
+                            layer_count=42, largest_layer_bytes=1_000_000, total_bytes=9_000_000,
+                            anonymous_pull=anon, labels={}, checks=checks)
+
+
+def review(checks: str = "success", *, changes_requested: bool = False, failing: list[str] | None = None,
+           head: str = PR_HEAD) -> ReviewState:
+    return ReviewState(head_sha=head, checks=checks, failing_checks=failing or [],
+                       changes_requested=changes_requested)
+
+
+@dataclass
+class Round:
+    """What one submission of a target ends as."""
+
+    state: str = "succeeded"  # terminal Iris state reported by monitor_job
+    missing: list[str] = field(default_factory=list)  # markers absent from the log (state succeeded)
+    final_push: bool = True
+    evidence: Evidence | None = None  # what capture_failure classifies; None: missing-marker evidence
+
+
+class Standins:
+    """Answers per target key: ``rounds`` (one per submission) and ``validations`` (in order, last repeats)."""
+
+    def __init__(self, *, rounds: dict[str, list[Round]] | None = None,
+                 validations: dict[str, list[str]] | None = None, reviews: list[ReviewState] | None = None,
+                 policy: PolicySettings | None = None, targets: list[TargetSpec] | None = None):
+        self.rounds = rounds or {}
+        self.validations = validations or {}
+        self.reviews = list(reviews or [review()])
+        self.policy_settings = policy or PolicySettings()
+        self.targets = targets
+        self.calls: list[tuple[str, object]] = []
+        self.hold: dict[str, asyncio.Event] = {}  # activity name -> released when set
+        self.entered: dict[str, asyncio.Event] = {}  # activity name -> set when a call starts
+        self._jobs: dict[str, tuple[str, int]] = {}  # job id -> (target key, round)
+        self._validated: dict[str, int] = {}
+        self._watched = 0
+
+    def names(self, name: str) -> list[object]:
+        return [inp for n, inp in self.calls if n == name]
+
+    async def _enter(self, name: str, inp: object) -> None:
+        self.calls.append((name, inp))
+        self.entered.setdefault(name, asyncio.Event()).set()
+        if name in self.hold:
+            await self.hold[name].wait()
+
+    def _round(self, job_id: str) -> Round:
+        key, r = self._jobs[job_id]
+        script = self.rounds.get(key, [Round()])
+        return script[min(r, len(script) - 1)]
+
+    # ------------------------------------------------------------------ target activities
+    @activity.defn(name="policy")
+    async def policy(self) -> PolicySettings:
+        await self._enter("policy", None)
+        return self.policy_settings
+
+    @activity.defn(name="submit_job")
+    async def submit_job(self, inp: SubmitInput) -> SubmittedJob:
+        await self._enter("submit_job", inp)
+        name = inp.target.job.job_name  # same naming rule as activities.build.submit_job
+        job_id = f"/tester/{name if inp.round == 0 else f'{name[:58]}-r{inp.round}'}"
+        self._jobs[job_id] = (inp.target.key, inp.round)
+        return SubmittedJob(job_id=job_id, cluster=inp.target.cluster, attached=False, submitted_at_ms=1)
+
+    @activity.defn(name="monitor_job")
+    async def monitor_job(self, inp: MonitorInput) -> JobProgress:
+        """First poll of a job: still running (cursor 7); the next: the scripted terminal state."""
+        await self._enter("monitor_job", inp)
+        if inp.log_cursor == 0:
+            return JobProgress(job_id=inp.job_id, state="running", terminal=False, log_cursor=7,
+                               last_marker="step 1")
+        state = self._round(inp.job_id).state
+        return JobProgress(job_id=inp.job_id, state=state, terminal=True, log_cursor=inp.log_cursor + 3,
+                           last_marker=inp.last_marker)
+
+    @activity.defn(name="check_build_log")
+    async def check_build_log(self, inp: LogCheckInput) -> LogCheck:
+        await self._enter("check_build_log", inp)
+        r = self._round(inp.job_id)
+        return LogCheck(log=_ref(f"{inp.job_id}.log"), found=[], missing=list(r.missing),
+                        final_push_seen=r.final_push, pushed_digest=DIGEST if r.final_push else None)
+
+    @activity.defn(name="capture_failure")
+    async def capture_failure(self, inp: CaptureInput) -> CapturedFailure:
+        await self._enter("capture_failure", inp)
+        ev = self._round(inp.job_id).evidence or Evidence(job_state="succeeded", missing_markers=inp.missing_markers)
+        return CapturedFailure(classification=classify(ev),
+                               diagnostics=_ref(f"evidence/{inp.job_id.rsplit('/', 1)[-1]}.diagnostics.json"))
+
+    @activity.defn(name="validate_image")
+    async def validate_image(self, inp: ValidateInput) -> ValidationReport:
+        await self._enter("validate_image", inp)
+        key = inp.target.key
+        script = self.validations.get(key, ["pass"])
+        n = self._validated[key] = self._validated.get(key, 0) + 1
+        return validation(inp.target, script[min(n - 1, len(script) - 1)])
+
+    @activity.defn(name="terminate_jobs")
+    async def terminate_jobs(self, inp: TerminateInput) -> list[str]:
+        await self._enter("terminate_jobs", inp)
+        return list(inp.job_ids)
+
+    # ------------------------------------------------------------------ pipeline activities
+    @activity.defn(name="load_build_state")
+    async def load_build_state(self, inp: LoadStateInput) -> BuildState:
+        await self._enter("load_build_state", inp)
+        return BuildState(base_commit=COMMIT, default_branch="main", harbor_commit=HARBOR,
+                          harbor_pinned={"docker/Dockerfile.gpu-rl": HARBOR}, architectures=["amd64", "arm64"],
+                          policies=[], disagreements=[])
+
+    @activity.defn(name="prepare_source")
+    async def prepare_source(self, inp: PrepareSourceInput) -> SourceSnapshot:
+        await self._enter("prepare_source", inp)
+        return SourceSnapshot(build_commit=COMMIT, base_commit=inp.base_commit, branch=f"gpu-rl-build/{inp.request_id}",
+                              pushed=inp.push, created_commit=False, harbor_commit=inp.harbor_commit,
+                              harbor_diff=None, changed_files=[], ops_doc_corrected=False,
+                              bundle=BundleSummary(sha256="f" * 64, size_bytes=1024, file_count=3))
+
+    @activity.defn(name="plan_targets")
+    async def plan_targets(self, inp: PlanTargetsInput) -> list[TargetSpec]:
+        await self._enter("plan_targets", inp)
+        return self.targets if self.targets is not None else plan(inp.request)
+
+    @activity.defn(name="record_artifact")
+    async def record_artifact(self, inp: RecordInput) -> PullRequestInfo:
+        await self._enter("record_artifact", inp)
+        return PullRequestInfo(number=7, url="http://github.invalid/pull/7", head_sha=PR_HEAD)
+
+    @activity.defn(name="watch_pull_request")
+    async def watch_pull_request(self, inp: WatchInput) -> ReviewState:
+        await self._enter("watch_pull_request", inp)
+        self._watched += 1
+        return self.reviews[min(self._watched - 1, len(self.reviews) - 1)]
+
+    @activity.defn(name="merge_pull_request")
+    async def merge_pull_request(self, inp: MergeInput) -> ReviewState:
+        await self._enter("merge_pull_request", inp)
+        return ReviewState(head_sha=inp.head_sha, checks="success", merged=True, merge_commit=MERGE_COMMIT)
+
+    def all(self) -> list:
+        return [self.policy, self.submit_job, self.monitor_job, self.check_build_log, self.capture_failure,
+                self.validate_image, self.terminate_jobs, self.load_build_state, self.prepare_source,
+                self.plan_targets, self.record_artifact, self.watch_pull_request, self.merge_pull_request]
+
+
+def _ref(path: str) -> FileRef:
+    return FileRef(path=path, sha256="0" * 64, size_bytes=10)
+
+
+def worker(client: Client, task_queue: str, standins: Standins) -> Worker:
+    """A worker running the real workflows with the stand-in activities."""
+    return Worker(client, task_queue=task_queue, workflows=[BuildPipelineWorkflow, TargetBuildWorkflow],
+                  activities=standins.all())
+
+
+async def result(handle: WorkflowHandle, timeout: float = RESULT_TIMEOUT_S):
+    return await asyncio.wait_for(handle.result(), timeout)
+
+
+async def eventually(predicate, *, what: str, attempts: int = 400, interval: float = 0.05):
+    """Poll an async predicate until truthy (bounded by attempts, never a timed assertion)."""
+    for _ in range(attempts):
+        value = await predicate()
+        if value:
+            return value
+        await asyncio.sleep(interval)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+ONE_MINUTE = timedelta(seconds=61)

@@ -1,0 +1,270 @@
+"""TargetBuildWorkflow decisions on scripted outcomes: retry by class, refuse to retry, ask the operator,
+wait for package visibility. Time-skipping server, real workflow code, stand-in activities."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+
+from domain.config import PolicySettings
+from domain.models import OperatorDecision, Stage, TargetResult, TargetStatus
+from runtime import search_attributes as sa
+from tests.workflows.standins import (
+    MANIFEST_MISMATCH,
+    PREEMPTED,
+    UNKNOWN,
+    Round,
+    Standins,
+    eventually,
+    result,
+    target_input,
+    worker,
+)
+from workflows.target import TargetBuildWorkflow
+
+KEY = "amd64-standard"
+
+
+def _ids() -> tuple[str, str]:
+    u = uuid.uuid4().hex[:8]
+    return f"wf-test-{u}", f"tq-{u}"
+
+
+async def _start(env, standins: Standins, tq: str, wid: str):
+    return await env.client.start_workflow(TargetBuildWorkflow.run, target_input(wid), id=wid, task_queue=tq)
+
+
+async def _failure(handle) -> tuple[ApplicationError, TargetResult]:
+    with pytest.raises(WorkflowFailureError) as info:
+        await result(handle)
+    cause = info.value.cause
+    assert isinstance(cause, ApplicationError), cause
+    return cause, TargetResult.model_validate(cause.details[0])
+
+
+async def _status(handle) -> TargetStatus:
+    return await handle.query(TargetBuildWorkflow.status)
+
+
+async def _waiting(handle) -> TargetStatus | None:
+    st = await _status(handle)
+    return st if st.stage == Stage.WAITING else None
+
+
+async def test_preempted_attempt_is_resubmitted_once_under_a_new_name_then_succeeds(time_skipping_env):
+    wid, tq = _ids()
+    s = Standins(rounds={KEY: [Round(state="worker_failed", evidence=PREEMPTED), Round()]})
+    async with worker(time_skipping_env.client, tq, s):
+        res: TargetResult = await result(await _start(time_skipping_env, s, tq, wid))
+
+    assert res.status == "validated" and res.digest and res.digest.startswith("sha256:")
+    assert [i.round for i in s.names("submit_job")] == [0, 1]
+    assert len(res.job_ids) == 2 and res.job_ids[1] == res.job_ids[0][:len("/tester/") + 58] + "-r1"
+    assert len(res.failures) == 1
+    f = res.failures[0]
+    assert (f.failure_class, f.decision, f.job_id) == ("preemption", "retry", res.job_ids[0])
+    assert any("EvictedDueToPreempted" in r for r in f.reasons)
+    # The monitor resumed from the cursor the previous poll returned (no log re-scan from 0).
+    first_job_polls = [m for m in s.names("monitor_job") if m.job_id == res.job_ids[0]]
+    assert [m.log_cursor for m in first_job_polls] == [0, 7]
+    assert len(s.names("validate_image")) == 1
+
+
+async def test_input_error_fails_without_retry_naming_class_evidence_and_next_step(time_skipping_env):
+    wid, tq = _ids()
+    s = Standins(rounds={KEY: [Round(state="failed", evidence=MANIFEST_MISMATCH)]})
+    async with worker(time_skipping_env.client, tq, s):
+        handle = await _start(time_skipping_env, s, tq, wid)
+        cause, res = await _failure(handle)
+        status = await _status(handle)
+
+    assert cause.type == "TargetFailed" and cause.non_retryable
+    job = res.job_ids[0]
+    diagnostics = res.failures[0].diagnostics.path
+    assert "input_error" in cause.message and job in cause.message and "MANIFEST mismatch" in cause.message
+    assert f"evidence: {diagnostics}" in cause.message
+    assert "next step: Bad template or inputs" in cause.message
+    assert len(s.names("submit_job")) == 1 and res.status == "failed"
+    assert [f.decision for f in res.failures] == ["fail"]
+    assert s.names("validate_image") == []
+    assert status.stage == Stage.FAILED and status.failure_class == "input_error"
+
+
+async def test_missing_marker_is_an_assertion_failure_that_names_the_marker(time_skipping_env):
+    wid, tq = _ids()
+    marker = "validate-gpu-rl-stack OK"
+    s = Standins(rounds={KEY: [Round(state="succeeded", missing=[marker])]})
+    async with worker(time_skipping_env.client, tq, s):
+        cause, res = await _failure(await _start(time_skipping_env, s, tq, wid))
+
+    assert [c.missing_markers for c in s.names("capture_failure")] == [[marker]]
+    assert "assertion_failure" in cause.message and f"missing marker: {marker}" in cause.message
+    assert res.log_check is not None and res.log_check.missing == [marker]
+    assert len(s.names("submit_job")) == 1 and s.names("validate_image") == []
+
+
+async def test_succeeded_job_without_final_push_is_not_a_success(time_skipping_env):
+    """A succeeded Iris job whose log never shows the final push is judged, not trusted."""
+    wid, tq = _ids()
+    s = Standins(rounds={KEY: [Round(state="succeeded", final_push=False, evidence=UNKNOWN)]},
+                 policy=PolicySettings(operator_decision_timeout_s=60))
+    async with worker(time_skipping_env.client, tq, s):
+        cause, res = await _failure(await _start(time_skipping_env, s, tq, wid))
+    assert len(s.names("capture_failure")) == 1 and s.names("validate_image") == []
+    assert res.status == "failed"
+
+
+async def test_unknown_failure_waits_for_operator_and_retry_resubmits(time_skipping_env):
+    wid, tq = _ids()
+    s = Standins(rounds={KEY: [Round(state="failed", evidence=UNKNOWN), Round()]})
+    s.hold["policy"] = gate = asyncio.Event()
+    async with worker(time_skipping_env.client, tq, s):
+        handle = await _start(time_skipping_env, s, tq, wid)
+        await eventually(lambda: _entered(s, "policy"), what="policy called")
+        # Not waiting yet: a decision is refused by the validator (and leaves no trace in history).
+        with pytest.raises(WorkflowUpdateFailedError) as early:
+            await handle.execute_update(TargetBuildWorkflow.decide, OperatorDecision(action="retry"))
+        assert "not waiting for an operator decision" in str(early.value.cause)
+        gate.set()
+
+        st = await eventually(lambda: _waiting(handle), what="waiting for operator")
+        assert st.failure_class == "unknown"
+        assert st.waiting_for and "operator decision" in st.waiting_for and st.job_ids[0] in st.waiting_for
+        assert len(s.names("submit_job")) == 1
+        ack = await handle.execute_update(TargetBuildWorkflow.decide, OperatorDecision(action="retry", by="ana"))
+        assert "retry accepted" in ack
+        res: TargetResult = await result(handle)
+
+    assert res.status == "validated"
+    assert [i.round for i in s.names("submit_job")] == [0, 1]
+    assert [(f.failure_class, f.decision) for f in res.failures] == [("unknown", "retry")]
+    history = await handle.fetch_history()
+    assert sum(1 for e in history.events if e.HasField("workflow_execution_update_accepted_event_attributes")) == 1
+
+
+async def test_unknown_failure_abort_ends_aborted(time_skipping_env):
+    wid, tq = _ids()
+    s = Standins(rounds={KEY: [Round(state="failed", evidence=UNKNOWN)]})
+    async with worker(time_skipping_env.client, tq, s):
+        handle = await _start(time_skipping_env, s, tq, wid)
+        await eventually(lambda: _waiting(handle), what="waiting for operator")
+        await handle.execute_update(TargetBuildWorkflow.decide, OperatorDecision(action="abort", by="ana"))
+        cause, res = await _failure(handle)
+        # After the decision the update is refused again: nothing is waiting any more.
+        with pytest.raises(Exception):  # noqa: B017,PT011 - closed workflow or refused update
+            await handle.execute_update(TargetBuildWorkflow.decide, OperatorDecision(action="retry"))
+
+    assert res.status == "aborted" and [f.decision for f in res.failures] == ["abort"]
+    assert cause.type == "TargetFailed" and "unknown failure" in cause.message
+    assert len(s.names("submit_job")) == 1
+
+
+async def test_unknown_failure_without_decision_times_out_and_fails(time_skipping_env):
+    wid, tq = _ids()
+    s = Standins(rounds={KEY: [Round(state="failed", evidence=UNKNOWN)]})  # default timeout: 24 h
+    async with worker(time_skipping_env.client, tq, s):
+        handle = await _start(time_skipping_env, s, tq, wid)
+        before = await time_skipping_env.get_current_time()
+        cause, res = await _failure(handle)  # time skips over the operator timer
+        after = await time_skipping_env.get_current_time()
+
+    assert res.status == "failed" and [f.decision for f in res.failures] == ["fail"]
+    assert len(s.names("submit_job")) == 1
+    assert (after - before).total_seconds() >= PolicySettings().operator_decision_timeout_s
+
+
+async def test_private_package_waits_then_recheck_signal_revalidates_without_rebuilding(time_skipping_env):
+    wid, tq = _ids()
+    s = Standins(validations={KEY: ["blocked", "pass"]})
+    async with worker(time_skipping_env.client, tq, s):
+        handle = await _start(time_skipping_env, s, tq, wid)
+        st = await eventually(lambda: _waiting(handle), what="waiting on visibility")
+        assert "not anonymously pullable" in (st.waiting_for or "")
+        before = await time_skipping_env.get_current_time()
+        await handle.signal(TargetBuildWorkflow.recheck)
+        res: TargetResult = await result(handle)
+        after = await time_skipping_env.get_current_time()
+
+    assert res.status == "validated" and res.validation and res.validation.ok
+    assert len(s.names("submit_job")) == 1 and len(s.names("validate_image")) == 2
+    assert (after - before).total_seconds() < PolicySettings().visibility_recheck_interval_s
+    assert not await _timer_fired(handle)
+    assert await _search_attribute(handle, sa.FAILURE_CLASS) == "visibility"  # the wait was published
+    assert await _search_attribute(handle, sa.STAGE) == "done"
+    assert res.failures == []
+
+
+async def test_private_package_is_rechecked_on_the_slow_timer_without_a_signal(time_skipping_env):
+    wid, tq = _ids()
+    s = Standins(validations={KEY: ["blocked", "blocked", "pass"]})
+    async with worker(time_skipping_env.client, tq, s):
+        handle = await _start(time_skipping_env, s, tq, wid)
+        before = await time_skipping_env.get_current_time()
+        res: TargetResult = await result(handle)
+        after = await time_skipping_env.get_current_time()
+
+    assert res.status == "validated"
+    assert len(s.names("submit_job")) == 1 and len(s.names("validate_image")) == 3
+    assert (after - before).total_seconds() >= 2 * PolicySettings().visibility_recheck_interval_s
+    assert await _timer_fired(handle)
+
+
+async def test_failed_validation_fails_the_target_naming_the_check(time_skipping_env):
+    wid, tq = _ids()
+    s = Standins(validations={KEY: ["fail"]})
+    async with worker(time_skipping_env.client, tq, s):
+        handle = await _start(time_skipping_env, s, tq, wid)
+        cause, res = await _failure(handle)
+        status = await _status(handle)
+    assert "validation failed: platform expected linux/amd64, observed linux/s390x" in cause.message
+    assert status.stage == Stage.FAILED and len(s.names("validate_image")) == 1
+    assert await _search_attribute(handle, sa.FAILURE_CLASS) == "validation"
+    assert await _search_attribute(handle, sa.STAGE) == "failed"
+
+
+@pytest.mark.xfail(strict=True, reason="workflows/target.py _set_stage publishes failure_class only as a search "
+                   "attribute; TargetStatus.failure_class (the status query) stays None for validation failures")
+async def test_status_query_names_the_validation_failure_class(time_skipping_env):
+    wid, tq = _ids()
+    s = Standins(validations={KEY: ["fail"]})
+    async with worker(time_skipping_env.client, tq, s):
+        handle = await _start(time_skipping_env, s, tq, wid)
+        await _failure(handle)
+        status = await _status(handle)
+    assert status.failure_class == await _search_attribute(handle, sa.FAILURE_CLASS) == "validation"
+
+
+@pytest.mark.xfail(strict=True, reason="workflows/target.py _validate_until_settled clears self._recheck AFTER "
+                   "validate_image returns, so a recheck signal sent while that validation runs is lost and "
+                   "the target sleeps the whole visibility_recheck_interval_s")
+async def test_recheck_signal_sent_during_validation_is_not_lost(time_skipping_env):
+    wid, tq = _ids()
+    s = Standins(validations={KEY: ["blocked", "pass"]})
+    s.hold["validate_image"] = gate = asyncio.Event()
+    async with worker(time_skipping_env.client, tq, s):
+        handle = await _start(time_skipping_env, s, tq, wid)
+        await eventually(lambda: _entered(s, "validate_image"), what="first validation running")
+        # The operator flips the package public and signals while the first validation is in flight.
+        await handle.signal(TargetBuildWorkflow.recheck)
+        gate.set()
+        res: TargetResult = await result(handle)  # time skipping would hide the wait: check the timer
+    assert res.status == "validated" and len(s.names("validate_image")) == 2
+    assert not await _timer_fired(handle)
+
+
+async def _entered(s: Standins, name: str) -> bool:
+    ev = s.entered.get(name)
+    return bool(ev and ev.is_set())
+
+
+async def _search_attribute(handle, key):
+    return (await handle.describe()).typed_search_attributes.get(key)
+
+
+async def _timer_fired(handle) -> bool:
+    history = await handle.fetch_history()
+    return any(e.HasField("timer_fired_event_attributes") for e in history.events)
