@@ -34,16 +34,18 @@ def _tag(arch: str, variant: str, sha: str) -> str:
     return f"{prefix}-{sha}" + ("-arm64" if arch == "arm64" else "")
 
 
-def pin_current_head(stack, *, harbor_commit: str) -> str:
+def pin_current_head(stack, *, harbor_commit: str, harbor_by_variant: dict[str, str] | None = None) -> str:
     """Commit a pin table whose every entry names the current head and ``harbor_commit``; return that head.
 
     This is what a merged record PR leaves behind: the pinned images were built from ``head``, and the
-    commit after it changes only the pin table (under ``cloud/iris/``).
+    commit after it changes only the pin table (under ``cloud/iris/``). ``harbor_by_variant`` overrides
+    the Harbor commit per variant (a table whose entries disagree).
     """
+    harbor_by_variant = harbor_by_variant or {}
     url, path = stack.config.repos.marinskyrl_url, stack.config.github.pin_table_path
     head = remote_head(url)
     entries = [PinEntry(architecture=a, variant=v, tag=_tag(a, v, head), source_commit=head,
-                        harbor_commit=harbor_commit,
+                        harbor_commit=harbor_by_variant.get(v, harbor_commit),
                         digest="sha256:" + hashlib.sha256(f"{a}/{v}/{head}".encode()).hexdigest())
                for a in ("amd64", "arm64") for v in ("standard", "megatron")]
     text = update_pin_table(git_show(url, "main", path), entries, path=path)
@@ -51,13 +53,13 @@ def pin_current_head(stack, *, harbor_commit: str) -> str:
     return head
 
 
-def check_input(*, start_pipeline: bool) -> RebuildCheckInput:
-    return RebuildCheckInput(request=request(ARCHS, VARIANTS), start_pipeline=start_pipeline)
+def check_input(*, start_pipeline: bool, variants=VARIANTS, **request_kw) -> RebuildCheckInput:
+    return RebuildCheckInput(request=request(ARCHS, variants, **request_kw), start_pipeline=start_pipeline)
 
 
-async def run_check(stack, *, start_pipeline: bool) -> RebuildCheckResult:
+async def run_check(stack, *, start_pipeline: bool, **input_kw) -> RebuildCheckResult:
     return await stack.client.execute_workflow(
-        RebuildCheckWorkflow.run, check_input(start_pipeline=start_pipeline),
+        RebuildCheckWorkflow.run, check_input(start_pipeline=start_pipeline, **input_kw),
         id=f"rebuild-check-test-{uuid.uuid4().hex[:10]}", task_queue=stack.task_queue,
         result_type=RebuildCheckResult)
 
