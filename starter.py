@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from datetime import timedelta
 
@@ -466,7 +467,22 @@ for _name, _doc in (("describe", "Show a schedule."), ("pause", "Pause a schedul
 
 
 def main() -> None:
-    cli(obj={})
+    """Run the CLI and leave with ``os._exit``: the Temporal runtime's threads can abort a normal
+    interpreter exit (sdk-python#300), which would turn a finished command into SIGABRT."""
+    code = 0
+    try:
+        cli.main(obj={}, standalone_mode=False)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        code = 130
+    except click.ClickException as e:
+        e.show()
+        code = e.exit_code
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import asyncio
 import os
 import signal
 import socket
+import sys
 from datetime import timedelta
 
 import click
@@ -73,8 +74,9 @@ async def run_worker(config_path: str | None, graceful_shutdown_s: float, metric
 def main(config_path, graceful_shutdown, metrics_bind, log_level) -> None:
     configure_logging(log_level)
     asyncio.run(run_worker(config_path, graceful_shutdown, metrics_bind))
-    if metrics_bind:
-        os._exit(0)  # the Prometheus runtime can abort at interpreter exit (sdk-python#300)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # the Temporal runtime can abort a normal interpreter exit (sdk-python#300)
 
 
 if __name__ == "__main__":

@@ -41,15 +41,18 @@ def _git_show(url: str, rev: str, path: str) -> str:
 async def test_build_to_merged_pr_with_visibility_gate_and_no_secret_leak(service_stack):
     s = service_stack
     launcher_before = _git_show(s.remotes.marinskyrl_url, "main", "cloud/iris/launch_rl_iris.py")
-    handle = await start_pipeline(s, request())
+    handle = await start_pipeline(s, request(archs=("amd64", "arm64"), variants=("standard", "megatron")))
     wid = handle.id
-    key = "amd64-standard"
+    keys = ["amd64-standard", "amd64-megatron", "arm64-standard", "arm64-megatron"]
 
-    # Green build, private package: the target waits without rebuilding; the operator flips it public.
-    waiting = await wait_until(lambda: _waiting_on_visibility(s.client, wid, key), what="visibility wait")
-    jobs_before = list(waiting.job_ids)
+    # Green builds, private package: every target waits without rebuilding; the operator flips it public.
+    jobs_before = {}
+    for key in keys:
+        waiting = await wait_until(lambda k=key: _waiting_on_visibility(s.client, wid, k), what=f"{key} waiting")
+        jobs_before[key] = list(waiting.job_ids)
     s.token_registry.set_public(s.image_repo_path, True)
-    await s.client.get_workflow_handle(f"{wid}/{key}").signal("recheck")
+    for key in keys:
+        await s.client.get_workflow_handle(f"{wid}/{key}").signal("recheck")
 
     # PR opened; merge is refused while CI is pending, accepted once it is green.
     rep = await wait_until(lambda: _awaiting_merge(s.client, wid), what="awaiting_merge")
@@ -62,25 +65,33 @@ async def test_build_to_merged_pr_with_visibility_gate_and_no_secret_leak(servic
     final: PipelineReport = await handle.result()
 
     assert final.status == "merged" and final.merge_commit
-    (t,) = final.targets
-    assert t.status == "validated" and t.job_ids == jobs_before  # the re-check did not rebuild
-    assert t.platform == "linux/amd64" and t.validation.anonymous_pull == "pullable"
-    assert t.tag == f"gpu-rl-{final.source.build_commit}"
-    assert not t.log_check.missing and t.log_check.final_push_seen
-    host = s.token_registry.host
-    assert _skopeo_digest(host, t.image_ref, *s.token_registry.credentials) == t.digest
-    # The merged main carries the validated digest; the launcher is untouched; one Iris job exists.
-    assert remote_head(s.remotes.marinskyrl_url) == final.merge_commit
+    sha = final.source.build_commit
+    by_key = {t.key: t for t in final.targets}
+    assert sorted(by_key) == sorted(keys)
+    expected_tags = {"amd64-standard": f"gpu-rl-{sha}", "amd64-megatron": f"gpu-rl-megatron-{sha}",
+                     "arm64-standard": f"gpu-rl-{sha}-arm64", "arm64-megatron": f"gpu-rl-megatron-{sha}-arm64"}
     pins = _git_show(s.remotes.marinskyrl_url, "main", "cloud/iris/gpu_rl_images.py")
-    assert t.digest in pins and final.source.build_commit in pins
+    host = s.token_registry.host
+    for key, t in by_key.items():
+        assert t.status == "validated" and t.job_ids == jobs_before[key]  # the re-check did not rebuild
+        assert t.tag == expected_tags[key]
+        assert t.platform == f"linux/{t.architecture}" and t.validation.anonymous_pull == "pullable"
+        assert not t.log_check.missing and t.log_check.final_push_seen
+        assert _skopeo_digest(host, t.image_ref, *s.token_registry.credentials) == t.digest
+        assert t.digest in pins
+    assert len({t.digest for t in final.targets}) == 4
+    # The merged main carries the validated digests; the launcher is untouched; one Iris job per target.
+    assert remote_head(s.remotes.marinskyrl_url) == final.merge_commit
+    assert f'SOURCE_COMMIT = "{sha}"' in pins
     assert _git_show(s.remotes.marinskyrl_url, "main", "cloud/iris/launch_rl_iris.py") == launcher_before
     async with IrisClient(s.iris.url, client_revision_date=s.config.clusters["sandbox-amd64"].client_revision_date) as iris:
-        jobs = await iris.list_jobs(prefix="/gpu-rl-builder/gpurl-kaniko-amd64-standard-" + final.source.build_commit[:8])
-    assert len(jobs) == 1
+        jobs = await iris.list_jobs(prefix="/gpu-rl-builder/gpurl-kaniko-")
+    assert sorted(j.job_id.rsplit("/", 1)[1] for j in jobs if j.job_id.endswith(sha[:8])) == sorted(
+        f"gpurl-kaniko-{k}-{sha[:8]}" for k in keys)
 
     # Sentinel: the registry push token and the GitHub token appear nowhere we write or keep.
     secrets = [s.token_registry.push_token, s.github.token]
-    histories = [await s.client.get_workflow_handle(w).fetch_history() for w in (wid, f"{wid}/{key}")]
+    histories = [await s.client.get_workflow_handle(w).fetch_history() for w in [wid, *(f"{wid}/{k}" for k in keys)]]
     kept = [h.to_json() for h in histories] + [final.model_dump_json()]
     for path in Path(s.config.work_dir).rglob("*"):
         if path.is_file() and path.suffix in (".json", ".log", ".md", ".txt"):
