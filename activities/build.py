@@ -189,7 +189,7 @@ class BuildActivities:
             text = await _full_log(iris, inp.job_id)
         ref = write_evidence(self.paths.evidence_dir(inp.request_id) / f"{safe_name(inp.job_id)}.log", text)
         result = check_log(inp.target.expected_markers, text)
-        return LogCheck(log=ref, found=result.found, missing=result.missing,
+        return LogCheck(log=ref, found=result.found, missing=result.missing, cached=result.cached,
                         final_push_seen=result.final_push_seen, pushed_digest=result.pushed_digest)
 
     # ------------------------------------------------------------------ capture and classify a failure

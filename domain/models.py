@@ -173,6 +173,7 @@ class LogCheck(BaseModel):
     log: FileRef
     found: list[str]
     missing: list[str]
+    cached: list[str] = Field(default_factory=list)  # proven by kaniko cache-hit lines
     final_push_seen: bool
     pushed_digest: str | None
 
