@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import shutil
 
+import git
 from temporalio import activity
 
-from activities.common import Paths, SourceRepos, input_error, iris_client, safe_name
+from activities.common import CONTRACT_PATHS, Paths, SourceRepos, input_error, iris_client, safe_name
 from clients.bundle import BundleError, build_bundle
 from clients.git_source import (
     FetchedRepo,
@@ -57,7 +58,8 @@ class SourceActivities:
         self.repos = SourceRepos(config, self.paths)
 
     def all(self) -> list:
-        return [self.load_build_state, self.prepare_source, self.plan_targets, self.rebuild_decision]
+        return [self.load_build_state, self.prepare_source, self.plan_targets, self.publish_source,
+                self.rebuild_decision]
 
     def _contract(self, repo: FetchedRepo, sha: str) -> BuildContract:
         try:
@@ -132,7 +134,11 @@ class SourceActivities:
         if corrected:
             message += "\nCorrect stale ops documentation to match the build script."
         author = f"{self.config.repos.git_author_name} <{self.config.repos.git_author_email}>"
-        result = commit_build_change(wt, message=message, request_id=inp.request_id, author=author)
+        # Dated like its base commit: the same request and inputs give the same sha on any worker,
+        # so a worker that lost the worktree (or a retry after a crash) re-creates the very commit.
+        base_date = git.Repo(wt).commit(inp.base_commit).committed_date
+        result = commit_build_change(wt, message=message, request_id=inp.request_id, author=author,
+                                     date=f"{base_date + 1} +0000")
         pushed = False
         if inp.push:
             try:
@@ -169,8 +175,6 @@ class SourceActivities:
             head = resolve_ref(repo, branch)
         except GitSourceError:
             return None
-        import git
-
         commit = git.Repo(repo.path).commit(head)
         for c in (commit, *commit.parents[:1]):
             if build_request_of(c.message) == request_id and c.parents and c.parents[0].hexsha == base:
@@ -202,9 +206,33 @@ class SourceActivities:
 
     # ------------------------------------------------------------------ 3. plan
     @activity.defn
+    async def publish_source(self, inp: PrepareSourceInput) -> SourceSnapshot:
+        """Push the build branch, only after the plan validated (re-creating the same commit if needed)."""
+        return await asyncio.to_thread(self._prepare_source, inp.model_copy(update={"push": True}))
+
+    def _contract_at_build_commit(self, inp: PlanTargetsInput) -> BuildContract:
+        """The contract at the build commit: from the mirror once pushed, else from our worktree."""
+        repo = self.repos.marinskyrl()
+        if self._in_mirror(repo, inp.build_commit):
+            return self._contract(repo, inp.build_commit)
+        if not inp.request_id:
+            raise input_error(f"build commit {inp.build_commit[:12]} is neither pushed nor re-creatable")
+        snap = self._prepare_source(PrepareSourceInput(request_id=inp.request_id, base_commit=inp.base_commit,
+                                                       harbor_commit=inp.harbor_commit, push=False))
+        if snap.build_commit != inp.build_commit:
+            raise input_error(f"re-created build commit {snap.build_commit[:12]} differs from "
+                              f"{inp.build_commit[:12]}: the inputs changed under the request")
+        wt = self.paths.worktree(inp.request_id)
+        try:
+            files = {p: (wt / p).read_text() for p in CONTRACT_PATHS}
+            files.update({f"docker/{p.name}": p.read_text() for p in (wt / "docker").glob("Dockerfile*")})
+            return load_contract(files, inp.build_commit)
+        except (OSError, ContractError) as e:
+            raise input_error(f"build contract at {inp.build_commit[:12]}: {e}") from None
+
+    @activity.defn
     async def plan_targets(self, inp: PlanTargetsInput) -> list[TargetSpec]:
-        repo = await asyncio.to_thread(self.repos.marinskyrl)
-        contract = await asyncio.to_thread(self._contract, repo, inp.build_commit)
+        contract = await asyncio.to_thread(self._contract_at_build_commit, inp)
         for arch, cluster in inp.request.clusters.items():
             if cluster not in self.config.clusters:
                 raise input_error(f"--cluster {arch}={cluster}: cluster {cluster!r} is not configured "

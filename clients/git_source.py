@@ -393,13 +393,15 @@ def _parse_author(author: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
-def commit_build_change(worktree: Path, *, message: str, request_id: str, author: str) -> CommitResult:
+def commit_build_change(worktree: Path, *, message: str, request_id: str, author: str,
+                        date: str | None = None) -> CommitResult:
     """Commit every change in ``worktree`` with a ``Build-Request: <request_id>`` trailer, idempotently.
 
     - HEAD already carries this request's trailer and the tree is clean: that commit, created=False.
     - Nothing changed: HEAD (the base commit, which then holds every input), created=False.
     - Otherwise a new commit, created=True.
     Afterwards HEAD must equal the returned sha and ``git diff --quiet`` / ``--cached --quiet`` pass.
+    ``date`` (git date format, e.g. ``"1700000000 +0000"``) pins author and committer dates.
     """
     if not re.match(r"^[A-Za-z0-9._:/-]+$", request_id):
         raise ValueError(f"request_id {request_id!r} must be a single token")
@@ -421,6 +423,8 @@ def commit_build_change(worktree: Path, *, message: str, request_id: str, author
             "GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
             "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email,
         }
+        if date:  # a fixed date makes the commit reproducible: same inputs, same sha, on any worker
+            env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = date
         full_message = f"{message.rstrip()}\n\n{TRAILER_KEY}: {request_id}\n"
         _run(repo, "-c", "commit.gpgsign=false", "commit", "--quiet", "--no-verify", "-m", full_message,
              env=env)

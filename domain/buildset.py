@@ -255,7 +255,10 @@ def _target(contract, request, arch, variant, cluster, priority, wheel_source, r
     decide = {e.name: (e.value if e.value is not None else "<set>") for e in env}
     for name in s.required_when(decide):
         if name not in named:
-            raise BuildSetError(f"required variable {name} has no value for {arch}-{variant}")
+            line = next((r.line for r in s.required if r.name == name), 0)
+            raise BuildSetError(
+                f"{s.path}:{line}: requires {name}, which neither the {arch} launch template in "
+                f"{contract.ops.path} nor the service supplies for {arch}-{variant}; refusing to submit")
 
     knob_env = {e.name: e.value for e in env if e.value is not None and e.secret is None}
     values = {s.arch_var: a.uname, "GITSHA": commit}

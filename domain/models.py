@@ -109,6 +109,9 @@ class PlanTargetsInput(BaseModel):
     request: BuildRequest
     build_commit: str
     harbor_commit: str
+    # How to re-create the (not yet pushed) build commit on a worker that lacks the worktree.
+    request_id: str = ""
+    base_commit: str = ""
 
 
 # ---------------------------------------------------------------- per-target child workflow

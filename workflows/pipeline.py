@@ -95,12 +95,12 @@ class BuildPipelineWorkflow:
         rep.state = state
 
         await self._set_stage(Stage.PREPARING_SOURCE)
+        prepare = PrepareSourceInput(request_id=inp.request_id, base_commit=state.base_commit,
+                                     harbor_commit=state.harbor_commit, push=False)
         source: SourceSnapshot = await workflow.execute_activity_method(
             SourceActivities.prepare_source,
-            PrepareSourceInput(request_id=inp.request_id, base_commit=state.base_commit,
-                               harbor_commit=state.harbor_commit, push=not inp.plan_only),
-            start_to_close_timeout=timedelta(minutes=15), retry_policy=IO_RETRY,
-            summary="re-pin Harbor in every Dockerfile, commit, push the build branch, check the Iris bundle")
+            prepare, start_to_close_timeout=timedelta(minutes=15), retry_policy=IO_RETRY,
+            summary="re-pin Harbor in every Dockerfile, commit locally, check the Iris bundle")
         rep.source = source
         workflow.upsert_search_attributes([sa.SOURCE_COMMIT.value_set(source.build_commit),
                                            sa.HARBOR_COMMIT.value_set(source.harbor_commit)])
@@ -109,10 +109,16 @@ class BuildPipelineWorkflow:
         rep.plan = await workflow.execute_activity_method(
             SourceActivities.plan_targets,
             PlanTargetsInput(request=inp.request, build_commit=source.build_commit,
-                             harbor_commit=source.harbor_commit),
+                             harbor_commit=source.harbor_commit, request_id=inp.request_id,
+                             base_commit=state.base_commit),
             start_to_close_timeout=timedelta(minutes=5), retry_policy=IO_RETRY,
             summary="resolve clusters and job specs for every (architecture, variant) from the build contract")
         workflow.upsert_memo({"summary": self._memo()})
+        if not inp.plan_only:
+            # Only a fully planned build publishes its commit: a bad request leaves no stray branch.
+            rep.source = source = await workflow.execute_activity_method(
+                SourceActivities.publish_source, prepare, start_to_close_timeout=timedelta(minutes=15),
+                retry_policy=IO_RETRY, summary=f"push the build branch at {source.build_commit[:12]}")
         if inp.plan_only:
             rep.status = "planned"
             rep.message = f"plan for {source.build_commit[:12]}: {len(rep.plan)} target(s); nothing submitted"
