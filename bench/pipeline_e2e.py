@@ -200,6 +200,7 @@ async def _operate(stack: SandboxStack, client: Client, wid: str, keys: list[str
     """Play the two human roles until the pipeline closes; return its final report status."""
     handle = client.get_workflow_handle(wid)
     deadline = time.monotonic() + give_up_s
+    rechecked: set[str] = set()
     while time.monotonic() < deadline:
         if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
             break
@@ -208,10 +209,11 @@ async def _operate(stack: SandboxStack, client: Client, wid: str, keys: list[str
                 st = await client.get_workflow_handle(f"{wid}/{key}").query("status", result_type=TargetStatus)
             except Exception:  # noqa: BLE001 - the target has not started yet
                 continue
-            if st.waiting_for and "anonymously pullable" in st.waiting_for \
-                    and not stack.token_registry.is_public(IMAGE_REPO_PATH):
+            if st.waiting_for and "anonymously pullable" in st.waiting_for and key not in rechecked:
+                # Every waiting target gets its own recheck; else it sits out its own re-check timer.
                 stack.token_registry.set_public(IMAGE_REPO_PATH, True)
                 await client.get_workflow_handle(f"{wid}/{key}").signal("recheck")
+                rechecked.add(key)
         try:
             rep = await handle.query("report", result_type=PipelineReport)
         except Exception:  # noqa: BLE001 - first workflow task not processed yet
@@ -345,7 +347,10 @@ async def main_async(args) -> int:
         for i in range(1, args.n + 1):
             print(f"run {i}/{args.n}: building {', '.join(args.arch)} …", file=sys.stderr, flush=True)
             results.append(await run_one(i, stack, client, args.arch, args.timeout))
-            print(f"run {i}: {results[-1].status} in {results[-1].wall_s:.1f}s", file=sys.stderr, flush=True)
+            r = results[-1]
+            print(f"run {i}: {r.status} in {r.wall_s:.1f}s", file=sys.stderr, flush=True)
+            if r.report and r.status != "merged":
+                print(f"run {i} message: {r.report.message}", file=sys.stderr, flush=True)
         rss = proc_hwm_kib(worker.pid)
         cpu = {k: proc_cpu_s(pid) - cpu0[k] for k, pid in procs.items()}
         self1 = resource.getrusage(resource.RUSAGE_SELF)
