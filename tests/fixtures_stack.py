@@ -45,7 +45,8 @@ class ServiceStack:
 
 
 @pytest_asyncio.fixture
-async def service_stack(request, tmp_path, temporal_dev_server, iris_controller, token_registry, open_registry):
+async def service_config(request, tmp_path, temporal_dev_server, iris_controller, token_registry, open_registry):
+    """Everything but the worker: config, remotes, GitHub stand-in, a connected client."""
     remotes = seed_remotes(tmp_path / "remotes")
     remotes.marinskyrl_head = commit_to_remote(
         remotes.marinskyrl_url, {"tests/nodeid.txt": request.node.nodeid + "\n"}, f"test: {request.node.name}")
@@ -60,12 +61,18 @@ async def service_stack(request, tmp_path, temporal_dev_server, iris_controller,
     config = load_config(path)
     client = await Client.connect(temporal_dev_server.address, namespace=temporal_dev_server.namespace,
                                   data_converter=pydantic_data_converter)
-    worker = build_worker(client, config, graceful_shutdown_s=5)
     try:
-        async with worker:
-            yield ServiceStack(config=config, config_path=path, client=client, remotes=remotes, github=github,
-                               token_registry=token_registry, iris=iris_controller, temporal=temporal_dev_server,
-                               state_dir=tmp_path)
+        yield ServiceStack(config=config, config_path=path, client=client, remotes=remotes, github=github,
+                           token_registry=token_registry, iris=iris_controller, temporal=temporal_dev_server,
+                           state_dir=tmp_path)
     finally:
         github.stop()
         token_registry.set_public(IMAGE_REPO_PATH, False)
+
+
+@pytest_asyncio.fixture
+async def service_stack(service_config):
+    """The service with an in-process worker on the test's own task queue."""
+    worker = build_worker(service_config.client, service_config.config, graceful_shutdown_s=5)
+    async with worker:
+        yield service_config
