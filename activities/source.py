@@ -261,7 +261,11 @@ class SourceActivities:
 
     def _rebuild_decision(self, inp: RebuildCheckInput) -> RebuildDecision:
         repo, harbor = self.repos.marinskyrl(), self.repos.harbor()
-        src, harbor_head = repo.head_sha, harbor.head_sha
+        src = repo.head_sha
+        try:
+            harbor_head = resolve_ref(harbor, inp.request.harbor_ref) if inp.request.harbor_ref else harbor.head_sha
+        except GitSourceError as e:
+            raise input_error(f"harbor_ref {inp.request.harbor_ref!r}: {e}") from None
         contract = self._contract(repo, src)
         gh = self.config.github
         pin_path = gh.pin_table_path if gh else "cloud/iris/gpu_rl_images.py"
@@ -272,6 +276,11 @@ class SourceActivities:
         last_src = lasts.pop() if len(lasts) == 1 else None
         last_harbor = last_harbors.pop() if len(last_harbors) == 1 else None
         reasons: list[str] = []
+        if last_harbor is None:
+            return RebuildDecision(needed=True, source_commit=src, harbor_commit=harbor_head,
+                                   last_source_commit=last_src, last_harbor_commit=None,
+                                   reasons=[f"the pinned images do not share one Harbor commit ({pin_path}); "
+                                            "rebuild so every variant bakes the same Harbor"])
         if last_src is None or not self._in_mirror(repo, last_src):
             return RebuildDecision(needed=True, source_commit=src, harbor_commit=harbor_head,
                                    last_source_commit=last_src, last_harbor_commit=last_harbor,

@@ -104,6 +104,7 @@ def main(state_dir, archs, variants, keep, timeout):
         deadline = time.monotonic() + timeout
         last_line = ""
         keys = [f"{a}-{v}" for a in archs for v in variants]
+        rechecked: set[str] = set()
         while time.monotonic() < deadline:
             rep = _query(config, wid)
             status = rep.get("status")
@@ -115,10 +116,13 @@ def main(state_dir, archs, variants, keep, timeout):
                 last_line = line
             for k, s in statuses.items():
                 waiting = s.get("waiting_for") or ""
-                if "anonymously pullable" in waiting and not stack.token_registry.is_public(IMAGE_REPO_PATH):
-                    click.echo(f"operator: making {IMAGE_REPO_PATH} public, then `starter.py recheck {wid} {k}`")
-                    stack.token_registry.set_public(IMAGE_REPO_PATH, True)
+                if "anonymously pullable" in waiting and k not in rechecked:
+                    if not stack.token_registry.is_public(IMAGE_REPO_PATH):
+                        click.echo(f"operator: making {IMAGE_REPO_PATH} public (package settings → visibility)")
+                        stack.token_registry.set_public(IMAGE_REPO_PATH, True)
+                    click.echo(f"operator: starter.py recheck {wid} {k}")
                     _starter(config, "recheck", wid, k)
+                    rechecked.add(k)
             pr = rep.get("pull_request")
             if pr and status == "awaiting_merge":
                 stack.github.set_check(MARINSKYRL_SLUG, pr["head_sha"], "ci")

@@ -39,6 +39,8 @@ with workflow.unsafe.imports_passed_through():
     from runtime import search_attributes as sa
     from workflows.target import TargetBuildWorkflow
 
+WATCH_RETURN_S = 300.0  # an idle PR costs one short activity per 5 minutes of history
+
 IO_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60),
                        non_retryable_error_types=["InputError", "ContractError", "BundleError", "SourceError"])
 
@@ -149,32 +151,38 @@ class BuildPipelineWorkflow:
 
         await self._set_stage(Stage.AWAITING_MERGE)
         while True:
-            self._review = await workflow.execute_activity_method(
+            # Watch checks/reviews (returns on any change) while also waking at once on authorization.
+            watch = asyncio.ensure_future(workflow.execute_activity_method(
                 RecordActivities.watch_pull_request,
-                WatchInput(pr_number=pr.number, last=None if self._merge_auth else self._review),
-                start_to_close_timeout=timedelta(minutes=5), heartbeat_timeout=timedelta(seconds=60),
-                retry_policy=IO_RETRY, summary=f"watch checks and reviews on PR #{pr.number}")
-            rep.review = self._review
+                WatchInput(pr_number=pr.number, last=None if self._merge_auth else self._review,
+                           return_after_s=WATCH_RETURN_S),
+                start_to_close_timeout=timedelta(seconds=WATCH_RETURN_S + 300), heartbeat_timeout=timedelta(seconds=60),
+                retry_policy=IO_RETRY, summary=f"watch checks and reviews on PR #{pr.number}"))
+            if self._merge_auth is None:
+                authorized = asyncio.ensure_future(workflow.wait_condition(lambda: self._merge_auth is not None))
+                await workflow.wait([watch, authorized], return_when=asyncio.FIRST_COMPLETED)
+                if not watch.done():
+                    watch.cancel()  # authorization arrived: look again right away (last=None), then merge
+                    continue
+                authorized.cancel()
+            self._review = rep.review = await watch
             if self._review.merged:  # merged by a human outside the service
                 break
-            if self._merge_auth is not None:
-                if self._review.checks == "success" and not self._review.changes_requested:
-                    await self._set_stage(Stage.MERGING)
-                    merged = await workflow.execute_activity_method(
-                        RecordActivities.merge_pull_request,
-                        MergeInput(pr_number=pr.number, head_sha=self._review.head_sha),
-                        start_to_close_timeout=timedelta(minutes=5), retry_policy=IO_RETRY,
-                        summary=f"merge PR #{pr.number} at {self._review.head_sha[:12]} "
-                                f"(authorized by {self._merge_auth.by})")
-                    self._review = rep.review = merged
-                    if merged.merged:
-                        break
-                    await self._set_stage(Stage.AWAITING_MERGE)
-                self._merge_auth = None  # head moved or checks went red after authorization: ask again
-            try:
-                await workflow.wait_condition(lambda: self._merge_auth is not None, timeout=timedelta(seconds=60))
-            except TimeoutError:
-                pass
+            if self._merge_auth is None:
+                continue
+            if self._review.checks == "success" and not self._review.changes_requested:
+                await self._set_stage(Stage.MERGING)
+                merged = await workflow.execute_activity_method(
+                    RecordActivities.merge_pull_request,
+                    MergeInput(pr_number=pr.number, head_sha=self._review.head_sha),
+                    start_to_close_timeout=timedelta(minutes=5), retry_policy=IO_RETRY,
+                    summary=f"merge PR #{pr.number} at {self._review.head_sha[:12]} "
+                            f"(authorized by {self._merge_auth.by})")
+                self._review = rep.review = merged
+                if merged.merged:
+                    break
+                await self._set_stage(Stage.AWAITING_MERGE)
+            self._merge_auth = None  # head moved or checks went red after authorization: ask again
         pr.merged = True
         pr.merge_commit = self._review.merge_commit
         rep.merge_commit = self._review.merge_commit

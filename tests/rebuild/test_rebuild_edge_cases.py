@@ -1,6 +1,6 @@
 """Rebuild-check edge cases on the real stack, decided without starting any pipeline.
 
-Two are known bugs in ``activities/source.py::_rebuild_decision`` (xfail strict; see the reasons).
+Two guard fixed bugs in ``activities/source.py::_rebuild_decision`` (disagreeing Harbor pins; harbor_ref).
 """
 
 from __future__ import annotations
@@ -37,10 +37,6 @@ async def test_docs_only_change_needs_no_rebuild_but_a_dockerfile_edit_does(serv
     assert not loud.started and loud.pipeline_workflow_id
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "activities/source.py _rebuild_decision: when the pinned entries disagree on harbor_commit, "
-    "last_harbor is None and harbor_moved=bool(last_harbor) and ... is False, so the Harbor baked into "
-    "some wanted images is never compared; it should fail closed like disagreeing source commits"))
 async def test_pins_disagreeing_on_harbor_need_a_rebuild(service_stack):
     s = service_stack
     # Standard was rebuilt with Harbor's head, Megatron still has the old Harbor: one strategy switch
@@ -52,9 +48,6 @@ async def test_pins_disagreeing_on_harbor_need_a_rebuild(service_stack):
     assert res.decision.needed, res.decision.reasons
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "activities/source.py _rebuild_decision uses harbor.head_sha and ignores request.harbor_ref, so a "
-    "check for a Harbor branch/tag compares (and would build) Harbor's default-branch head instead"))
 async def test_check_follows_the_requested_harbor_ref(service_stack):
     s = service_stack
     release = s.remotes.harbor_head
