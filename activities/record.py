@@ -16,9 +16,10 @@ from temporalio import activity
 
 from activities.common import Heartbeater, Paths, SourceRepos, input_error
 from clients.credentials import CredentialError, fetch_secret
-from clients.git_source import commit_build_change, create_worktree, push_branch
+from clients.git_source import GitSourceError, commit_build_change, create_worktree, push_branch
 from clients.github import GitHubClient, HeadMoved, NotMergeable, checks_state, comment_marker
 from domain.config import GitHubSettings, ServiceConfig
+from domain.contract import ContractError, load_contract
 from domain.models import MergeInput, PullRequestInfo, RecordInput, ReviewState, WatchInput
 from domain.pins import PinEntry, PinTableError, update_pin_table
 from domain.redact import redact
@@ -72,8 +73,11 @@ class RecordActivities:
         repo = self.repos.marinskyrl()
         wt = create_worktree(repo, src.build_commit, self.paths.worktree(f"{inp.request_id}-record"))
         path = wt / gh.pin_table_path
-        if gh.pin_table_path in gh.do_not_touch:
-            raise input_error(f"github.pin_table_path {gh.pin_table_path} is on github.do_not_touch")
+        # Configured and repository policy (AGENTS.md, e.g. the Iris training launcher) both protect files.
+        protected = set(gh.do_not_touch) | set(self._policy_protected(repo, src.build_commit))
+        if gh.pin_table_path in protected:
+            raise input_error(f"github.pin_table_path {gh.pin_table_path} is protected (github.do_not_touch / "
+                              "AGENTS.md); refusing to write it")
         try:
             text = path.read_text()
         except FileNotFoundError:
@@ -91,10 +95,11 @@ class RecordActivities:
         touched = subprocess.run(["git", "status", "--porcelain"], cwd=wt, capture_output=True, text=True,
                                  check=True).stdout.split("\n")
         touched = [line[3:] for line in touched if line.strip()]
-        forbidden = sorted(set(touched) & set(gh.do_not_touch))
+        forbidden = sorted(set(touched) & protected)
         if forbidden:
             subprocess.run(["git", "checkout", "--", *forbidden], cwd=wt, check=False)
-            raise input_error(f"refusing to modify {', '.join(forbidden)} (github.do_not_touch)")
+            raise input_error(f"refusing to modify {', '.join(forbidden)} (github.do_not_touch / AGENTS.md); "
+                              "nothing was committed")
         result = commit_build_change(
             wt, message=f"Pin GPU-RL images built from {src.build_commit[:12]}\n\n"
                         f"Validated digests for {', '.join(t.key for t in inp.targets)}; "
@@ -103,6 +108,12 @@ class RecordActivities:
             author=f"{self.config.repos.git_author_name} <{self.config.repos.git_author_email}>")
         push_branch(wt, self.config.repos.marinskyrl_url, src.branch, result.sha)
         return result.sha, repo.default_branch
+
+    def _policy_protected(self, repo, sha: str) -> list[str]:
+        try:
+            return load_contract(self.repos.contract_files(repo, sha), sha).agents.do_not_touch
+        except (ContractError, GitSourceError):
+            return []
 
     def _pr_body(self, inp: RecordInput) -> str:
         src, req = inp.source, inp.request
