@@ -27,6 +27,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from domain.buildset import BuildRequest, CompatibilityRequest
@@ -144,19 +145,14 @@ async def _build(config, request, plan_only, follow_, as_json):
         _fail(f"cannot read the default branches: {e}", EXIT_UNREACHABLE)
     wid = pipeline_id(src, harbor) + ("-plan" if plan_only else "")
     client = await _client(config)
-    from workflows.pipeline import BuildPipelineWorkflow
-
-    handle = await client.start_workflow(
-        BuildPipelineWorkflow.run,
-        PipelineInput(request=request, request_id=wid, plan_only=plan_only, source_commit=src, harbor_commit=harbor),
-        id=wid, task_queue=config.temporal.task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        id_reuse_policy=(WorkflowIDReusePolicy.ALLOW_DUPLICATE if plan_only
-                         else WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY),
-        static_summary=f"GPU-RL build {src[:12]} + harbor {harbor[:12]} ({', '.join(request.architectures)})",
-    )
-    attached = handle.first_execution_run_id is None and handle.result_run_id is not None
-    click.echo(f"workflow: {wid}{' (attached to the running pipeline)' if attached else ''}")
+    running = await _is_running(client, wid)
+    try:
+        handle = await _start(client, config, request, plan_only, src, harbor, wid)
+    except WorkflowAlreadyStartedError:
+        click.echo(f"workflow: {wid} already completed for source {src[:12]} + harbor {harbor[:12]}; "
+                   "not starting a duplicate. Its report:")
+        sys.exit(await _print_result(client, wid, as_json))
+    click.echo(f"workflow: {handle.id}{' (attached to the running pipeline)' if running else ''}")
     url = workflow_ui_url(config, wid)
     if url:
         click.echo(f"ui: {url}")
@@ -165,6 +161,27 @@ async def _build(config, request, plan_only, follow_, as_json):
             await _follow(client, wid, interval=10.0)
         code = await _print_result(client, wid, as_json)
         sys.exit(code)
+
+
+async def _is_running(client: Client, wid: str) -> bool:
+    try:
+        return (await client.get_workflow_handle(wid).describe()).status == WorkflowExecutionStatus.RUNNING
+    except RPCError:
+        return False
+
+
+async def _start(client, config, request, plan_only, src, harbor, wid):
+    from workflows.pipeline import BuildPipelineWorkflow
+
+    return await client.start_workflow(
+        BuildPipelineWorkflow.run,
+        PipelineInput(request=request, request_id=wid, plan_only=plan_only, source_commit=src, harbor_commit=harbor),
+        id=wid, task_queue=config.temporal.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        id_reuse_policy=(WorkflowIDReusePolicy.ALLOW_DUPLICATE if plan_only
+                         else WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY),
+        static_summary=f"GPU-RL build {src[:12]} + harbor {harbor[:12]} ({', '.join(request.architectures)})",
+    )
 
 
 async def _print_result(client: Client, wid: str, as_json: bool) -> int:
