@@ -23,7 +23,7 @@ def _merge_temporal_context(_logger, _name, event_dict):
     try:
         info = activity.info()
         event_dict.setdefault("workflow_id", info.workflow_id)
-        event_dict.setdefault("activity", info.activity_type)
+        event_dict.setdefault("activity_type", info.activity_type)
         event_dict.setdefault("attempt", info.attempt)
         return event_dict
     except RuntimeError:
@@ -41,33 +41,41 @@ def _redact(_logger, _name, event_dict):
     return {k: (redact(v) if isinstance(v, str) else redact_obj(v)) for k, v in event_dict.items()}
 
 
-def configure_logging(level: str = "INFO", *, json: bool = True) -> None:
-    processors = [
+def configure_logging(level: str = "INFO", *, json: bool = True, stream=None) -> None:
+    """structlog for our own loggers and the SDK's stdlib loggers alike: one JSON line per event,
+    with workflow/activity context, and every string passed through the redactor."""
+    stream = stream or sys.stderr
+    shared = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         _merge_temporal_context,
-        structlog.processors.format_exc_info,
-        _redact,
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False),
     ]
+    renderer = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
-        processors=processors,
+        processors=[*shared, structlog.processors.format_exc_info, _redact, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )
-    # The SDK's own stdlib loggers go through the same redaction.
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(_RedactFilter())
+    # The SDK's and the activities' stdlib loggers (activity.logger, workflow.logger) share the format;
+    # their ``temporal_activity`` / ``temporal_workflow`` extras become fields.
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder(), _flatten_temporal_extras],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info, _redact, renderer]))
     logging.basicConfig(level=level, handlers=[handler], force=True)
 
 
-class _RedactFilter(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = redact(record.getMessage())
-        record.args = None
-        return True
+def _flatten_temporal_extras(_logger, _name, event_dict):
+    for key in ("temporal_activity", "temporal_workflow"):
+        info = event_dict.pop(key, None)
+        if isinstance(info, dict):
+            for k in ("workflow_id", "activity_type", "workflow_type", "attempt", "run_id"):
+                if k in info:
+                    event_dict.setdefault(k, info[k])
+    return event_dict
 
 
 def get_logger(name: str = "gpu_rl_builder"):
