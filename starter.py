@@ -435,7 +435,8 @@ def schedule_list(ctx):
     async def go():
         client = await _client(config)
         async for s in await client.list_schedules():
-            click.echo(f"{s.id}\tpaused={s.info.paused if s.info else '?'}")
+            paused = s.schedule.state.paused if s.schedule and s.schedule.state else "?"
+            click.echo(f"{s.id}\tpaused={paused}")
 
     _run(go())
 

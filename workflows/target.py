@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from activities.build import BuildActivities
@@ -78,8 +78,11 @@ class TargetBuildWorkflow:
     async def run(self, inp: TargetInput) -> TargetResult:
         try:
             return await self._build(inp)
-        except asyncio.CancelledError:
-            # Cancelled by an operator: stop our own jobs (exact ids, never a prefix), nothing else.
+        except BaseException as e:
+            # Cancelled by an operator (it surfaces as CancelledError, or as an activity error caused by
+            # one): stop our own jobs (exact ids, never a prefix), nothing else on the cluster.
+            if not (isinstance(e, asyncio.CancelledError) or is_cancelled_exception(e)):
+                raise
             if self._status.job_ids:
                 await workflow.execute_activity_method(
                     BuildActivities.terminate_jobs,
