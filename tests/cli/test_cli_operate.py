@@ -127,7 +127,7 @@ async def _schedule_lifecycle(s, cfg) -> None:
         assert (await starter(cfg, "schedule", "trigger", sid)).code == 0
         actions = await wait_until(lambda: _recent_actions(cfg, sid), what="triggered action", timeout=60)
         assert len(actions) == 1 and actions[0].startswith(f"rebuild-check-{sid}")
-        check = await s.client.get_workflow_handle(actions[0]).result(result_type=RebuildCheckResult)
+        check = await s.client.get_workflow_handle(actions[0], result_type=RebuildCheckResult).result()
         assert check.decision.needed is False and not check.started, check
 
         deleted = await starter(cfg, "schedule", "delete", sid)
