@@ -27,12 +27,8 @@ def _idle_queue_config(stack, tmp_path):
     return path
 
 
-ATTACH_BUG = ("starter.py _build: `attached = handle.first_execution_run_id is None and ...` is never true: "
-              "temporalio 1.35 start_workflow sets first_execution_run_id = resp.first_execution_run_id or "
-              "resp.run_id, so a USE_EXISTING start that returned the running pipeline is reported as a new start")
 
 
-@pytest.mark.xfail(strict=True, reason=ATTACH_BUG)
 async def test_second_build_for_the_same_commits_attaches(service_stack, tmp_path):
     s = service_stack
     cfg = _idle_queue_config(s, tmp_path)

@@ -21,9 +21,6 @@ pytestmark = pytest.mark.stack
 KEY = "amd64-standard"
 DOCKERFILE = "docker/Dockerfile.gpu-rl"
 ANCHOR = 'RUN echo "base: git, curl and ca-certificates present"\n'
-CANCEL_BUG = ("workflows/target.py run() only catches asyncio.CancelledError; a cancel that lands while "
-              "monitor_job is awaited surfaces as ActivityError(cause=CancelledError), so terminate_jobs is "
-              "skipped and the Iris job keeps running after `starter.py cancel`")
 
 
 def _slow_build(url: str) -> str:
@@ -34,7 +31,6 @@ def _slow_build(url: str) -> str:
                             "test: a slow build step")
 
 
-@pytest.mark.xfail(strict=True, reason=CANCEL_BUG)
 async def test_cancel_terminates_the_running_iris_job(service_stack):
     s = service_stack
     _slow_build(s.remotes.marinskyrl_url)

@@ -12,12 +12,8 @@ from tests.e2e.helpers import wait_until
 
 pytestmark = pytest.mark.stack
 
-LIST_BUG = ("starter.py schedule_list prints `s.info.paused`, but temporalio's ScheduleListInfo has no `paused` "
-            "(it is ScheduleListDescription.schedule.state.paused), so `schedule list` dies with AttributeError "
-            "as soon as one schedule exists; fix: `s.schedule.state.paused if s.schedule else '?'`")
 
 
-@pytest.mark.xfail(strict=True, reason=LIST_BUG)
 async def test_schedule_list_shows_created_and_paused_schedules(service_stack, tmp_path):
     cfg = _idle_queue_config(service_stack, tmp_path)
     sid = f"cli-list-{uuid.uuid4().hex[:8]}"
