@@ -38,7 +38,7 @@ from clients.iris import (
     Unavailable,
 )
 from clients.kube import KubeEvidence, PodFacts
-from domain.config import PolicySettings, ServiceConfig
+from domain.config import ConfigError, PolicySettings, ServiceConfig
 from domain.contract import load_contract
 from domain.failures import AttemptEvidence, Evidence, classify
 from domain.markers import check_log
@@ -78,7 +78,10 @@ class BuildActivities:
     @activity.defn
     async def submit_job(self, inp: SubmitInput) -> SubmittedJob:
         t, job = inp.target, inp.target.job
-        cluster = self.config.cluster(job.cluster)
+        try:
+            cluster = self.config.cluster(job.cluster)
+        except ConfigError as e:
+            raise input_error(str(e)) from None
         name = job.job_name if inp.round == 0 else f"{job.job_name[:58]}-r{inp.round}"
         wire_name = f"/{cluster.iris_user}/{name}"
         async with iris_client(self.config, job.cluster) as iris:

@@ -248,11 +248,17 @@ class SourceActivities:
             if arch:
                 cluster_archs[name] = arch
         try:
-            return plan_targets(contract, inp.request, build_commit=inp.build_commit,
-                                harbor_commit=inp.harbor_commit, cluster_archs=cluster_archs,
-                                image_repository_override=self.config.registry.image_repository)
+            targets = plan_targets(contract, inp.request, build_commit=inp.build_commit,
+                                   harbor_commit=inp.harbor_commit, cluster_archs=cluster_archs,
+                                   image_repository_override=self.config.registry.image_repository)
         except (ValueError, ContractError) as e:
             raise input_error(str(e)) from None
+        unknown = sorted({f"{t.architecture}→{t.cluster}" for t in targets if t.cluster not in self.config.clusters})
+        if unknown:
+            raise input_error(f"planned cluster(s) {', '.join(unknown)} (from {contract.ops.path} placements) are "
+                              f"not configured (clusters: {', '.join(sorted(self.config.clusters))}); add them "
+                              "to the configuration or pass --cluster ARCH=CLUSTER")
+        return targets
 
     # ------------------------------------------------------------------ 4. scheduled rebuild check
     @activity.defn

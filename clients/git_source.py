@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import git
+import gitdb.exc
 from pydantic import BaseModel, ConfigDict
 
 TRAILER_KEY = "Build-Request"
@@ -223,7 +224,11 @@ def read_files_at(
     fetched: FetchedRepo, sha: str, paths: list[str], *, missing_ok: bool = False
 ) -> dict[str, str]:
     """Text of ``paths`` at commit ``sha`` without a worktree; missing paths raise unless missing_ok."""
-    commit = _repo(fetched).commit(sha)
+    try:
+        commit = _repo(fetched).commit(sha)
+        commit.tree  # noqa: B018 - resolve now: an unknown sha fails here, not half-way through the paths
+    except (ValueError, gitdb.exc.BadName, gitdb.exc.BadObject):
+        raise RefNotFound(f"commit {sha} is not in the mirror of {fetched.path.name}") from None
     out: dict[str, str] = {}
     for path in paths:
         try:

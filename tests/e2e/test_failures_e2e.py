@@ -85,3 +85,16 @@ async def test_unsatisfiable_contract_is_refused_before_anything_is_submitted_or
     assert rep.targets == []
     assert _branches(s.remotes.marinskyrl_url) == branches_before  # no stray build branch
     assert await _iris_jobs(s, head) == [] and (rep.source is None or await _iris_jobs(s, rep.source.build_commit) == [])
+
+
+async def test_placement_on_an_unconfigured_cluster_is_refused_before_submit(service_stack):
+    s = service_stack
+    req = request()
+    req = req.model_copy(update={"clusters": {}})  # ops placements say cw-rno2a, which is not configured
+    branches_before = _branches(s.remotes.marinskyrl_url)
+    handle = await start_pipeline(s, req)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    message = str(failed.value.cause.cause or failed.value.cause)
+    assert "cw-rno2a" in message and "not configured" in message and "--cluster" in message
+    assert _branches(s.remotes.marinskyrl_url) == branches_before

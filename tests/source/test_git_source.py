@@ -235,3 +235,11 @@ def test_changed_paths_for_rebuild_boundary(remotes: Remotes, mirrors: MirrorCac
                            "touch both", tmp_path / "c")
     fetched = mirrors.fetch(remotes.marinskyrl_url)
     assert changed_paths(fetched, base, new) == ["cloud/iris/configs/a.yaml", "skyrl-train/skyrl_train/x.py"]
+
+
+def test_read_files_at_unknown_commit_is_a_typed_error(remotes, mirrors):
+    from clients.git_source import RefNotFound
+
+    fetched = mirrors.fetch(remotes.marinskyrl_url)
+    with pytest.raises(RefNotFound, match="0000000000"):
+        read_files_at(fetched, "0" * 40, ["AGENTS.md"])
