@@ -120,7 +120,7 @@ class Standins:
                  policy: PolicySettings | None = None, targets: list[TargetSpec] | None = None):
         self.rounds = rounds or {}
         self.validations = validations or {}
-        self.reviews = list(reviews or [review()])
+        self.review_now = (reviews or [review()])[0]  # the PR as GitHub shows it now; see set_review
         self.policy_settings = policy or PolicySettings()
         self.targets = targets
         self.calls: list[tuple[str, object]] = []
@@ -128,7 +128,10 @@ class Standins:
         self.entered: dict[str, asyncio.Event] = {}  # activity name -> set when a call starts
         self._jobs: dict[str, tuple[str, int]] = {}  # job id -> (target key, round)
         self._validated: dict[str, int] = {}
-        self._watched = 0
+
+    def set_review(self, state: ReviewState) -> None:
+        """Change the PR's checks/reviews; a watch waiting for a change returns it."""
+        self.review_now = state
 
     def names(self, name: str) -> list[object]:
         return [inp for n, inp in self.calls if n == name]
@@ -207,10 +210,12 @@ class Standins:
     @activity.defn(name="prepare_source")
     async def prepare_source(self, inp: PrepareSourceInput) -> SourceSnapshot:
         await self._enter("prepare_source", inp)
-        return SourceSnapshot(build_commit=COMMIT, base_commit=inp.base_commit, branch=f"gpu-rl-build/{inp.request_id}",
-                              pushed=inp.push, created_commit=False, harbor_commit=inp.harbor_commit,
-                              harbor_diff=None, changed_files=[], ops_doc_corrected=False,
-                              bundle=BundleSummary(sha256="f" * 64, size_bytes=1024, file_count=3))
+        return _snapshot(inp)
+
+    @activity.defn(name="publish_source")
+    async def publish_source(self, inp: PrepareSourceInput) -> SourceSnapshot:
+        await self._enter("publish_source", inp)
+        return _snapshot(inp.model_copy(update={"push": True}))
 
     @activity.defn(name="plan_targets")
     async def plan_targets(self, inp: PlanTargetsInput) -> list[TargetSpec]:
@@ -224,9 +229,16 @@ class Standins:
 
     @activity.defn(name="watch_pull_request")
     async def watch_pull_request(self, inp: WatchInput) -> ReviewState:
+        """Like the real watch: return at once without ``last``, else on a change or after a short while
+        (the real one gives up after ``return_after_s``). Never blocks long: a watch still running when
+        its workflow ends would stall the time-skipping server's clock for later tests."""
         await self._enter("watch_pull_request", inp)
-        self._watched += 1
-        return self.reviews[min(self._watched - 1, len(self.reviews) - 1)]
+        for _ in range(15):
+            if inp.last is None or self.review_now != inp.last:
+                break
+            activity.heartbeat()
+            await asyncio.sleep(0.02)
+        return self.review_now
 
     @activity.defn(name="merge_pull_request")
     async def merge_pull_request(self, inp: MergeInput) -> ReviewState:
@@ -236,7 +248,15 @@ class Standins:
     def all(self) -> list:
         return [self.policy, self.submit_job, self.monitor_job, self.check_build_log, self.capture_failure,
                 self.validate_image, self.terminate_jobs, self.load_build_state, self.prepare_source,
+                self.publish_source,
                 self.plan_targets, self.record_artifact, self.watch_pull_request, self.merge_pull_request]
+
+
+def _snapshot(inp: PrepareSourceInput) -> SourceSnapshot:
+    return SourceSnapshot(build_commit=COMMIT, base_commit=inp.base_commit, branch=f"gpu-rl-build/{inp.request_id}",
+                          pushed=inp.push, created_commit=False, harbor_commit=inp.harbor_commit,
+                          harbor_diff=None, changed_files=[], ops_doc_corrected=False,
+                          bundle=BundleSummary(sha256="f" * 64, size_bytes=1024, file_count=3))
 
 
 def _ref(path: str) -> FileRef:

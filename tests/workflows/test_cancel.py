@@ -58,10 +58,8 @@ async def test_cancel_while_waiting_for_an_operator_terminates_the_submitted_job
     assert status.stage == Stage.FAILED
 
 
-@pytest.mark.xfail(strict=True, reason="workflows/target.py run() only catches asyncio.CancelledError; a cancel "
-                   "that lands while an activity (monitor_job) is awaited surfaces as ActivityError(cause="
-                   "CancelledError), so terminate_jobs is skipped and the Iris job keeps running")
-async def test_cancel_while_monitoring_terminates_the_running_job(time_skipping_env):
+async def test_cancel_while_monitoring_terminates_the_running_job(own_time_skipping_env):
+    time_skipping_env = own_time_skipping_env
     wid, tq = _ids()
     s = Standins()
     s.hold["monitor_job"] = release = asyncio.Event()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import timedelta
 
 import pytest
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
@@ -71,6 +70,7 @@ async def test_plan_only_returns_the_plan_without_starting_children(time_skippin
     assert [t.key for t in rep.plan] == ["amd64-standard", "arm64-standard"]
     assert [p.push for p in s.names("prepare_source")] == [False]
     assert s.names("submit_job") == [] and s.names("record_artifact") == []
+    assert s.names("publish_source") == []  # a plan pushes no build branch
     assert await _children(handle) == []
 
 
@@ -96,11 +96,10 @@ async def test_a_failed_target_fails_the_pipeline_and_nothing_is_recorded(time_s
     assert sorted(await _children(handle)) == [f"{wid}/amd64-megatron", f"{wid}/amd64-standard"]
 
 
-async def test_merge_gate_refuses_until_green_then_merges_the_reviewed_head(time_skipping_env):
-    env = time_skipping_env
+async def test_merge_gate_refuses_until_green_then_merges_the_reviewed_head(own_time_skipping_env):
+    env = own_time_skipping_env
     wid, tq = _ids()
-    s = Standins(reviews=[review("pending"), review("failure", failing=["ci"]),
-                          review("success", changes_requested=True), review("success", head=NEW_HEAD)])
+    s = Standins(reviews=[review("pending")])
     async with worker(env.client, tq, s):
         handle = await _start(env, tq, wid)
 
@@ -115,15 +114,15 @@ async def test_merge_gate_refuses_until_green_then_merges_the_reviewed_head(time
         assert "required checks are pending" in await _refused(handle, MergeAuthorization(by="ana"))
         assert "--by" in await _refused(handle, MergeAuthorization(by="  "))
 
-        await env.sleep(timedelta(seconds=61))  # the next watch of the PR
+        s.set_review(review("failure", failing=["ci"]))
         await eventually(lambda: review_is("failure"), what="checks red")
         assert "required checks are failure (failing: ci)" in await _refused(handle, MergeAuthorization(by="ana"))
 
-        await env.sleep(timedelta(seconds=61))
+        s.set_review(review("success", changes_requested=True))
         await eventually(lambda: review_is("success", True), what="changes requested")
         assert "requested changes" in await _refused(handle, MergeAuthorization(by="ana"))
 
-        await env.sleep(timedelta(seconds=61))
+        s.set_review(review("success", head=NEW_HEAD))
         await eventually(lambda: review_is("success"), what="checks green")
         assert s.names("merge_pull_request") == []
         s.hold["watch_pull_request"] = release = asyncio.Event()  # keep the post-approval watch in flight
@@ -162,3 +161,31 @@ async def test_merged_by_a_human_outside_the_service_ends_merged_without_merging
         rep = await result(await _start(time_skipping_env, tq, wid))
     assert rep.status == "merged" and rep.merge_commit == "8" * 40
     assert s.names("merge_pull_request") == []
+
+
+async def test_checks_going_red_after_authorization_withdraw_it(own_time_skipping_env):
+    env = own_time_skipping_env
+    wid, tq = _ids()
+    s = Standins(reviews=[review("success")])
+    async with worker(env.client, tq, s):
+        handle = await _start(env, tq, wid)
+
+        async def checks(state: str):
+            rep = await _report(handle)
+            return rep.review is not None and rep.review.checks == state
+        await eventually(lambda: checks("success"), what="green checks")
+        s.hold["watch_pull_request"] = release = asyncio.Event()
+        await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="ana"))
+        s.set_review(review("failure", failing=["ci"]))  # CI went red right after the authorization
+        release.set()
+        await eventually(lambda: checks("failure"), what="checks red after authorization")
+        assert s.names("merge_pull_request") == []
+        # The authorization was withdrawn: a new one is needed (and refused while red).
+        assert "required checks are failure" in await _refused(handle, MergeAuthorization(by="ana"))
+        s.set_review(review("success"))
+        await eventually(lambda: checks("success"), what="green again")
+        assert s.names("merge_pull_request") == []
+        await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="bob"))
+        rep = await result(handle)
+    assert rep.status == "merged" and len(s.names("merge_pull_request")) == 1
+

@@ -268,3 +268,16 @@ async def _search_attribute(handle, key):
 async def _timer_fired(handle) -> bool:
     history = await handle.fetch_history()
     return any(e.HasField("timer_fired_event_attributes") for e in history.events)
+
+
+async def test_preemption_retries_stop_when_the_class_budget_is_spent(time_skipping_env):
+    wid, tq = _ids()
+    budget = PolicySettings().retry_budget["preemption"]
+    s = Standins(rounds={KEY: [Round(state="worker_failed", evidence=PREEMPTED)]})  # every round is preempted
+    async with worker(time_skipping_env.client, tq, s):
+        cause, res = await _failure(await _start(time_skipping_env, s, tq, wid))
+
+    assert [i.round for i in s.names("submit_job")] == list(range(budget + 1))
+    assert [f.decision for f in res.failures] == ["retry"] * budget + ["fail"]
+    assert len(set(res.job_ids)) == budget + 1  # every resubmission has its own job name
+    assert "preemption failure" in cause.message and res.status == "failed"
