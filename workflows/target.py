@@ -230,11 +230,11 @@ class TargetBuildWorkflow:
     async def _validate_until_settled(self, policy) -> ValidationReport:
         await self._set_stage(Stage.VALIDATING)
         while True:
+            self._recheck = False  # before validating: a recheck sent during validation is not lost
             report = await self._validate()
             if not report.blocked_on_visibility:
                 return report
             # Green build, private package: never rebuild, wait for the operator to flip visibility.
-            self._recheck = False
             self._status.waiting_for = (
                 f"{self._inp.target.image_repository} is not anonymously pullable: make the package public "
                 "(GitHub → Packages → Package settings → Change visibility → Public), then `starter.py recheck`")
@@ -252,6 +252,7 @@ class TargetBuildWorkflow:
         self._status.updated_at = workflow.now().isoformat()
         updates = [sa.STAGE.value_set(stage.value)]
         if failure_class:
+            self._status.failure_class = failure_class
             updates.append(sa.FAILURE_CLASS.value_set(failure_class))
         workflow.upsert_search_attributes(updates)
 

@@ -226,8 +226,6 @@ async def test_failed_validation_fails_the_target_naming_the_check(time_skipping
     assert await _search_attribute(handle, sa.STAGE) == "failed"
 
 
-@pytest.mark.xfail(strict=True, reason="workflows/target.py _set_stage publishes failure_class only as a search "
-                   "attribute; TargetStatus.failure_class (the status query) stays None for validation failures")
 async def test_status_query_names_the_validation_failure_class(time_skipping_env):
     wid, tq = _ids()
     s = Standins(validations={KEY: ["fail"]})
@@ -238,9 +236,6 @@ async def test_status_query_names_the_validation_failure_class(time_skipping_env
     assert status.failure_class == await _search_attribute(handle, sa.FAILURE_CLASS) == "validation"
 
 
-@pytest.mark.xfail(strict=True, reason="workflows/target.py _validate_until_settled clears self._recheck AFTER "
-                   "validate_image returns, so a recheck signal sent while that validation runs is lost and "
-                   "the target sleeps the whole visibility_recheck_interval_s")
 async def test_recheck_signal_sent_during_validation_is_not_lost(time_skipping_env):
     wid, tq = _ids()
     s = Standins(validations={KEY: ["blocked", "pass"]})
