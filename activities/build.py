@@ -14,9 +14,8 @@ import time
 from temporalio import activity
 
 from activities.common import (
+    ActivityGroup,
     Heartbeater,
-    Paths,
-    SourceRepos,
     input_error,
     iris_client,
     safe_name,
@@ -38,7 +37,7 @@ from clients.iris import (
     Unavailable,
 )
 from clients.kube import KubeEvidence, PodFacts
-from domain.config import ConfigError, PolicySettings, ServiceConfig
+from domain.config import ConfigError, PolicySettings
 from domain.contract import load_contract
 from domain.failures import AttemptEvidence, Evidence, classify
 from domain.markers import check_log
@@ -59,12 +58,7 @@ from domain.validation import ExpectedImage, ValidationReport
 LOG_PAGE_LINES = 5000
 
 
-class BuildActivities:
-    def __init__(self, config: ServiceConfig):
-        self.config = config
-        self.paths = Paths(config)
-        self.repos = SourceRepos(config, self.paths)
-
+class BuildActivities(ActivityGroup):
     def all(self) -> list:
         return [self.policy, self.submit_job, self.monitor_job, self.check_build_log, self.capture_failure,
                 self.validate_image, self.terminate_jobs]

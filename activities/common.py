@@ -93,6 +93,18 @@ class SourceRepos:
         return files
 
 
+class ActivityGroup:
+    """Activities that share the configuration, the work-dir layout and the source mirrors."""
+
+    def __init__(self, config: ServiceConfig):
+        self.config = config
+        self.paths = Paths(config)
+        self.repos = SourceRepos(config, self.paths)
+
+    def all(self) -> list:
+        raise NotImplementedError
+
+
 @contextlib.asynccontextmanager
 async def iris_client(config: ServiceConfig, cluster_name: str) -> AsyncIterator[IrisClient]:
     """An Iris client for a configured cluster: a direct URL, or a kubectl port-forward we own."""

@@ -14,11 +14,11 @@ import time
 
 from temporalio import activity
 
-from activities.common import Heartbeater, Paths, SourceRepos, input_error
+from activities.common import ActivityGroup, Heartbeater, input_error
 from clients.credentials import CredentialError, fetch_secret
 from clients.git_source import GitSourceError, commit_build_change, create_worktree, push_branch
 from clients.github import GitHubClient, HeadMoved, NotMergeable, checks_state, comment_marker
-from domain.config import GitHubSettings, ServiceConfig
+from domain.config import GitHubSettings
 from domain.contract import ContractError, load_contract
 from domain.models import MergeInput, PullRequestInfo, RecordInput, ReviewState, WatchInput
 from domain.pins import PinEntry, PinTableError, update_pin_table
@@ -27,12 +27,7 @@ from domain.report import target_rows
 from runtime.temporal import workflow_ui_url
 
 
-class RecordActivities:
-    def __init__(self, config: ServiceConfig):
-        self.config = config
-        self.paths = Paths(config)
-        self.repos = SourceRepos(config, self.paths)
-
+class RecordActivities(ActivityGroup):
     def all(self) -> list:
         return [self.record_artifact, self.watch_pull_request, self.merge_pull_request]
 

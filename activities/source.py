@@ -14,7 +14,13 @@ import shutil
 import git
 from temporalio import activity
 
-from activities.common import CONTRACT_PATHS, Paths, SourceRepos, input_error, iris_client, safe_name
+from activities.common import (
+    CONTRACT_PATHS,
+    ActivityGroup,
+    input_error,
+    iris_client,
+    safe_name,
+)
 from clients.bundle import BundleError, build_bundle
 from clients.git_source import (
     FetchedRepo,
@@ -32,7 +38,6 @@ from clients.git_source import (
 from clients.iris import IrisError
 from domain.boundary import BoundaryRule, decide
 from domain.buildset import TargetSpec, plan_targets
-from domain.config import ServiceConfig
 from domain.contract import BuildContract, ContractError, corrected_ops_doc, load_contract
 from domain.harbor_manifest import diff_manifests, extras_installed_by_dockerfile, parse_harbor_manifest
 from domain.models import (
@@ -51,12 +56,7 @@ from domain.pins import read_pins
 HARBOR_PIN = "HARBOR_COMMIT"
 
 
-class SourceActivities:
-    def __init__(self, config: ServiceConfig):
-        self.config = config
-        self.paths = Paths(config)
-        self.repos = SourceRepos(config, self.paths)
-
+class SourceActivities(ActivityGroup):
     def all(self) -> list:
         return [self.load_build_state, self.prepare_source, self.plan_targets, self.publish_source,
                 self.rebuild_decision]
