@@ -16,7 +16,7 @@ from temporalio.exceptions import ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from activities.build import BuildActivities
-    from domain.failures import decide_retry
+    from domain.failures import Classification, FailureClass, decide_retry
     from domain.models import (
         CaptureInput,
         FailureRecord,
@@ -109,6 +109,23 @@ class TargetBuildWorkflow:
                 if not check.missing and check.final_push_seen:
                     break
                 failure = await self._capture(job_id, check)
+            elif progress.missing or progress.state == "missing":
+                # The controller forgot the job (pruned row, no pod): never success on absence alone.
+                # The registry decides: our tag with our labels and a complete log → recovered.
+                check = await self._recovered(job_id)
+                if check is not None:
+                    result.log_check = check
+                    result.message = f"{t.key}: {job_id} vanished from the controller; recovered from the registry"
+                    break
+                failure = await self._capture(job_id, None)
+                self._classification = Classification(
+                    failure_class=FailureClass.WORKER_LOSS, retryable_by_default=True,
+                    reasons=[f"{job_id} vanished from the controller and the registry has no image from it"],
+                    operator_hint="Resubmitted under a new name (the kaniko cache makes it cheap).")
+                failure.failure_class = str(FailureClass.WORKER_LOSS)
+                failure.reasons = self._classification.reasons
+                failure.hint = self._classification.operator_hint
+                self._status.failure_class = failure.failure_class
             else:
                 failure = await self._capture(job_id, None)
             failure.decision = decide_retry(self._classification, used, policy.retry_budget)
@@ -138,7 +155,8 @@ class TargetBuildWorkflow:
             await self._set_stage(Stage.FAILED, failure_class="validation")
             raise ApplicationError(result.message, result, type="TargetFailed", non_retryable=True)
         result.status = "validated"
-        result.message = f"{t.key}: {result.image_ref}@{report.digest} validated"
+        note = f" ({result.message})" if result.message else ""
+        result.message = f"{t.key}: {result.image_ref}@{report.digest} validated{note}"
         self._status.validation_ok = True
         await self._set_stage(Stage.DONE)
         return result
@@ -218,6 +236,16 @@ class TargetBuildWorkflow:
             self._awaiting_decision = False
             self._status.waiting_for = None
         return self._decision.action
+
+    async def _recovered(self, job_id: str) -> LogCheck | None:
+        """A vanished job's image counts only if the registry has our tag with our revision labels and
+        the log (when the log store still has it) shows every marker and the final push."""
+        report = await self._validate()
+        labels = [c for c in report.checks if c.name.startswith("label:")]
+        if not report.digest or not labels or any(c.verdict != "pass" for c in labels):
+            return None
+        check = await self._check_log(job_id)
+        return check if not check.missing and check.final_push_seen else None
 
     async def _validate(self) -> ValidationReport:
         inp = self._inp
