@@ -27,7 +27,7 @@ def _assert_no_secret(exc: BaseException, secret: str) -> None:
 
 
 async def test_bad_token_is_401_and_never_shown(github_standin: GitHubStandinRepo):
-    bad = "ghp_definitely_not_the_token_123"
+    bad = "bogus-token-definitely-not-the-right-one"
     async with github_standin.client(token=bad) as gh:
         assert bad not in repr(gh) and github_standin.token not in repr(gh)
         with pytest.raises(Unauthorized) as info:
@@ -80,7 +80,7 @@ async def test_transport_failure_is_unavailable_without_token():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again on exit: nothing listens there
-    token = "ghp_secret_for_transport_test"
+    token = "sentinel-secret-for-transport-test"
     async with GitHubClient(f"http://127.0.0.1:{port}", token, "acme/widgets") as gh:
         with pytest.raises(GitHubUnavailable) as info:
             await gh.get_pull(1)
