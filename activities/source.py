@@ -217,12 +217,13 @@ class SourceActivities(ActivityGroup):
             return self._contract(repo, inp.build_commit)
         if not inp.request_id:
             raise input_error(f"build commit {inp.build_commit[:12]} is neither pushed nor re-creatable")
-        snap = self._prepare_source(PrepareSourceInput(request_id=inp.request_id, base_commit=inp.base_commit,
-                                                       harbor_commit=inp.harbor_commit, push=False))
-        if snap.build_commit != inp.build_commit:
-            raise input_error(f"re-created build commit {snap.build_commit[:12]} differs from "
-                              f"{inp.build_commit[:12]}: the inputs changed under the request")
         wt = self.paths.worktree(inp.request_id)
+        if _head(wt) != inp.build_commit:  # another worker prepared it: re-create the same commit here
+            snap = self._prepare_source(PrepareSourceInput(request_id=inp.request_id, base_commit=inp.base_commit,
+                                                           harbor_commit=inp.harbor_commit, push=False))
+            if snap.build_commit != inp.build_commit:
+                raise input_error(f"re-created build commit {snap.build_commit[:12]} differs from "
+                                  f"{inp.build_commit[:12]}: the inputs changed under the request")
         try:
             files = {p: (wt / p).read_text() for p in CONTRACT_PATHS}
             files.update({f"docker/{p.name}": p.read_text() for p in (wt / "docker").glob("Dockerfile*")})
@@ -301,6 +302,15 @@ class SourceActivities(ActivityGroup):
         reasons.extend(verdict.reasons)
         return RebuildDecision(needed=verdict.needed, reasons=reasons, source_commit=src, harbor_commit=harbor_head,
                                last_source_commit=last_src, last_harbor_commit=last_harbor, changed_paths=changed)
+
+
+def _head(wt) -> str | None:
+    """HEAD of a clean managed worktree, or None (absent or dirty)."""
+    try:
+        repo = git.Repo(wt)
+        return None if repo.is_dirty(untracked_files=True) else repo.head.commit.hexsha
+    except (git.exc.GitError, ValueError, OSError):
+        return None
 
 
 def _worktree_changes(wt, base: str, sha: str) -> list[str]:
