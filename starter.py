@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from datetime import timedelta
 
 import click
@@ -216,7 +217,7 @@ def follow(ctx, workflow_id, interval):
 
 async def _follow(client: Client, wid: str, interval: float) -> None:
     handle = client.get_workflow_handle(wid)
-    last = None
+    last, printed_at = None, 0.0
     while True:
         try:
             desc = await handle.describe()
@@ -229,9 +230,11 @@ async def _follow(client: Client, wid: str, interval: float) -> None:
             st = await _safe_query(client.get_workflow_handle(f"{wid}/{t.key}"), "status", TargetStatus)
             lines.append("  " + _status_line(t.key, st))
         text = "\n".join(lines)
-        if text != last:
-            click.echo(text)
-            last = text
+        now = asyncio.get_running_loop().time()
+        if text != last or now - printed_at >= 55:  # a line at least once a minute, even when idle
+            head, _, rest = text.partition("\n")
+            click.echo(f"{head}  ({time.strftime('%H:%M:%S')})" + (f"\n{rest}" if rest else ""))
+            last, printed_at = text, now
         if desc.status != WorkflowExecutionStatus.RUNNING:
             return
         await asyncio.sleep(interval)
