@@ -9,3 +9,15 @@ from pathlib import Path
 pytest_plugins = sorted(
     f"tests.{p.stem}" for p in Path(__file__).parent.glob("fixtures_*.py")
 )
+
+
+def pytest_configure(config):
+    """A SIGTERM (CI timeout, `timeout`, a cancelled job) ends the session through normal exit, so the
+    fixtures' finalizers and atexit hooks stop every service process the session started."""
+    import signal
+    import sys
+
+    def _terminate(signum, _frame):
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _terminate)
