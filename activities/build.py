@@ -157,27 +157,28 @@ class BuildActivities(ActivityGroup):
         progress = JobProgress(job_id=inp.job_id, state="unknown", terminal=False, log_cursor=inp.log_cursor,
                                last_marker=inp.last_marker)
         last_state = None
-        while True:
-            try:
-                async with iris_client(self.config, inp.cluster) as iris:
+        # One client (and, for tunnelled clusters, one port-forward) per call, not per poll.
+        async with iris_client(self.config, inp.cluster) as iris:
+            while True:
+                try:
                     info = await iris.job_status(inp.job_id)
                     progress = _progress(info, progress)
                     progress.log_cursor, progress.last_marker = await _scan_markers(
                         iris, inp.job_id, progress.log_cursor, progress.last_marker, inp.markers)
-            except NotFound:
-                progress.state, progress.terminal, progress.missing = "missing", True, True
-                progress.error = f"{inp.job_id} is no longer known to the controller (pruned?); not a success"
-            except Unavailable as e:
-                progress.controller_reachable = False
-                progress.error = f"controller unreachable: {e}"
-            activity.heartbeat(progress.model_dump(mode="json"))
-            if progress.terminal or time.monotonic() - started >= inp.return_after_s:
-                return progress
-            # Adaptive: poll fast right after a change, back off while nothing moves.
-            interval = pol.poll_min_interval_s if progress.state != last_state else min(
-                interval * 1.5, pol.poll_max_interval_s)
-            last_state = progress.state
-            await asyncio.sleep(min(interval, max(0.1, inp.return_after_s - (time.monotonic() - started))))
+                except NotFound:
+                    progress.state, progress.terminal, progress.missing = "missing", True, True
+                    progress.error = f"{inp.job_id} is no longer known to the controller (pruned?); not a success"
+                except Unavailable as e:
+                    progress.controller_reachable = False
+                    progress.error = f"controller unreachable: {e}"
+                activity.heartbeat(progress.model_dump(mode="json"))
+                if progress.terminal or time.monotonic() - started >= inp.return_after_s:
+                    return progress
+                # Adaptive: poll fast right after a change, back off while nothing moves.
+                interval = pol.poll_min_interval_s if progress.state != last_state else min(
+                    interval * 1.5, pol.poll_max_interval_s)
+                last_state = progress.state
+                await asyncio.sleep(min(interval, max(0.1, inp.return_after_s - (time.monotonic() - started))))
 
     # ------------------------------------------------------------------ judge the log of a succeeded job
     @activity.defn
