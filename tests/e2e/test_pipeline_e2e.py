@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
+from clients.github import GitHubClient
 from clients.iris import IrisClient
 from domain.models import MergeAuthorization, PipelineReport
 from sandbox.git_remotes import remote_head
@@ -41,7 +42,9 @@ def _git_show(url: str, rev: str, path: str) -> str:
 async def test_build_to_merged_pr_with_visibility_gate_and_no_secret_leak(service_stack):
     s = service_stack
     launcher_before = _git_show(s.remotes.marinskyrl_url, "main", "cloud/iris/launch_rl_iris.py")
-    handle = await start_pipeline(s, request(archs=("amd64", "arm64"), variants=("standard", "megatron")))
+    issue = "https://github.com/marin-community/MarinSkyRL/issues/7"
+    handle = await start_pipeline(s, request(archs=("amd64", "arm64"), variants=("standard", "megatron"),
+                                             issue_url=issue))
     wid = handle.id
     keys = ["amd64-standard", "amd64-megatron", "arm64-standard", "arm64-megatron"]
 
@@ -88,6 +91,13 @@ async def test_build_to_merged_pr_with_visibility_gate_and_no_secret_leak(servic
         jobs = await iris.list_jobs(prefix="/gpu-rl-builder/gpurl-kaniko-")
     assert sorted(j.job_id.rsplit("/", 1)[1] for j in jobs if j.job_id.endswith(sha[:8])) == sorted(
         f"gpurl-kaniko-{k}-{sha[:8]}" for k in keys)
+
+    # The evidence went to the PR body and, once, to the associated issue.
+    async with GitHubClient(s.github.api_url, s.github.token, MARINSKYRL_SLUG) as gh:
+        pr = await gh.get_pull(final.pull_request.number)
+        comments = await gh.list_issue_comments(7)
+    assert all(t.digest in pr.body for t in final.targets) and sha in pr.body
+    assert len(comments) == 1 and all(t.digest in comments[0].body for t in final.targets)
 
     # Sentinel: the registry push token and the GitHub token appear nowhere we write or keep.
     secrets = [s.token_registry.push_token, s.github.token]
