@@ -33,17 +33,19 @@ from temporalio.service import RPCError
 
 from domain.buildset import BuildRequest, CompatibilityRequest
 from domain.config import ConfigError, ServiceConfig, load_config
-from domain.models import MergeAuthorization, OperatorDecision, PipelineInput, PipelineReport, TargetStatus
+from domain.models import (
+    MergeAuthorization,
+    OperatorDecision,
+    PipelineInput,
+    PipelineReport,
+    TargetStatus,
+    pipeline_id,
+)
 from domain.report import report_markdown
 from runtime import search_attributes as sa
 from runtime.temporal import connect, workflow_ui_url
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
-
-
-def pipeline_id(source_commit: str, harbor_commit: str) -> str:
-    """One pipeline per (source commit, Harbor commit): the dedup key."""
-    return f"gpu-rl-build-{source_commit[:12]}-{harbor_commit[:12]}"
 
 
 def ls_remote_head(url: str, ref: str | None = None) -> str:
@@ -312,6 +314,16 @@ def report(ctx, workflow_id, fmt):
 
 
 # --------------------------------------------------------------------------------------- operator decisions
+async def _send_update(config: ServiceConfig, wid: str, update: str, arg) -> None:
+    """Send an operator update; a validator's refusal is printed and exits 1."""
+    client = await _client(config)
+    try:
+        msg = await client.get_workflow_handle(wid).execute_update(update, arg, result_type=str)
+    except WorkflowUpdateFailedError as e:
+        _fail(f"refused: {e.cause.message if e.cause else e}", EXIT_FAILED)
+    click.echo(msg)
+
+
 @cli.command("approve-merge")
 @click.argument("workflow_id")
 @click.option("--by", required=True, help="Operator authorizing the merge.")
@@ -321,16 +333,7 @@ def approve_merge(ctx, workflow_id, by, note):
     """Authorize the merge of the pipeline's PR (refused while checks are pending or red)."""
     config = _config(ctx)
 
-    async def go():
-        client = await _client(config)
-        try:
-            msg = await client.get_workflow_handle(workflow_id).execute_update(
-                "approve_merge", MergeAuthorization(by=by, note=note), result_type=str)
-        except WorkflowUpdateFailedError as e:
-            _fail(f"refused: {e.cause.message if e.cause else e}", EXIT_FAILED)
-        click.echo(msg)
-
-    _run(go())
+    _run(_send_update(config, workflow_id, "approve_merge", MergeAuthorization(by=by, note=note)))
 
 
 @cli.command()
@@ -344,16 +347,8 @@ def decide(ctx, workflow_id, target, action, by, note):
     """Answer a target waiting on an unknown failure: retry it or abort it."""
     config = _config(ctx)
 
-    async def go():
-        client = await _client(config)
-        try:
-            msg = await client.get_workflow_handle(f"{workflow_id}/{target}").execute_update(
-                "decide", OperatorDecision(action=action, by=by, note=note), result_type=str)
-        except WorkflowUpdateFailedError as e:
-            _fail(f"refused: {e.cause.message if e.cause else e}", EXIT_FAILED)
-        click.echo(msg)
-
-    _run(go())
+    _run(_send_update(config, f"{workflow_id}/{target}", "decide",
+                      OperatorDecision(action=action, by=by, note=note)))
 
 
 @cli.command()

@@ -17,6 +17,11 @@ from domain.failures import Classification
 from domain.validation import ValidationReport
 
 
+def pipeline_id(source_commit: str, harbor_commit: str) -> str:
+    """One pipeline per (source commit, Harbor commit): the dedup key shared by starter and schedules."""
+    return f"gpu-rl-build-{source_commit[:12]}-{harbor_commit[:12]}"
+
+
 class Stage(StrEnum):
     QUEUED = "queued"
     LOADING = "loading"

@@ -62,7 +62,8 @@ async def _running(address: str, wid: str) -> bool:
     return (await client.get_workflow_handle(wid).describe()).status == WorkflowExecutionStatus.RUNNING
 
 
-def _skopeo_digest(host: str, ref: str, user: str, token: str) -> str | None:
+def skopeo_digest(host: str, ref: str, user: str, token: str) -> str | None:
+    """sha256 of the raw manifest as skopeo (an independent client) fetches it; None if it cannot."""
     with tempfile.NamedTemporaryFile("w", suffix=".json") as auth:
         import base64
 
@@ -138,7 +139,7 @@ def main(state_dir, archs, variants, keep, timeout):
         code = 0 if rep.get("status") == "merged" else 1
         for t in rep.get("targets", []):
             ref = f"{t['image_ref']}"
-            oracle = _skopeo_digest(stack.token_registry.host, ref, stack.token_registry.push_user,
+            oracle = skopeo_digest(stack.token_registry.host, ref, stack.token_registry.push_user,
                                     stack.token_registry.push_token)
             agree = "agrees" if oracle == t.get("digest") else "DISAGREES"
             click.echo(f"skopeo: {ref} → {oracle} ({agree} with the report)")

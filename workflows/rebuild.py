@@ -16,12 +16,14 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.source import SourceActivities
-    from domain.models import PipelineInput, RebuildCheckInput, RebuildCheckResult, RebuildDecision
+    from domain.models import (
+        PipelineInput,
+        RebuildCheckInput,
+        RebuildCheckResult,
+        RebuildDecision,
+        pipeline_id,
+    )
     from workflows.pipeline import BuildPipelineWorkflow
-
-
-def pipeline_id(source_commit: str, harbor_commit: str) -> str:
-    return f"gpu-rl-build-{source_commit[:12]}-{harbor_commit[:12]}"
 
 
 @workflow.defn

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -55,3 +56,9 @@ async def wait_until(predicate, timeout: float = 240.0, interval: float = 0.5, w
 
 async def is_closed(client: Client, wid: str) -> bool:
     return (await client.get_workflow_handle(wid).describe()).status != WorkflowExecutionStatus.RUNNING
+
+
+def git_show(url: str, rev: str, path: str) -> str:
+    """A file as a bare remote holds it at ``rev`` (read straight from the remote, not a mirror)."""
+    return subprocess.run(["git", "--git-dir", url.removeprefix("file://"), "show", f"{rev}:{path}"],
+                          capture_output=True, text=True, check=True).stdout

@@ -16,16 +16,11 @@ from temporalio.client import WorkflowFailureError
 from clients.iris import IrisClient
 from runtime import search_attributes as sa
 from sandbox.git_remotes import commit_to_remote
-from tests.e2e.helpers import report, request, start_pipeline
+from tests.e2e.helpers import git_show, report, request, start_pipeline
 
 pytestmark = pytest.mark.stack
 
 DOCKERFILE = "docker/Dockerfile.gpu-rl"
-
-
-def _read_remote(url: str, path: str) -> str:
-    return subprocess.run(["git", "--git-dir", url.removeprefix("file://"), "show", f"main:{path}"],
-                          capture_output=True, text=True, check=True).stdout
 
 
 def _branches(url: str) -> list[str]:
@@ -41,7 +36,7 @@ async def _iris_jobs(stack, sha: str) -> list:
 
 async def test_failed_build_step_is_captured_classified_and_not_retried(service_stack):
     s = service_stack
-    text = _read_remote(s.remotes.marinskyrl_url, DOCKERFILE)
+    text = git_show(s.remotes.marinskyrl_url, "main", DOCKERFILE)
     broken = text.replace("RUN echo \"boto3 s3 client ctor OK",
                           "RUN echo 'datasets import failed' >&2 && exit 3\nRUN echo \"boto3 s3 client ctor OK", 1)
     assert broken != text
@@ -69,7 +64,7 @@ async def test_failed_build_step_is_captured_classified_and_not_retried(service_
 
 async def test_unsatisfiable_contract_is_refused_before_anything_is_submitted_or_pushed(service_stack):
     s = service_stack
-    script = _read_remote(s.remotes.marinskyrl_url, "docker/build_gpu_rl_kaniko.sh")
+    script = git_show(s.remotes.marinskyrl_url, "main", "docker/build_gpu_rl_kaniko.sh")
     marker = ': "${GITSHA:?'
     assert marker in script
     changed = script.replace(marker, ': "${SIGNING_KEY_ID:?set SIGNING_KEY_ID to the cosign key id}"\n' + marker, 1)

@@ -5,11 +5,6 @@ is exactly one Iris job, and no secret reached Temporal history, evidence files 
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,30 +13,17 @@ from temporalio.client import WorkflowUpdateFailedError
 from clients.github import GitHubClient
 from clients.iris import IrisClient
 from domain.models import MergeAuthorization, PipelineReport
+from sandbox.demo import skopeo_digest
 from sandbox.git_remotes import remote_head
 from sandbox.stack import MARINSKYRL_SLUG
-from tests.e2e.helpers import is_closed, report, request, start_pipeline, target_status, wait_until
+from tests.e2e.helpers import git_show, is_closed, report, request, start_pipeline, target_status, wait_until
 
 pytestmark = pytest.mark.stack
 
 
-def _skopeo_digest(host: str, ref: str, user: str, token: str) -> str:
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as auth:
-        auth.write(json.dumps({"auths": {host: {"auth": base64.b64encode(f"{user}:{token}".encode()).decode()}}}))
-        auth.flush()
-        raw = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false", "--authfile", auth.name,
-                              f"docker://{ref}"], capture_output=True, check=True, timeout=120).stdout
-    return "sha256:" + hashlib.sha256(raw).hexdigest()
-
-
-def _git_show(url: str, rev: str, path: str) -> str:
-    return subprocess.run(["git", "--git-dir", url.removeprefix("file://"), "show", f"{rev}:{path}"],
-                          capture_output=True, text=True, check=True).stdout
-
-
 async def test_build_to_merged_pr_with_visibility_gate_and_no_secret_leak(service_stack):
     s = service_stack
-    launcher_before = _git_show(s.remotes.marinskyrl_url, "main", "cloud/iris/launch_rl_iris.py")
+    launcher_before = git_show(s.remotes.marinskyrl_url, "main", "cloud/iris/launch_rl_iris.py")
     issue = "https://github.com/marin-community/MarinSkyRL/issues/7"
     handle = await start_pipeline(s, request(archs=("amd64", "arm64"), variants=("standard", "megatron"),
                                              issue_url=issue))
@@ -73,20 +55,20 @@ async def test_build_to_merged_pr_with_visibility_gate_and_no_secret_leak(servic
     assert sorted(by_key) == sorted(keys)
     expected_tags = {"amd64-standard": f"gpu-rl-{sha}", "amd64-megatron": f"gpu-rl-megatron-{sha}",
                      "arm64-standard": f"gpu-rl-{sha}-arm64", "arm64-megatron": f"gpu-rl-megatron-{sha}-arm64"}
-    pins = _git_show(s.remotes.marinskyrl_url, "main", "cloud/iris/gpu_rl_images.py")
+    pins = git_show(s.remotes.marinskyrl_url, "main", "cloud/iris/gpu_rl_images.py")
     host = s.token_registry.host
     for key, t in by_key.items():
         assert t.status == "validated" and t.job_ids == jobs_before[key]  # the re-check did not rebuild
         assert t.tag == expected_tags[key]
         assert t.platform == f"linux/{t.architecture}" and t.validation.anonymous_pull == "pullable"
         assert not t.log_check.missing and t.log_check.final_push_seen
-        assert _skopeo_digest(host, t.image_ref, *s.token_registry.credentials) == t.digest
+        assert skopeo_digest(host, t.image_ref, *s.token_registry.credentials) == t.digest
         assert t.digest in pins
     assert len({t.digest for t in final.targets}) == 4
     # The merged main carries the validated digests; the launcher is untouched; one Iris job per target.
     assert remote_head(s.remotes.marinskyrl_url) == final.merge_commit
     assert f'SOURCE_COMMIT = "{sha}"' in pins
-    assert _git_show(s.remotes.marinskyrl_url, "main", "cloud/iris/launch_rl_iris.py") == launcher_before
+    assert git_show(s.remotes.marinskyrl_url, "main", "cloud/iris/launch_rl_iris.py") == launcher_before
     async with IrisClient(s.iris.url, client_revision_date=s.config.clusters["sandbox-amd64"].client_revision_date) as iris:
         jobs = await iris.list_jobs(prefix="/gpu-rl-builder/gpurl-kaniko-")
     assert sorted(j.job_id.rsplit("/", 1)[1] for j in jobs if j.job_id.endswith(sha[:8])) == sorted(

@@ -8,7 +8,6 @@ after a merge: a pin table whose entries name a real source commit and a real Ha
 from __future__ import annotations
 
 import hashlib
-import subprocess
 import uuid
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
@@ -17,16 +16,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from domain.models import RebuildCheckInput, RebuildCheckResult
 from domain.pins import PinEntry, update_pin_table
 from sandbox.git_remotes import commit_to_remote, remote_head
-from tests.e2e.helpers import request
+from tests.e2e.helpers import (
+    git_show,  # noqa: F401 - re-exported for the rebuild tests
+    request,
+)
 from workflows.rebuild import RebuildCheckWorkflow
 
 ARCHS = ("amd64",)
 VARIANTS = ("standard",)
-
-
-def git_show(url: str, rev: str, path: str) -> str:
-    return subprocess.run(["git", "--git-dir", url.removeprefix("file://"), "show", f"{rev}:{path}"],
-                          capture_output=True, text=True, check=True).stdout
 
 
 def _tag(arch: str, variant: str, sha: str) -> str:
