@@ -134,7 +134,20 @@ class IrisControllerHandle:
         return not self._stopped and self._proc.poll() is None
 
 
-def start_iris_controller(
+def start_iris_controller(state_dir: Path, **kw) -> IrisControllerHandle:
+    """Start a local controller; a free port taken by someone else before the controller binds it is
+    retried with a fresh port (only when the caller did not pin ``port``)."""
+    attempts = 1 if kw.get("port") else 3
+    for attempt in range(attempts):
+        try:
+            return _start_once(state_dir, **kw)
+        except IrisControllerError as e:
+            if "address already in use" not in str(e).lower() or attempt + 1 == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_once(
     state_dir: Path, *, port: int | None = None, startup_timeout_s: float = 90.0,
     timeout_scan_interval_s: float | None = None,
 ) -> IrisControllerHandle:

@@ -121,7 +121,22 @@ def _wait_ready(proc: subprocess.Popen, address: str, binary: str, log_path: Pat
     raise TemporalServerError(f"temporal dev server at {address} not ready after {timeout:.0f}s")
 
 
-def start_temporal_dev_server(
+def start_temporal_dev_server(state_dir: Path, **kw) -> TemporalDevServer:
+    """Start ``temporal server start-dev`` on loopback with its SQLite file in ``state_dir``.
+
+    A free port can be taken by someone else between choosing it and the server binding it; when the
+    ports were chosen here (not pinned by the caller) that race is retried with fresh ports."""
+    attempts = 1 if kw.get("port") or kw.get("ui_port") else 3
+    for attempt in range(attempts):
+        try:
+            return _start_once(state_dir, **kw)
+        except TemporalServerError as e:
+            if "address already in use" not in str(e) or attempt + 1 == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_once(
     state_dir: Path,
     *,
     ui: bool = True,
@@ -131,9 +146,7 @@ def start_temporal_dev_server(
     ui_port: int | None = None,
     ready_timeout: float = 60.0,
 ) -> TemporalDevServer:
-    """Start ``temporal server start-dev`` on loopback with its SQLite file in ``state_dir``.
-
-    ``port`` may be fixed to restart a server on the same address (crash tests); by default free
+    """One start attempt. ``port`` may be fixed to restart a server on the same address (crash tests); by default free
     ports are chosen at run time.
     """
     state_dir = Path(state_dir)
