@@ -40,6 +40,7 @@ from clients.kube import KubeEvidence, PodFacts
 from domain.config import ConfigError, PolicySettings
 from domain.contract import load_contract
 from domain.failures import AttemptEvidence, Evidence, classify
+from domain.jobs import submission_name
 from domain.markers import check_log
 from domain.models import (
     CapturedFailure,
@@ -76,10 +77,12 @@ class BuildActivities(ActivityGroup):
             cluster = self.config.cluster(job.cluster)
         except ConfigError as e:
             raise input_error(str(e)) from None
-        name = job.job_name if inp.round == 0 else f"{job.job_name[:58]}-r{inp.round}"
+        name = submission_name(job.job_name, generation=inp.generation, round_=inp.round)
         wire_name = f"/{cluster.iris_user}/{name}"
         async with iris_client(self.config, job.cluster) as iris:
-            # A retried activity or a re-run pipeline finds the job it already launched.
+            # A retried activity (or a new worker after a crash) finds the job this submission launched;
+            # a new request generation has another name, so it never attaches to a job an earlier run
+            # terminated or saw fail.
             try:
                 existing = await iris.job_status(wire_name, with_tasks=False)
                 return SubmittedJob(job_id=existing.job_id or wire_name, cluster=job.cluster, attached=True,

@@ -136,6 +136,7 @@ class SubmitInput(BaseModel):
     build_commit: str
     branch: str
     round: int  # 0 for the first submission; a policy resubmit gets a new, deterministic name
+    generation: str = ""  # request generation (domain.jobs.generation_of): a new run gets fresh job names
 
 
 class SubmittedJob(BaseModel):

@@ -50,9 +50,12 @@ class RebuildCheckWorkflow:
                 PipelineInput(request=inp.request, request_id=wid, source_commit=decision.source_commit,
                               harbor_commit=decision.harbor_commit),
                 id=wid, parent_close_policy=ParentClosePolicy.ABANDON,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE)
+                # Built and merged (completed) is never built again; attempted and failed (failed,
+                # cancelled, terminated, timed out) is built again as a new run with fresh job names.
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY)
             result.started = True
             result.note = f"started {wid}"
         except WorkflowAlreadyStartedError:
-            result.note = f"{wid} already exists for these commits; nothing started"
+            result.note = (f"{wid} already exists for these commits (running, or built and merged); "
+                           "nothing started")
         return result

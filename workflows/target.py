@@ -16,7 +16,8 @@ from temporalio.exceptions import ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from activities.build import BuildActivities
-    from domain.failures import Classification, FailureClass, decide_retry
+    from domain.failures import decide_retry
+    from domain.jobs import generation_of, registry_has_our_image, vanished_job_classification
     from domain.models import (
         CaptureInput,
         FailureRecord,
@@ -118,11 +119,8 @@ class TargetBuildWorkflow:
                     result.message = f"{t.key}: {job_id} vanished from the controller; recovered from the registry"
                     break
                 failure = await self._capture(job_id, None)
-                self._classification = Classification(
-                    failure_class=FailureClass.WORKER_LOSS, retryable_by_default=True,
-                    reasons=[f"{job_id} vanished from the controller and the registry has no image from it"],
-                    operator_hint="Resubmitted under a new name (the kaniko cache makes it cheap).")
-                failure.failure_class = str(FailureClass.WORKER_LOSS)
+                self._classification = vanished_job_classification(job_id)
+                failure.failure_class = str(self._classification.failure_class)
                 failure.reasons = self._classification.reasons
                 failure.hint = self._classification.operator_hint
                 self._status.failure_class = failure.failure_class
@@ -173,7 +171,8 @@ class TargetBuildWorkflow:
         job = await workflow.execute_activity_method(
             BuildActivities.submit_job,
             SubmitInput(request_id=inp.request_id, target=inp.target, build_commit=inp.build_commit,
-                        branch=inp.branch, round=round_),
+                        branch=inp.branch, round=round_,
+                        generation=generation_of(workflow.info().first_execution_run_id)),
             start_to_close_timeout=timedelta(minutes=5), retry_policy=IO_RETRY,
             summary=f"submit the Iris job for {inp.target.key} (round {round_})")
         self._status.job_ids.append(job.job_id)
@@ -240,9 +239,7 @@ class TargetBuildWorkflow:
     async def _recovered(self, job_id: str) -> LogCheck | None:
         """A vanished job's image counts only if the registry has our tag with our revision labels and
         the log (when the log store still has it) shows every marker and the final push."""
-        report = await self._validate()
-        labels = [c for c in report.checks if c.name.startswith("label:")]
-        if not report.digest or not labels or any(c.verdict != "pass" for c in labels):
+        if not registry_has_our_image(await self._validate()):
             return None
         check = await self._check_log(job_id)
         return check if not check.missing and check.final_push_seen else None

@@ -90,7 +90,7 @@ async def test_change_under_skyrl_train_starts_exactly_one_pipeline(service_stac
         await stop_pipeline(handle)
 
 
-async def test_harbor_move_starts_one_pipeline_and_a_retrigger_starts_none(service_stack):
+async def test_harbor_move_starts_one_pipeline_and_a_failed_attempt_is_built_again(service_stack):
     s = service_stack
     pinned_harbor = s.remotes.harbor_head
     pinned = pin_current_head(s, harbor_commit=pinned_harbor)
@@ -105,11 +105,22 @@ async def test_harbor_move_starts_one_pipeline_and_a_retrigger_starts_none(servi
         assert d.last_source_commit == pinned and d.changed_paths == [PIN_TABLE]
         assert any(r.startswith("Harbor moved") for r in d.reasons), d.reasons
         assert first.started and first.pipeline_workflow_id == wid
+        first_run = (await handle.describe()).run_id
     finally:
         await stop_pipeline(handle)
-    # Even after that pipeline closed, the same (source, Harbor) pair is never built twice.
+    # That pipeline was terminated: attempted and failed, not built and merged. The next check builds
+    # the same (source, Harbor) pair again, as a new run of the same pipeline id.
     again = await run_check(s, start_pipeline=True)
-    assert again.pipeline_workflow_id == wid and not again.started and "already exists" in again.note
-    ids = await wait_until(lambda: pipelines_on_queue(s.client, s.task_queue), timeout=30,
-                           what="the started pipeline in visibility")
-    assert ids == [wid]
+    try:
+        assert again.pipeline_workflow_id == wid and again.started and again.note == f"started {wid}"
+        assert (await handle.describe()).run_id != first_run
+        ids = await wait_until(lambda: _two(pipelines_on_queue(s.client, s.task_queue)), timeout=30,
+                               what="both runs in visibility")
+        assert ids == [wid, wid]
+    finally:
+        await stop_pipeline(s.client.get_workflow_handle(wid))
+
+
+async def _two(ids_coro):
+    ids = await ids_coro
+    return ids if len(ids) == 2 else None

@@ -21,6 +21,7 @@ from temporalio.worker import Worker
 from domain.buildset import BuildRequest, CompatibilityRequest, TargetSpec, plan_targets
 from domain.config import PolicySettings
 from domain.failures import Evidence, classify
+from domain.jobs import submission_name
 from domain.models import (
     BuildState,
     BundleSummary,
@@ -127,6 +128,7 @@ class Standins:
         self.hold: dict[str, asyncio.Event] = {}  # activity name -> released when set
         self.entered: dict[str, asyncio.Event] = {}  # activity name -> set when a call starts
         self._jobs: dict[str, tuple[str, int]] = {}  # job id -> (target key, round)
+        self.submitted: list[str] = []  # job ids in submission order
         self._validated: dict[str, int] = {}
 
     def set_review(self, state: ReviewState) -> None:
@@ -156,9 +158,10 @@ class Standins:
     @activity.defn(name="submit_job")
     async def submit_job(self, inp: SubmitInput) -> SubmittedJob:
         await self._enter("submit_job", inp)
-        name = inp.target.job.job_name  # same naming rule as activities.build.submit_job
-        job_id = f"/tester/{name if inp.round == 0 else f'{name[:58]}-r{inp.round}'}"
+        name = submission_name(inp.target.job.job_name, generation=inp.generation, round_=inp.round)
+        job_id = f"/tester/{name}"  # the naming rule of activities.build.submit_job
         self._jobs[job_id] = (inp.target.key, inp.round)
+        self.submitted.append(job_id)
         return SubmittedJob(job_id=job_id, cluster=inp.target.cluster, attached=False, submitted_at_ms=1)
 
     @activity.defn(name="monitor_job")

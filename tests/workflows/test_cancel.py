@@ -53,8 +53,7 @@ async def test_cancel_while_waiting_for_an_operator_terminates_the_submitted_job
         await _cancelled(handle)
         status = await handle.query(TargetBuildWorkflow.status)
 
-    submitted = [f"/tester/{i.target.job.job_name}" for i in s.names("submit_job")]
-    assert [t.job_ids for t in s.names("terminate_jobs")] == [submitted]
+    assert [t.job_ids for t in s.names("terminate_jobs")] == [s.submitted]
     assert status.stage == Stage.FAILED
 
 
@@ -76,8 +75,7 @@ async def test_cancel_while_monitoring_terminates_the_running_job(own_time_skipp
             await _cancelled(handle)
     finally:
         release.set()
-    submitted = [f"/tester/{i.target.job.job_name}" for i in s.names("submit_job")]
-    assert [t.job_ids for t in s.names("terminate_jobs")] == [submitted]
+    assert [t.job_ids for t in s.names("terminate_jobs")] == [s.submitted]
 
 
 async def test_cancelling_the_pipeline_cancels_its_targets_which_terminate_their_jobs(time_skipping_env):
@@ -113,3 +111,27 @@ async def _closed(handle) -> bool:
 async def _entered(s: Standins, name: str) -> bool:
     ev = s.entered.get(name)
     return bool(ev and ev.is_set())
+
+
+async def test_a_new_run_after_a_cancel_submits_a_fresh_job_instead_of_attaching(own_time_skipping_env):
+    """Cancel → new build: the same target id in a new run gets its own job name (request generation),
+    so it never attaches to the job the cancelled run terminated."""
+    time_skipping_env = own_time_skipping_env
+    wid, tq = _ids()
+    s = Standins(rounds={KEY: [Round(state="failed", evidence=UNKNOWN)]})
+    async with worker(time_skipping_env.client, tq, s):
+        first = await time_skipping_env.client.start_workflow(TargetBuildWorkflow.run, target_input(wid),
+                                                              id=wid, task_queue=tq)
+        await eventually(lambda: _stage_is(first, Stage.WAITING), what="first run waiting for operator")
+        await first.cancel()
+        await _cancelled(first)
+        s.rounds[KEY] = [Round()]
+        second = await time_skipping_env.client.start_workflow(TargetBuildWorkflow.run, target_input(wid),
+                                                               id=wid, task_queue=tq)
+        res = await result(second)
+
+    terminated = [j for t in s.names("terminate_jobs") for j in t.job_ids]
+    assert len(s.submitted) == 2 and terminated == s.submitted[:1]
+    assert res.status == "validated" and res.job_ids == s.submitted[1:]
+    assert s.submitted[1] != s.submitted[0]  # fresh job: never the one the cancelled run terminated
+    assert [i.round for i in s.names("submit_job")] == [0, 0]
