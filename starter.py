@@ -29,7 +29,7 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from domain.buildset import BuildRequest, CompatibilityRequest
 from domain.config import ConfigError, ServiceConfig, load_config
@@ -480,6 +480,84 @@ for _name, _doc in (("describe", "Show a schedule."), ("pause", "Pause a schedul
                     ("unpause", "Unpause a schedule."), ("delete", "Delete a schedule."),
                     ("trigger", "Run the rebuild check now.")):
     _schedule_cmd(_name, _doc)
+
+# --------------------------------------------------------------------------------------- evidence
+async def _evidence_items(config: ServiceConfig, wid: str):
+    """Evidence references from history (no worker needed); an unknown id is bad input."""
+    from runtime.evidence import collect
+
+    client = await _client(config)
+    try:
+        return await collect(client, wid)
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            _fail(f"{wid}: no such workflow in namespace {config.temporal.namespace}")
+        _fail(f"cannot read the history of {wid}: {e.message}", EXIT_UNREACHABLE)
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.argument("target", required=False)
+@click.option("--full", is_flag=True, help="Print the whole log, not only the lines around the failing one.")
+@click.pass_context
+def logs(ctx, workflow_id, target, full):
+    """Print the failing step's log excerpt of each failed target (or of TARGET), from the evidence store."""
+    from runtime.evidence import EvidenceError, failed_steps, render_failed_step
+
+    config = _config(ctx)
+
+    async def go():
+        items = await _evidence_items(config, workflow_id)
+        targets = sorted({i.target for i in items})
+        if target and target not in targets:
+            _fail(f"{workflow_id} has no evidence for target {target!r} (targets with evidence: "
+                  f"{', '.join(targets) or 'none'})")
+        steps = failed_steps(items, target)
+        if not steps:
+            click.echo(f"no failed step recorded for {workflow_id}{' ' + target if target else ''}", err=True)
+            return
+        for step in steps:
+            try:
+                click.echo("\n".join(render_failed_step(step, config.evidence.storage_options, full=full)))
+            except EvidenceError as e:
+                _fail(str(e), EXIT_UNREACHABLE)
+
+    _run(go())
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.option("--download", "dest", type=click.Path(file_okay=False), help="Copy every file (sha256-checked) here.")
+@click.option("--json", "as_json", is_flag=True, help="List as JSON.")
+@click.pass_context
+def evidence(ctx, workflow_id, dest, as_json):
+    """List (or download) every log and diagnostics file of a build: store URI, size, sha256."""
+    from pathlib import Path
+
+    from runtime.evidence import EvidenceError, download
+
+    config = _config(ctx)
+
+    async def go():
+        items = await _evidence_items(config, workflow_id)
+        if dest:
+            try:
+                for path in download(items, Path(dest), config.evidence.storage_options):
+                    click.echo(str(path))
+            except EvidenceError as e:
+                _fail(str(e), EXIT_UNREACHABLE)
+            return
+        rows = [{"target": i.target, "kind": i.kind, "job_id": i.job_id, "failure_class": i.failure_class,
+                 **i.ref.model_dump()} for i in items]
+        if as_json:
+            click.echo(json.dumps(rows, indent=2))
+            return
+        if not rows:
+            click.echo(f"no evidence recorded for {workflow_id}", err=True)
+        for r in rows:
+            click.echo(f"{r['target']:<16} {r['kind']:<12} {r['size_bytes']:>9} B  sha256:{r['sha256'][:16]}  {r['uri']}")
+
+    _run(go())
 
 
 def main() -> None:

@@ -39,6 +39,7 @@ from clients.iris import (
 from clients.kube import KubeEvidence, PodFacts
 from domain.config import ConfigError, PolicySettings
 from domain.contract import load_contract
+from domain.evidence import failing_line
 from domain.failures import AttemptEvidence, Evidence, classify
 from domain.jobs import submission_name
 from domain.markers import check_log
@@ -54,6 +55,7 @@ from domain.models import (
     TerminateInput,
     ValidateInput,
 )
+from domain.redact import redact
 from domain.validation import ExpectedImage, ValidationReport
 
 LOG_PAGE_LINES = 5000
@@ -188,7 +190,7 @@ class BuildActivities(ActivityGroup):
     async def check_build_log(self, inp: LogCheckInput) -> LogCheck:
         async with Heartbeater(), iris_client(self.config, inp.cluster) as iris:
             text = await _full_log(iris, inp.job_id)
-        ref = write_evidence(self.paths.evidence_dir(inp.request_id) / f"{safe_name(inp.job_id)}.log", text)
+        ref = await write_evidence(self.evidence, inp.request_id, f"{safe_name(inp.job_id)}.log", text)
         result = check_log(inp.target.expected_markers, text)
         return LogCheck(log=ref, found=result.found, missing=result.missing, cached=result.cached,
                         final_push_seen=result.final_push_seen, pushed_digest=result.pushed_digest)
@@ -221,16 +223,18 @@ class BuildActivities(ActivityGroup):
                     t.container_id for t in (info.tasks if info else []) if t.container_id}
                 facts = [await kube.collect(p) for p in sorted(pods)]
                 diag["kubernetes"] = [f.model_dump(mode="json") for f in facts]
-        evidence_dir = self.paths.evidence_dir(inp.request_id)
-        log_ref = write_evidence(evidence_dir / f"{safe_name(inp.job_id)}.log", text)
+        name = safe_name(inp.job_id)
+        log_ref = await write_evidence(self.evidence, inp.request_id, f"{name}.log", text)
         evidence = _evidence(info, attempts, facts, text, inp.missing_markers)
         c = classify(evidence)
+        quoted = failing_line(redact(text)) if text else None
         diag["evidence"] = evidence.model_dump(mode="json")
         diag["classification"] = c.model_dump(mode="json")
         diag["log"] = log_ref.model_dump()
-        ref = write_json_evidence(evidence_dir / f"{safe_name(inp.job_id)}.diagnostics.json", diag)
-        activity.logger.info(f"{inp.job_id}: {c.failure_class} ({'; '.join(c.reasons)}); evidence {ref.path}")
-        return CapturedFailure(classification=c, diagnostics=ref)
+        diag["failing_line"] = quoted
+        ref = await write_json_evidence(self.evidence, inp.request_id, f"{name}.diagnostics.json", diag)
+        activity.logger.info(f"{inp.job_id}: {c.failure_class} ({'; '.join(c.reasons)}); evidence {ref.uri}")
+        return CapturedFailure(classification=c, diagnostics=ref, log=log_ref, failing_line=quoted)
 
     @activity.defn
     async def terminate_jobs(self, inp: TerminateInput) -> list[str]:

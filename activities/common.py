@@ -1,17 +1,15 @@
 """Shared plumbing for activities: paths under the work dir, Iris clients, contract loading, files.
 
 Why: every activity class reads the same configuration and needs the same few things (a mirror of
-the source repos, the contract at an exact commit, an Iris client for a cluster, a place to write
-large evidence files whose path and digest go into history). Keeping them here keeps activities thin.
+the source repos, the contract at an exact commit, an Iris client for a cluster, the evidence store
+for large files whose URI and digest go into history). Keeping them here keeps activities thin.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
-import os
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +17,7 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from clients.evidence import EvidenceStore
 from clients.git_source import FetchedRepo, MirrorCache, list_files_at, read_files_at
 from clients.iris import IrisClient, KubectlPortForward
 from domain.config import ServiceConfig
@@ -48,27 +47,17 @@ class Paths:
     def worktree(self, request_id: str) -> Path:
         return self.root / "worktrees" / safe_name(request_id)
 
-    def evidence_dir(self, request_id: str) -> Path:
-        d = self.root / "evidence" / safe_name(request_id)
-        d.mkdir(parents=True, exist_ok=True)
-        return d
-
     def bundle(self, request_id: str, commit: str) -> Path:
         return self.root / "bundles" / safe_name(request_id) / f"{commit[:12]}.zip"
 
 
-def write_evidence(path: Path, text: str) -> FileRef:
-    """Write a (redacted) evidence file atomically and return its reference for history."""
-    data = redact(text).encode()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return FileRef(path=str(path), sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
+async def write_evidence(store: EvidenceStore, request_id: str, name: str, text: str) -> FileRef:
+    """Write a (redacted) evidence file to the store, off the event loop, and return its reference."""
+    return await asyncio.to_thread(store.put_text, request_id, name, text)
 
 
-def write_json_evidence(path: Path, obj) -> FileRef:
-    return write_evidence(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
+async def write_json_evidence(store: EvidenceStore, request_id: str, name: str, obj) -> FileRef:
+    return await write_evidence(store, request_id, name, json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 
 class SourceRepos:
@@ -100,6 +89,7 @@ class ActivityGroup:
         self.config = config
         self.paths = Paths(config)
         self.repos = SourceRepos(config, self.paths)
+        self.evidence = EvidenceStore(config.evidence_url(), config.evidence.storage_options)
 
     def all(self) -> list:
         raise NotImplementedError

@@ -23,7 +23,7 @@ from domain.contract import ContractError, load_contract
 from domain.models import MergeInput, PullRequestInfo, RecordInput, ReviewState, WatchInput
 from domain.pins import PinEntry, PinTableError, update_pin_table
 from domain.redact import redact
-from domain.report import target_rows
+from domain.report import evidence_lines, target_rows
 from runtime.temporal import workflow_ui_url
 
 
@@ -130,6 +130,8 @@ class RecordActivities(ActivityGroup):
                 lines += ["| check | expected | observed | verdict |", "|---|---|---|---|"]
                 lines += [f"| {c.name} | {c.expected} | {c.observed} | {c.verdict} |" for c in v.checks]
                 lines.append("\n</details>\n")
+        if evidence := evidence_lines(inp.targets):
+            lines += ["Evidence (`starter.py evidence " + inp.request_id + "`):", *evidence, ""]
         if src.harbor_diff:
             lines += [f"Harbor dependency diff `{src.harbor_diff.old[:12]}`..`{src.harbor_diff.new[:12]}`:"]
             lines += [f"- {x}" for x in src.harbor_diff.lines] or ["- no dependency change"]

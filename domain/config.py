@@ -115,14 +115,29 @@ class PolicySettings(_Model):
     progress_interval_s: float = 50.0
 
 
+class EvidenceSettings(_Model):
+    """Where failure logs and diagnostics are kept so they outlive the worker (an fsspec URL).
+
+    Default: ``<work_dir>/evidence`` on the worker's disk (sandbox). Production: an object store such as
+    ``s3://bucket/gpu-rl-builder/evidence`` (needs ``s3fs``; credentials from the environment/IAM, never here)."""
+
+    url: str | None = None
+    storage_options: dict[str, str | int | float | bool] = Field(default_factory=dict)  # non-secret only
+
+
 class ServiceConfig(_Model):
-    work_dir: str  # worktrees, bundles, logs and diagnostics files
+    work_dir: str  # worktrees, bundles and mirrors (scratch: may be lost with the worker)
     temporal: TemporalSettings = TemporalSettings()
     repos: RepoSettings
     clusters: dict[str, ClusterSettings]
     registry: RegistrySettings
     github: GitHubSettings | None = None
     policy: PolicySettings = PolicySettings()
+    evidence: EvidenceSettings = EvidenceSettings()
+
+    def evidence_url(self) -> str:
+        """The evidence store's root URL (``[evidence] url``, else ``<work_dir>/evidence``)."""
+        return self.evidence.url or str(Path(self.work_dir).expanduser() / "evidence")
 
     def cluster(self, name: str) -> ClusterSettings:
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field
 
 from domain.buildset import BuildRequest, TargetSpec
 from domain.failures import Classification
@@ -41,9 +41,12 @@ class Stage(StrEnum):
 
 
 class FileRef(BaseModel):
-    """A large artifact kept out of Temporal history."""
+    """A large artifact kept out of Temporal history: its evidence-store URI and digest.
 
-    path: str
+    ``uri`` is an fsspec URL (``file:///…`` in the sandbox, ``s3://…`` in production) readable by the
+    starter without the worker that wrote it. Histories written before the store read as ``path``."""
+
+    uri: str = Field(validation_alias=AliasChoices("uri", "path"))
     sha256: str
     size_bytes: int
 
@@ -201,12 +204,16 @@ class FailureRecord(BaseModel):
     reasons: list[str]
     decision: Literal["retry", "fail", "ask_operator", "abort"]
     diagnostics: FileRef | None = None
+    log: FileRef | None = None  # the job's full (redacted) log in the evidence store
+    failing_line: str | None = None  # the (redacted) log line the failure is quoted by
     hint: str = ""
 
 
 class CapturedFailure(BaseModel):
     classification: Classification
     diagnostics: FileRef
+    log: FileRef | None = None
+    failing_line: str | None = None
 
 
 class ValidateInput(BaseModel):

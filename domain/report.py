@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from domain.models import PipelineReport, TargetResult
+from domain.models import FileRef, PipelineReport, TargetResult
 
 
 def _fmt_bytes(n: int | None) -> str:
@@ -13,6 +13,23 @@ def _fmt_bytes(n: int | None) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
         n /= 1024
     return str(n)
+
+
+def evidence_ref(ref: FileRef) -> str:
+    """An evidence file as reports show it: store URI and digest (never a worker-local path)."""
+    return f"`{ref.uri}` (sha256 `{ref.sha256[:16]}…`, {_fmt_bytes(ref.size_bytes)})"
+
+
+def evidence_lines(targets: list[TargetResult]) -> list[str]:
+    """One line per evidence file: build logs and the diagnostics of every failed round."""
+    out = []
+    for t in targets:
+        if t.log_check:
+            out.append(f"- {t.key} build log: {evidence_ref(t.log_check.log)}")
+        for f in t.failures:
+            if f.diagnostics:
+                out.append(f"- {t.key} `{f.job_id}` {f.failure_class} diagnostics: {evidence_ref(f.diagnostics)}")
+    return out
 
 
 def target_rows(targets: list[TargetResult]) -> list[str]:
@@ -75,7 +92,8 @@ def report_markdown(rep: PipelineReport) -> str:
         for t in rep.targets:
             for f in t.failures:
                 out.append(f"- {t.key}: `{f.job_id}` {f.failure_class} → {f.decision}"
-                           + (f" (evidence `{f.diagnostics.path}`)" if f.diagnostics else ""))
+                           + (f": `{f.failing_line}`" if f.failing_line else "")
+                           + (f" (evidence {evidence_ref(f.diagnostics)})" if f.diagnostics else ""))
         out.append("")
     if rep.pull_request:
         pr = rep.pull_request

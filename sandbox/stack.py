@@ -205,6 +205,8 @@ def write_service_config(path: Path, state_dir: Path, *, temporal, iris, token_r
     cluster = {"controller_url": iris.url, "client_revision_date": today, "iris_user": "gpu-rl-builder"}
     config: dict[str, Any] = {
         "work_dir": str(state_dir / "work"),
+        # Outside work_dir on purpose: the store stands for a bucket that outlives the worker's disk.
+        "evidence": {"url": str(state_dir / "evidence")},
         "temporal": {"address": temporal.address, "namespace": temporal.namespace, "task_queue": task_queue,
                      **({"ui_url": temporal.ui_url} if temporal.ui_url else {})},
         "repos": {"marinskyrl_url": remotes.marinskyrl_url, "harbor_url": remotes.harbor_url,

@@ -135,7 +135,7 @@ class TargetBuildWorkflow:
                 used[failure.failure_class] = used.get(failure.failure_class, 0) + 1
                 continue
             result.status = "aborted" if failure.decision == "abort" else "failed"
-            result.message = _failure_message(t.key, failure)
+            result.message = _failure_message(t.key, failure, inp.request_id)
             await self._set_stage(Stage.FAILED, failure_class=failure.failure_class)
             raise ApplicationError(result.message, result, type="TargetFailed", non_retryable=True)
         else:
@@ -218,13 +218,14 @@ class TargetBuildWorkflow:
         c = self._classification = captured.classification
         self._status.failure_class = str(c.failure_class)
         return FailureRecord(job_id=job_id, failure_class=str(c.failure_class), reasons=c.reasons,
-                             decision="fail", diagnostics=captured.diagnostics, hint=c.operator_hint)
+                             decision="fail", diagnostics=captured.diagnostics, log=captured.log,
+                             failing_line=captured.failing_line, hint=c.operator_hint)
 
     async def _ask_operator(self, failure: FailureRecord, policy) -> str:
         self._awaiting_decision = True
         self._decision = None
         self._status.waiting_for = (f"operator decision (retry|abort) on {failure.failure_class} failure of "
-                                    f"{failure.job_id}; evidence {failure.diagnostics.path if failure.diagnostics else '-'}")
+                                    f"{failure.job_id}; evidence {failure.diagnostics.uri if failure.diagnostics else '-'}")
         await self._set_stage(Stage.WAITING)
         try:
             await workflow.wait_condition(lambda: self._decision is not None,
@@ -282,7 +283,9 @@ class TargetBuildWorkflow:
         workflow.upsert_search_attributes(updates)
 
 
-def _failure_message(key: str, f: FailureRecord) -> str:
-    evidence = f.diagnostics.path if f.diagnostics else "no diagnostics file"
-    return (f"{key}: {f.failure_class} failure of {f.job_id} ({'; '.join(f.reasons[:3])}); "
-            f"evidence: {evidence}; next step: {f.hint or 'inspect the evidence'}")
+def _failure_message(key: str, f: FailureRecord, request_id: str) -> str:
+    evidence = f.diagnostics.uri if f.diagnostics else "no diagnostics file"
+    quoted = f"; failing line: {f.failing_line!r}" if f.failing_line else ""
+    return (f"{key}: {f.failure_class} failure of {f.job_id} ({'; '.join(f.reasons[:3])}){quoted}; "
+            f"evidence: {evidence} (`starter.py logs {request_id} {key}`); "
+            f"next step: {f.hint or 'inspect the evidence'}")

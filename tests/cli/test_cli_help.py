@@ -9,7 +9,7 @@ from starter import cli
 
 COMMANDS = {
     (): ["--config", "build", "follow", "status", "report", "approve-merge", "decide", "recheck", "cancel",
-         "schedule"],
+         "schedule", "logs", "evidence"],
     ("build",): ["--arch", "--variant", "--requested-by", "--reason", "--cluster", "--priority", "--harbor-ref",
                  "--push-floating", "--plan", "--follow", "--json"],
     ("follow",): ["WORKFLOW_ID", "--interval"],
@@ -19,6 +19,8 @@ COMMANDS = {
     ("decide",): ["WORKFLOW_ID", "TARGET", "retry", "abort", "--by"],
     ("recheck",): ["WORKFLOW_ID", "TARGET"],
     ("cancel",): ["WORKFLOW_ID"],
+    ("logs",): ["WORKFLOW_ID", "TARGET", "--full"],
+    ("evidence",): ["WORKFLOW_ID", "--download", "--json"],
     ("schedule",): ["create", "list", "describe", "pause", "unpause", "trigger", "delete"],
     ("schedule", "create"): ["SCHEDULE_ID", "--every", "--cron", "--arch", "--requested-by", "--reason"],
     ("schedule", "list"): [],

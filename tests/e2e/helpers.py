@@ -62,3 +62,33 @@ def git_show(url: str, rev: str, path: str) -> str:
     """A file as a bare remote holds it at ``rev`` (read straight from the remote, not a mirror)."""
     return subprocess.run(["git", "--git-dir", url.removeprefix("file://"), "show", f"{rev}:{path}"],
                           capture_output=True, text=True, check=True).stdout
+
+
+def worker_process(config_path, log_path, *extra: str) -> subprocess.Popen:
+    """A real ``worker.py`` process (own session, so a test can stop it and everything it started)."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.Popen([sys.executable, str(root / "worker.py"), "--config", str(config_path),
+                             "--graceful-shutdown", "5", *extra], cwd=root, stdout=open(log_path, "w"),  # noqa: SIM115
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_process(proc: subprocess.Popen | None, timeout: float = 60.0) -> int | None:
+    """SIGTERM, wait, then SIGKILL the process group if it is still there; returns the exit code."""
+    import os
+    import signal
+
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    return proc.returncode

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowFailureError
 
+from clients.evidence import read_evidence
 from clients.iris import IrisClient
+from domain.models import FileRef
 from runtime import search_attributes as sa
 from sandbox.git_remotes import commit_to_remote
 from tests.e2e.helpers import git_show, report, request, start_pipeline
@@ -52,10 +53,12 @@ async def test_failed_build_step_is_captured_classified_and_not_retried(service_
     assert t.status == "failed" and len(t.job_ids) == 1  # never retried
     (f,) = t.failures
     assert f.failure_class == "assertion_failure" and f.decision == "fail"
-    diag = json.loads(Path(f.diagnostics.path).read_text())
+    diag = json.loads(read_evidence(f.diagnostics))
     assert diag["summary"]["state"] == "failed" and diag["tasks"][0]["attempts"]
-    log = Path(diag["log"]["path"]).read_text()
+    log = read_evidence(FileRef.model_validate(diag["log"])).decode()
     assert "datasets import failed" in log and "exit status 3" in log
+    assert f.log == FileRef.model_validate(diag["log"]) and "exit status 3" in f.failing_line
+    assert f"failing line: {f.failing_line!r}" in message
     assert rep.pull_request is None  # nothing recorded for a failed build
     child = await s.client.get_workflow_handle(f"{handle.id}/amd64-standard").describe()
     assert child.typed_search_attributes.get(sa.FAILURE_CLASS) == "assertion_failure"

@@ -85,7 +85,7 @@ async def test_build_to_merged_pr_with_visibility_gate_and_no_secret_leak(servic
     secrets = [s.token_registry.push_token, s.github.token]
     histories = [await s.client.get_workflow_handle(w).fetch_history() for w in [wid, *(f"{wid}/{k}" for k in keys)]]
     kept = [h.to_json() for h in histories] + [final.model_dump_json()]
-    for path in Path(s.config.work_dir).rglob("*"):
+    for path in [*Path(s.config.work_dir).rglob("*"), *Path(s.config.evidence_url()).rglob("*")]:
         if path.is_file() and path.suffix in (".json", ".log", ".md", ".txt"):
             kept.append(path.read_text(errors="replace"))
     assert len(kept) > 3

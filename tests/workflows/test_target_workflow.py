@@ -85,7 +85,7 @@ async def test_input_error_fails_without_retry_naming_class_evidence_and_next_st
 
     assert cause.type == "TargetFailed" and cause.non_retryable
     job = res.job_ids[0]
-    diagnostics = res.failures[0].diagnostics.path
+    diagnostics = res.failures[0].diagnostics.uri
     assert "input_error" in cause.message and job in cause.message and "MANIFEST mismatch" in cause.message
     assert f"evidence: {diagnostics}" in cause.message
     assert "next step: Bad template or inputs" in cause.message
