@@ -43,7 +43,7 @@ from domain.models import (
 )
 from domain.report import report_markdown
 from runtime import search_attributes as sa
-from runtime.temporal import connect, workflow_ui_url
+from runtime.temporal import connect, connection_options, flags_from, resolve_config, workflow_ui_url
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -69,7 +69,7 @@ def _fail(msg: str, code: int = EXIT_USAGE) -> None:
 
 def _config(ctx: click.Context) -> ServiceConfig:
     try:
-        return load_config(ctx.obj["config_path"])
+        return resolve_config(load_config(ctx.obj["config_path"]), ctx.obj.get("temporal_flags"))
     except ConfigError as e:
         _fail(str(e))
     raise AssertionError  # unreachable
@@ -89,13 +89,15 @@ def _run(coro):
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", envvar="GPU_RL_BUILDER_CONFIG",
-              help="Service configuration TOML (default: $GPU_RL_BUILDER_CONFIG). "
-                   "TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY override it.")
+              help="Service configuration TOML (default: $GPU_RL_BUILDER_CONFIG). A Temporal profile, "
+                   "TEMPORAL_* variables and the flags below override its [temporal] section.")
+@connection_options
 @click.pass_context
-def cli(ctx: click.Context, config_path: str | None) -> None:
+def cli(ctx: click.Context, config_path: str | None, **connection) -> None:
     """Build MarinSkyRL GPU-RL images on Iris, durably, through Temporal."""
     ctx.ensure_object(dict)
     ctx.obj["config_path"] = config_path
+    ctx.obj["temporal_flags"] = flags_from(connection)
 
 
 # --------------------------------------------------------------------------------------- build

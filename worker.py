@@ -1,6 +1,7 @@
 """The gpu-rl-builder worker: runs the pipeline and target workflows and every activity.
 
-Run: ``python worker.py --config config.toml`` (or set GPU_RL_BUILDER_CONFIG). SIGTERM drains
+Run: ``gpu-rl-builder-worker --config config.toml`` (or ``python worker.py``; or set
+GPU_RL_BUILDER_CONFIG); ``--address/--namespace/--profile`` and TEMPORAL_* pick the server. SIGTERM drains
 gracefully: in-flight activities get ``--graceful-shutdown`` seconds, and any that do not finish are
 retried by another worker because every side effect is idempotent.
 """
@@ -8,6 +9,7 @@ retried by another worker because every side effect is idempotent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -21,8 +23,16 @@ from activities.build import BuildActivities
 from activities.record import RecordActivities
 from activities.source import SourceActivities
 from domain.config import load_config
+from runtime import health
 from runtime.logging import configure_logging, get_logger
-from runtime.temporal import connect
+from runtime.temporal import (
+    ConnectionFlags,
+    connect,
+    connection_options,
+    describe,
+    flags_from,
+    resolve_config,
+)
 from workflows.pipeline import BuildPipelineWorkflow
 from workflows.rebuild import RebuildCheckWorkflow
 from workflows.target import TargetBuildWorkflow
@@ -46,8 +56,9 @@ def build_worker(client, config, *, graceful_shutdown_s: float = 30.0) -> Worker
     )
 
 
-async def run_worker(config_path: str | None, graceful_shutdown_s: float, metrics_bind: str | None) -> None:
-    config = load_config(config_path)
+async def run_worker(config_path: str | None, graceful_shutdown_s: float, metrics_bind: str | None,
+                     flags: ConnectionFlags | None = None, health_bind: str | None = None) -> None:
+    config = resolve_config(load_config(config_path), flags)
     log = get_logger("worker")
     if metrics_bind:
         from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
@@ -59,21 +70,44 @@ async def run_worker(config_path: str | None, graceful_shutdown_s: float, metric
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("worker started", task_queue=config.temporal.task_queue, address=config.temporal.address)
-    async with worker:
+    log.info("worker started", task_queue=config.temporal.task_queue, temporal=describe(config.temporal))
+    # Health outlives the worker so probes keep answering (live, not ready) while it drains.
+    async with _health(health_bind, client, worker, config.temporal.task_queue), worker:
         await stop.wait()
         log.info("shutdown requested: draining in-flight activities", grace_s=graceful_shutdown_s)
     log.info("worker stopped")
+
+
+@contextlib.asynccontextmanager
+async def _health(bind: str | None, client, worker: Worker, task_queue: str, interval_s: float = 10.0):
+    """Serve /livez, /readyz and /healthz on ``bind`` while the worker runs (see runtime.health)."""
+    if not bind:
+        yield
+        return
+    state = health.HealthState(stale_after_s=6 * interval_s)
+    server = health.HealthServer(state, bind)
+    task = asyncio.create_task(health.monitor(state, client, task_queue, worker.config()["identity"], worker,
+                                              interval_s))
+    get_logger("worker").info("health endpoint listening", bind=bind, paths="/livez /readyz /healthz")
+    try:
+        yield
+    finally:
+        task.cancel()
+        server.close()
 
 
 @click.command()
 @click.option("--config", "config_path", envvar="GPU_RL_BUILDER_CONFIG", help="Service configuration TOML file.")
 @click.option("--graceful-shutdown", default=30.0, show_default=True, help="Seconds in-flight activities get on SIGTERM.")
 @click.option("--metrics", "metrics_bind", default=None, help="Expose Prometheus metrics on HOST:PORT.")
+@click.option("--health", "health_bind", default=None, metavar="HOST:PORT",
+              help="Serve /livez, /readyz (Temporal reachable, pollers seen by the server) and /healthz.")
 @click.option("--log-level", default="INFO", show_default=True)
-def main(config_path, graceful_shutdown, metrics_bind, log_level) -> None:
+@connection_options
+def main(config_path, graceful_shutdown, metrics_bind, health_bind, log_level, **connection) -> None:
+    """Run a gpu-rl-builder worker until SIGTERM/SIGINT, then drain gracefully."""
     configure_logging(log_level)
-    asyncio.run(run_worker(config_path, graceful_shutdown, metrics_bind))
+    asyncio.run(run_worker(config_path, graceful_shutdown, metrics_bind, flags_from(connection), health_bind))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # the Temporal runtime can abort a normal interpreter exit (sdk-python#300)

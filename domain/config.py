@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 CONFIG_ENV = "GPU_RL_BUILDER_CONFIG"
 
@@ -28,9 +28,10 @@ class _Model(BaseModel):
 class CredentialSource(_Model):
     """Where a secret comes from at execution time; never the secret itself."""
 
-    kind: Literal["env", "file", "command", "literal_public"]
-    name: str | None = None  # env: variable name
-    path: str | None = None  # file: path to a file holding the value
+    # temporal_profile: the api_key of a Temporal client profile (read by runtime.temporal only)
+    kind: Literal["env", "file", "command", "literal_public", "temporal_profile"]
+    name: str | None = None  # env: variable name; temporal_profile: profile name
+    path: str | None = None  # file: path to a file holding the value; temporal_profile: its config file
     argv: list[str] | None = None  # command: e.g. ["gh", "auth", "token"]
     value: str | None = None  # literal_public: non-secret values only (a user name)
 
@@ -43,17 +44,33 @@ class CredentialSource(_Model):
                 return f"file:{self.path}"
             case "command":
                 return "command:" + " ".join(self.argv or [])
+            case "temporal_profile":
+                return f"temporal-profile:{self.name}" + (f"@{self.path}" if self.path else "")
             case _:
                 return f"literal:{self.value}"
 
 
 class TemporalSettings(_Model):
+    """How to reach Temporal. ``runtime.temporal.resolve_config`` layers a Temporal client profile,
+    TEMPORAL_* variables and command-line flags over these values; TLS material is named by path."""
+
     address: str = "localhost:7233"
     namespace: str = "default"
     task_queue: str = "gpu-rl-builder"
     ui_url: str | None = None  # e.g. http://127.0.0.1:8233; used for links in reports and PRs
+    profile: str | None = None  # a profile of the Temporal client config file (temporalio.envconfig)
     api_key: CredentialSource | None = None
     tls: bool = False
+    tls_server_ca_cert_path: str | None = None  # private CA of a team server
+    tls_client_cert_path: str | None = None  # mTLS pair (Temporal Cloud certificates, team server)
+    tls_client_key_path: str | None = None
+    tls_server_name: str | None = None  # SNI / certificate name override
+
+    @model_validator(mode="after")
+    def _mtls_pair(self) -> TemporalSettings:
+        if bool(self.tls_client_cert_path) != bool(self.tls_client_key_path):
+            raise ValueError("tls_client_cert_path and tls_client_key_path must be set together (mTLS pair)")
+        return self
 
 
 class PortForward(_Model):
@@ -148,7 +165,11 @@ class ServiceConfig(_Model):
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> ServiceConfig:
-    """Load the file named by ``path`` or ``$GPU_RL_BUILDER_CONFIG``; TEMPORAL_* env vars override."""
+    """Load the file named by ``path`` or ``$GPU_RL_BUILDER_CONFIG``.
+
+    The Temporal connection is completed by ``runtime.temporal.resolve_config`` (profiles, TEMPORAL_*
+    variables, flags), so every entry point layers them the same way.
+    """
     path = path or os.environ.get(CONFIG_ENV)
     if not path:
         raise ConfigError(f"no configuration file: pass --config or set {CONFIG_ENV}")
@@ -159,14 +180,6 @@ def load_config(path: str | os.PathLike[str] | None = None) -> ServiceConfig:
         raise ConfigError(f"{p}: configuration file not found") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: not valid TOML: {e}") from None
-    temporal = dict(data.get("temporal", {}))
-    for env, key in (("TEMPORAL_ADDRESS", "address"), ("TEMPORAL_NAMESPACE", "namespace")):
-        if os.environ.get(env):
-            temporal[key] = os.environ[env]
-    if os.environ.get("TEMPORAL_API_KEY"):
-        temporal["api_key"] = {"kind": "env", "name": "TEMPORAL_API_KEY"}
-        temporal["tls"] = True
-    data["temporal"] = temporal
     try:
         return ServiceConfig.model_validate(data)
     except ValidationError as e:

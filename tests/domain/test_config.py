@@ -16,13 +16,13 @@ token = {kind = "env", name = "GHCR_TOKEN"}
 """
 
 
-def test_loads_and_env_overrides_temporal(tmp_path, monkeypatch):
+def test_loads_the_file_only(tmp_path, monkeypatch):
+    """TEMPORAL_* variables are layered by runtime.temporal.resolve_config (tests/deploy), not here."""
     p = tmp_path / "c.toml"
     p.write_text(GOOD)
     monkeypatch.setenv("TEMPORAL_ADDRESS", "temporal.example:7233")
-    monkeypatch.setenv("TEMPORAL_NAMESPACE", "builds")
     cfg = load_config(p)
-    assert cfg.temporal.address == "temporal.example:7233" and cfg.temporal.namespace == "builds"
+    assert cfg.temporal.address == "localhost:7233" and cfg.temporal.namespace == "default"
     assert cfg.cluster("cw-rno2a").client_revision_date == "2026-11-20"
     with pytest.raises(ConfigError, match="cluster 'nope' is not configured"):
         cfg.cluster("nope")
