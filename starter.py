@@ -41,6 +41,7 @@ from domain.models import (
     TargetStatus,
     pipeline_id,
 )
+from domain.outcome import waiting_line
 from domain.report import report_markdown
 from runtime import search_attributes as sa
 from runtime.temporal import connect, connection_options, flags_from, resolve_config, workflow_ui_url
@@ -260,8 +261,8 @@ def _status_line(key: str, st: TargetStatus | None) -> str:
         bits.append(f"failure class: {st.failure_class}")
     if st.validation_ok is not None:
         bits.append("validated" if st.validation_ok else "validation failed")
-    if st.waiting_for:
-        bits.append(f"WAITING: {st.waiting_for}")
+    if st.waiting:
+        bits.append(f"WAITING: {waiting_line(st.waiting)}")
     return " | ".join(bits)
 
 

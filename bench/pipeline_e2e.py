@@ -209,7 +209,7 @@ async def _operate(stack: SandboxStack, client: Client, wid: str, keys: list[str
                 st = await client.get_workflow_handle(f"{wid}/{key}").query("status", result_type=TargetStatus)
             except Exception:  # noqa: BLE001 - the target has not started yet
                 continue
-            if st.waiting_for and "anonymously pullable" in st.waiting_for and key not in rechecked:
+            if st.waiting and st.waiting.kind == "package_visibility" and key not in rechecked:
                 # Every waiting target gets its own recheck; else it sits out its own re-check timer.
                 stack.token_registry.set_public(IMAGE_REPO_PATH, True)
                 await client.get_workflow_handle(f"{wid}/{key}").signal("recheck")

@@ -22,6 +22,11 @@ def pipeline_id(source_commit: str, harbor_commit: str) -> str:
     return f"gpu-rl-build-{source_commit[:12]}-{harbor_commit[:12]}"
 
 
+def target_workflow_id(pipeline_workflow_id: str, target_key: str) -> str:
+    """The child workflow id of one target: the one rule shared by the pipeline, the starter and tests."""
+    return f"{pipeline_workflow_id}/{target_key}"
+
+
 class Stage(StrEnum):
     QUEUED = "queued"
     LOADING = "loading"
@@ -38,6 +43,26 @@ class Stage(StrEnum):
     MERGING = "merging"
     DONE = "done"
     FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class WaitingReason(BaseModel):
+    """What a build waits for and the exact operator command that unblocks it (None: nothing to run)."""
+
+    kind: Literal["operator_decision", "package_visibility", "merge_checks", "merge_authorization"]
+    target: str | None = None  # target key, or None for the pipeline itself
+    detail: str  # one short sentence: what is needed
+    command: str | None = None  # e.g. ``python starter.py recheck <wid> amd64-standard``
+
+
+class FailureInfo(BaseModel):
+    """Why a workflow ended failed or cancelled: the error, where it comes from, and what to do next."""
+
+    failure_class: str  # the BuildFailureClass value: input, cancelled, a target class, internal, ...
+    error_type: str  # the error's class, e.g. InputError, BuildFailed, ActivityTimeout
+    message: str
+    location: str | None = None  # file:line when the error names one
+    next_step: str
 
 
 class FileRef(BaseModel):
@@ -239,9 +264,20 @@ class TargetStatus(BaseModel):
     job_ids: list[str] = Field(default_factory=list)
     progress: JobProgress | None = None
     failure_class: str | None = None
-    waiting_for: str | None = None
+    waiting: WaitingReason | None = None
     validation_ok: bool | None = None
     updated_at: str | None = None
+    message: str = ""  # the terminal outcome (failure with next step, or the validated image)
+
+
+class TargetBrief(BaseModel):
+    """What a target tells its pipeline on every stage change (for the pipeline's status and UI details)."""
+
+    key: str
+    stage: Stage
+    job_id: str | None = None
+    failure_class: str | None = None
+    waiting: WaitingReason | None = None
 
 
 class TargetResult(BaseModel):
@@ -314,7 +350,7 @@ class MergeAuthorization(BaseModel):
 
 class PipelineReport(BaseModel):
     workflow_id: str
-    status: Literal["running", "planned", "failed", "awaiting_merge", "merged"]
+    status: Literal["running", "planned", "failed", "cancelled", "awaiting_merge", "merged"]
     request: BuildRequest
     workflow_url: str | None = None
     state: BuildState | None = None
@@ -325,6 +361,8 @@ class PipelineReport(BaseModel):
     review: ReviewState | None = None  # checks and reviews as last seen while awaiting merge
     merge_commit: str | None = None
     message: str = ""
+    failure: FailureInfo | None = None  # set when status is failed or cancelled
+    waiting: list[WaitingReason] = Field(default_factory=list)  # what the build waits for right now
 
 
 # ---------------------------------------------------------------- scheduled rebuild check

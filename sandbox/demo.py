@@ -116,8 +116,8 @@ def main(state_dir, archs, variants, keep, timeout):
                 click.echo(f"[{time.strftime('%H:%M:%S')}] {line}")
                 last_line = line
             for k, s in statuses.items():
-                waiting = s.get("waiting_for") or ""
-                if "anonymously pullable" in waiting and k not in rechecked:
+                waiting = s.get("waiting") or {}
+                if waiting.get("kind") == "package_visibility" and k not in rechecked:
                     if not stack.token_registry.is_public(IMAGE_REPO_PATH):
                         click.echo(f"operator: making {IMAGE_REPO_PATH} public (package settings → visibility)")
                         stack.token_registry.set_public(IMAGE_REPO_PATH, True)

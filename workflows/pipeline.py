@@ -12,12 +12,22 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError, ChildWorkflowError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    FailureError,
+    is_cancelled_exception,
+)
+from temporalio.exceptions import (
+    TimeoutError as TemporalTimeoutError,
+)
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.record import RecordActivities
     from activities.source import SourceActivities
+    from domain import outcome
     from domain.models import (
         BuildState,
         LoadStateInput,
@@ -31,10 +41,13 @@ with workflow.unsafe.imports_passed_through():
         ReviewState,
         SourceSnapshot,
         Stage,
+        TargetBrief,
         TargetInput,
         TargetResult,
         TargetStatus,
+        WaitingReason,
         WatchInput,
+        target_workflow_id,
     )
     from runtime import search_attributes as sa
     from workflows.target import TargetBuildWorkflow
@@ -54,6 +67,24 @@ class BuildPipelineWorkflow:
                                       request=inp.request)
         self._merge_auth: MergeAuthorization | None = None
         self._review: ReviewState | None = None
+        self._request = inp.request
+        self._targets: dict[str, TargetBrief] = {}  # as last told by each target child
+        self._step = "start"  # the step running now, named in a failure
+        self._memo_sent = ""
+
+    @workflow.signal
+    def target_changed(self, brief: TargetBrief) -> None:
+        """A target child reports its stage: the pipeline shows ``waiting`` while any target waits."""
+        self._targets[brief.key] = brief
+        if self._stage in (Stage.RUNNING, Stage.WAITING):
+            stage = Stage.WAITING if self._target_waits() else Stage.RUNNING
+            if stage != self._stage:
+                self._stage = stage
+                workflow.upsert_search_attributes([sa.STAGE.value_set(stage.value)])
+        self._refresh()
+
+    def _target_waits(self) -> list[WaitingReason]:
+        return [b.waiting for b in self._targets.values() if b.waiting]
 
     # ------------------------------------------------------------------ operator surface
     @workflow.query
@@ -86,6 +117,34 @@ class BuildPipelineWorkflow:
     # ------------------------------------------------------------------ the run
     @workflow.run
     async def run(self, inp: PipelineInput) -> PipelineReport:
+        """Every way this ends is recorded by the workflow itself (report, memo, search attributes, UI)."""
+        try:
+            return await self._run(inp)
+        except BaseException as e:
+            if isinstance(e, asyncio.CancelledError) or is_cancelled_exception(e):
+                await self._finish(Stage.CANCELLED, "cancelled", outcome.cancelled(inp.request))
+                raise
+            if isinstance(e, ApplicationError) and e.type == "BuildFailed":
+                raise  # targets failed: already recorded by _run
+            if not isinstance(e, FailureError):
+                raise  # a bug in this code: fail the task (fix and redeploy), never the build
+            error_type, message = _error_of(e)
+            failure = outcome.step_failure(error_type, message, step=self._step, request=inp.request)
+            await self._finish(Stage.FAILED, "failed", failure)
+            raise ApplicationError(failure.message, self._report, type="BuildFailed", non_retryable=True) from e
+
+    async def _finish(self, stage: Stage, status: str, failure) -> None:
+        rep = self._report
+        rep.status = status
+        rep.failure = failure
+        rep.waiting = []
+        rep.message = f"{failure.message} — next step: {failure.next_step}"
+        self._stage = stage
+        workflow.upsert_search_attributes([sa.STAGE.value_set(stage.value),
+                                           sa.FAILURE_CLASS.value_set(failure.failure_class)])
+        self._refresh()
+
+    async def _run(self, inp: PipelineInput) -> PipelineReport:
         rep = self._report
         await self._set_stage(Stage.LOADING)
         state: BuildState = await workflow.execute_activity_method(
@@ -115,8 +174,9 @@ class BuildPipelineWorkflow:
                              base_commit=state.base_commit),
             start_to_close_timeout=timedelta(minutes=5), retry_policy=IO_RETRY,
             summary="resolve clusters and job specs for every (architecture, variant) from the build contract")
-        workflow.upsert_memo({"summary": self._memo()})
+        self._refresh()
         if not inp.plan_only:
+            self._step = "publishing the build branch"
             # Only a fully planned build publishes its commit: a bad request leaves no stray branch.
             rep.source = source = await workflow.execute_activity_method(
                 SourceActivities.publish_source, prepare, start_to_close_timeout=timedelta(minutes=15),
@@ -131,11 +191,14 @@ class BuildPipelineWorkflow:
         results = await asyncio.gather(*(self._run_target(inp, source, t) for t in rep.plan))
         rep.targets = list(results)
         failed = [r for r in results if r.status != "validated"]
-        workflow.upsert_memo({"summary": self._memo()})
+        self._refresh()
         if failed:
-            rep.status = "failed"
-            rep.message = " | ".join(r.message for r in failed)
-            await self._set_stage(Stage.FAILED)
+            classes = [self._targets[r.key].failure_class for r in failed
+                       if r.key in self._targets and self._targets[r.key].failure_class]
+            classes += [r.failures[-1].failure_class for r in failed if r.failures]
+            failure = outcome.targets_failure([r.message for r in failed], classes, inp.request)
+            await self._finish(Stage.FAILED, "failed", failure)
+            rep.message = failure.message
             # Nothing is pinned or proposed for a build set with a failed target.
             raise ApplicationError(rep.message, rep, type="BuildFailed", non_retryable=True)
 
@@ -166,6 +229,7 @@ class BuildPipelineWorkflow:
                     continue
                 authorized.cancel()
             self._review = rep.review = await watch
+            self._show_merge_wait()
             if self._review.merged:  # merged by a human outside the service
                 break
             if self._merge_auth is None:
@@ -187,13 +251,37 @@ class BuildPipelineWorkflow:
         pr.merge_commit = self._review.merge_commit
         rep.merge_commit = self._review.merge_commit
         rep.status = "merged"
+        rep.waiting = []
         rep.message = f"merged PR #{pr.number} as {rep.merge_commit}"
         await self._set_stage(Stage.DONE)
-        workflow.upsert_memo({"summary": self._memo()})
+        workflow.upsert_search_attributes([sa.FAILURE_CLASS.value_unset()])
+        self._refresh()
         return rep
 
+    def _show_merge_wait(self) -> None:
+        """While awaiting merge: say whether CI, a reviewer or an operator's authorization is awaited."""
+        rev, pr, wid = self._review, self._report.pull_request, workflow.info().workflow_id
+        if rev is None or pr is None or rev.merged:
+            self._report.waiting = []
+        elif self._merge_auth is not None:
+            self._report.waiting = [WaitingReason(
+                kind="merge_checks", detail=f"merge of PR #{pr.number} authorized by {self._merge_auth.by}; "
+                                            f"waiting for green checks on {rev.head_sha[:12]}")]
+        elif rev.checks != "success" or rev.changes_requested:
+            why = ("a reviewer requested changes" if rev.changes_requested else
+                   f"required checks are {rev.checks}" + (f" (failing: {', '.join(rev.failing_checks)})"
+                                                          if rev.failing_checks else ""))
+            self._report.waiting = [WaitingReason(
+                kind="merge_checks", detail=f"PR #{pr.number} ({pr.url}): {why}; approve-merge is refused until "
+                                            "checks are green and no changes are requested")]
+        else:
+            self._report.waiting = [WaitingReason(
+                kind="merge_authorization", detail=f"PR #{pr.number} ({pr.url}) is green: an operator authorizes "
+                                                   "the merge", command=outcome.approve_command(wid))]
+        self._refresh()
+
     async def _run_target(self, inp: PipelineInput, source: SourceSnapshot, target) -> TargetResult:
-        child_id = f"{workflow.info().workflow_id}/{target.key}"
+        child_id = target_workflow_id(workflow.info().workflow_id, target.key)
         try:
             return await workflow.execute_child_workflow(
                 TargetBuildWorkflow.run,
@@ -216,12 +304,35 @@ class BuildPipelineWorkflow:
 
     async def _set_stage(self, stage: Stage) -> None:
         self._stage = stage
+        self._step = stage.value
+        if stage == Stage.RUNNING and self._target_waits():
+            stage = self._stage = Stage.WAITING
         workflow.upsert_search_attributes([sa.STAGE.value_set(stage.value)])
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Memo and UI details follow every change, so a closed build still says how it ended."""
+        rep = self._report
+        if self._stage in (Stage.RUNNING, Stage.WAITING):
+            rep.waiting = self._target_waits()
+        memo = self._memo()
+        if memo != self._memo_sent:  # one memo event per real change, not per signal
+            workflow.upsert_memo({"summary": memo})
+            self._memo_sent = memo
+        src = rep.source.build_commit[:12] if rep.source else "?"
+        targets = [self._targets.get(t.key) or TargetBrief(key=t.key, stage=Stage.QUEUED) for t in rep.plan]
+        note = f"{rep.status}; source `{src}`" + (f"; PR {rep.pull_request.url}" if rep.pull_request else "")
+        workflow.set_current_details(outcome.details_markdown(
+            title="GPU-RL build", stage=self._stage, targets=targets, waiting=rep.waiting,
+            failure=rep.failure, note=note))
 
     def _memo(self) -> str:
         rep = self._report
         src = rep.source.build_commit[:12] if rep.source else "?"
-        parts = [f"source {src}", f"stage {self._stage.value}"]
+        parts = [f"source {src}", f"stage {self._stage.value}", f"status {rep.status}"]
+        if rep.failure:
+            parts.append(f"{rep.failure.failure_class}: {rep.failure.message[:300]}; next step: "
+                         f"{rep.failure.next_step[:300]}")
         for r in rep.targets or []:
             parts.append(f"{r.key}: {r.status} {r.digest or ''}".strip())
         if not rep.targets:
@@ -230,3 +341,15 @@ class BuildPipelineWorkflow:
 
 
 __all__ = ["BuildPipelineWorkflow", "TargetStatus"]
+
+
+def _error_of(e: BaseException) -> tuple[str, str]:
+    """The root error's type and message: an activity's ApplicationError type, or a timeout kind."""
+    cause = e
+    while isinstance(cause, (ActivityError, ChildWorkflowError)) and cause.cause is not None:
+        cause = cause.cause
+    if isinstance(cause, ApplicationError):
+        return cause.type or "ApplicationError", cause.message
+    if isinstance(cause, TemporalTimeoutError):
+        return "ActivityTimeout", f"{cause.type.name.lower() if cause.type else 'timeout'}: {cause.message}"
+    return type(cause).__name__, getattr(cause, "message", None) or str(cause)

@@ -28,12 +28,15 @@ with workflow.unsafe.imports_passed_through():
         OperatorDecision,
         Stage,
         SubmitInput,
+        TargetBrief,
         TargetInput,
         TargetResult,
         TargetStatus,
         TerminateInput,
         ValidateInput,
+        WaitingReason,
     )
+    from domain.outcome import decide_command, details_markdown, recheck_command
     from domain.validation import ValidationReport
     from runtime import search_attributes as sa
 
@@ -90,7 +93,10 @@ class TargetBuildWorkflow:
                     TerminateInput(cluster=inp.target.cluster, job_ids=list(self._status.job_ids)),
                     start_to_close_timeout=timedelta(minutes=2), retry_policy=IO_RETRY,
                     summary=f"terminate {', '.join(self._status.job_ids)} (pipeline cancelled)")
-            await self._set_stage(Stage.FAILED, failure_class="cancelled")
+            self._status.waiting = None
+            self._status.message = (f"{inp.target.key}: cancelled; terminated "
+                                    f"{', '.join(self._status.job_ids) or 'no job (none submitted)'}")
+            await self._set_stage(Stage.CANCELLED, failure_class="cancelled")
             raise
 
     async def _build(self, inp: TargetInput) -> TargetResult:
@@ -135,12 +141,12 @@ class TargetBuildWorkflow:
                 used[failure.failure_class] = used.get(failure.failure_class, 0) + 1
                 continue
             result.status = "aborted" if failure.decision == "abort" else "failed"
-            result.message = _failure_message(t.key, failure, inp.request_id)
+            result.message = self._status.message = _failure_message(t.key, failure, inp.request_id)
             await self._set_stage(Stage.FAILED, failure_class=failure.failure_class)
             raise ApplicationError(result.message, result, type="TargetFailed", non_retryable=True)
         else:
-            result.message = f"{t.key}: gave up after {MAX_ROUNDS} submissions"
-            await self._set_stage(Stage.FAILED)
+            result.message = self._status.message = f"{t.key}: gave up after {MAX_ROUNDS} submissions"
+            await self._set_stage(Stage.FAILED, failure_class=self._status.failure_class or "unknown")
             raise ApplicationError(result.message, result, type="TargetFailed", non_retryable=True)
 
         report = await self._validate_until_settled(policy)
@@ -150,11 +156,13 @@ class TargetBuildWorkflow:
         if not report.ok:
             result.message = f"{t.key}: validation failed: " + "; ".join(
                 f"{c.name} expected {c.expected}, observed {c.observed}" for c in report.checks if c.verdict == "fail")
+            result.message = self._status.message = (
+                f"{result.message}; next step: fix the image (platform, layers, labels) and build again")
             await self._set_stage(Stage.FAILED, failure_class="validation")
             raise ApplicationError(result.message, result, type="TargetFailed", non_retryable=True)
         result.status = "validated"
         note = f" ({result.message})" if result.message else ""
-        result.message = f"{t.key}: {result.image_ref}@{report.digest} validated{note}"
+        result.message = self._status.message = f"{t.key}: {result.image_ref}@{report.digest} validated{note}"
         self._status.validation_ok = True
         await self._set_stage(Stage.DONE)
         return result
@@ -224,8 +232,13 @@ class TargetBuildWorkflow:
     async def _ask_operator(self, failure: FailureRecord, policy) -> str:
         self._awaiting_decision = True
         self._decision = None
-        self._status.waiting_for = (f"operator decision (retry|abort) on {failure.failure_class} failure of "
-                                    f"{failure.job_id}; evidence {failure.diagnostics.uri if failure.diagnostics else '-'}")
+        key = self._inp.target.key
+        self._status.waiting = WaitingReason(
+            kind="operator_decision", target=key,
+            detail=(f"operator decision on the {failure.failure_class} failure of {failure.job_id} "
+                    f"(evidence {failure.diagnostics.uri if failure.diagnostics else '-'}); "
+                    f"to give up instead run `{decide_command(self._inp.request_id, key, 'abort')}`"),
+            command=decide_command(self._inp.request_id, key, "retry"))
         await self._set_stage(Stage.WAITING)
         try:
             await workflow.wait_condition(lambda: self._decision is not None,
@@ -234,7 +247,7 @@ class TargetBuildWorkflow:
             return "fail"
         finally:
             self._awaiting_decision = False
-            self._status.waiting_for = None
+            self._status.waiting = None
         return self._decision.action
 
     async def _recovered(self, job_id: str) -> LogCheck | None:
@@ -261,26 +274,67 @@ class TargetBuildWorkflow:
             if not report.blocked_on_visibility:
                 return report
             # Green build, private package: never rebuild, wait for the operator to flip visibility.
-            self._status.waiting_for = (
-                f"{self._inp.target.image_repository} is not anonymously pullable: make the package public "
-                "(GitHub → Packages → Package settings → Change visibility → Public), then `starter.py recheck`")
+            key = self._inp.target.key
+            self._status.waiting = WaitingReason(
+                kind="package_visibility", target=key,
+                detail=(f"{self._inp.target.image_repository} is not anonymously pullable: make the package public "
+                        "(GitHub → Packages → Package settings → Change visibility → Public), then re-check"),
+                command=recheck_command(self._inp.request_id, key))
             await self._set_stage(Stage.WAITING, failure_class="visibility")
             try:
                 await workflow.wait_condition(lambda: self._recheck,
                                               timeout=timedelta(seconds=policy.visibility_recheck_interval_s))
             except TimeoutError:
                 pass
-            self._status.waiting_for = None
+            self._status.waiting = None
             await self._set_stage(Stage.VALIDATING)
 
     async def _set_stage(self, stage: Stage, *, failure_class: str | None = None) -> None:
+        """Record a stage everywhere operators look: query, search attributes, UI details, the pipeline."""
+        changed = stage != self._status.stage
         self._status.stage = stage
         self._status.updated_at = workflow.now().isoformat()
         updates = [sa.STAGE.value_set(stage.value)]
         if failure_class:
             self._status.failure_class = failure_class
             updates.append(sa.FAILURE_CLASS.value_set(failure_class))
+        elif stage == Stage.DONE:
+            # A target that succeeded after a retried failure is not "failed with class X" any more.
+            self._status.failure_class = None
+            updates.append(sa.FAILURE_CLASS.value_unset())
         workflow.upsert_search_attributes(updates)
+        workflow.set_current_details(self._details())
+        if changed or failure_class or stage == Stage.WAITING:
+            await self._tell_pipeline()
+
+    def _details(self) -> str:
+        st = self._status
+        job = st.job_ids[-1] if st.job_ids else None
+        note = f"job `{job}`" if job else ""
+        if st.progress and st.progress.last_marker:
+            note += f"; last marker: {st.progress.last_marker}"
+        if st.message and st.stage in (Stage.DONE, Stage.FAILED, Stage.CANCELLED):
+            note += ("\n\n" if note else "") + st.message
+        return details_markdown(title=self._inp.target.key, stage=st.stage, note=note,
+                                waiting=[st.waiting] if st.waiting else None)
+
+    async def _tell_pipeline(self) -> None:
+        """Send the parent pipeline this target's state (it shows ``waiting`` and per-target details)."""
+        parent = workflow.info().parent
+        if parent is None:
+            return
+        with workflow.unsafe.imports_passed_through():
+            from workflows.pipeline import BuildPipelineWorkflow  # deferred: pipeline imports this module
+        st = self._status
+        brief = TargetBrief(key=st.key, stage=st.stage, job_id=st.job_ids[-1] if st.job_ids else None,
+                            failure_class=st.failure_class, waiting=st.waiting)
+        try:
+            await workflow.get_external_workflow_handle(parent.workflow_id).signal(
+                BuildPipelineWorkflow.target_changed, brief)
+        except Exception as e:  # noqa: BLE001 - a closed parent cannot be told; the child's own record stands
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            workflow.logger.info("could not tell the pipeline about %s: %s", st.key, e)
 
 
 def _failure_message(key: str, f: FailureRecord, request_id: str) -> str:

@@ -156,7 +156,7 @@ async def _status_line(cfg, workflow_id: str) -> str | None:
 
 async def _waiting_on_visibility(s, wid):
     st = await target_status(s.client, wid, KEY)
-    return st if st and st.waiting_for and "anonymously pullable" in st.waiting_for else None
+    return st if st and st.waiting and st.waiting.kind == "package_visibility" else None
 
 
 async def _awaiting_merge(s, wid):

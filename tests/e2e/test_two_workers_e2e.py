@@ -82,7 +82,7 @@ async def test_two_workers_build_four_targets_with_every_side_effect_once(servic
 async def _waiting_on_visibility(client, wid, key):
     st = await target_status(client, wid, key)
     assert st is None or st.stage.value != "failed", f"{key} failed: {st.model_dump_json()}"
-    return st if st and st.waiting_for and "anonymously pullable" in st.waiting_for else None
+    return st if st and st.waiting and st.waiting.kind == "package_visibility" else None
 
 
 async def _awaiting_merge(client, wid):

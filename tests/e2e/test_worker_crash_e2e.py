@@ -73,7 +73,7 @@ async def _running(client, wid, key):
 
 async def _waiting(client, wid, key):
     st = await target_status(client, wid, key)
-    return st if st and st.waiting_for else None
+    return st if st and st.waiting else None
 
 
 async def _awaiting_merge(client, wid):

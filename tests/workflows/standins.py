@@ -16,6 +16,7 @@ from typing import Literal
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from domain.buildset import BuildRequest, CompatibilityRequest, TargetSpec, plan_targets
@@ -124,6 +125,7 @@ class Standins:
         self.review_now = (reviews or [review()])[0]  # the PR as GitHub shows it now; see set_review
         self.policy_settings = policy or PolicySettings()
         self.targets = targets
+        self.plan_error: str | None = None  # plan_targets raises this as a non-retryable InputError
         self.calls: list[tuple[str, object]] = []
         self.hold: dict[str, asyncio.Event] = {}  # activity name -> released when set
         self.entered: dict[str, asyncio.Event] = {}  # activity name -> set when a call starts
@@ -223,6 +225,8 @@ class Standins:
     @activity.defn(name="plan_targets")
     async def plan_targets(self, inp: PlanTargetsInput) -> list[TargetSpec]:
         await self._enter("plan_targets", inp)
+        if self.plan_error:
+            raise ApplicationError(self.plan_error, type="InputError", non_retryable=True)
         return self.targets if self.targets is not None else plan(inp.request)
 
     @activity.defn(name="record_artifact")

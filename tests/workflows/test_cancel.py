@@ -54,7 +54,7 @@ async def test_cancel_while_waiting_for_an_operator_terminates_the_submitted_job
         status = await handle.query(TargetBuildWorkflow.status)
 
     assert [t.job_ids for t in s.names("terminate_jobs")] == [s.submitted]
-    assert status.stage == Stage.FAILED
+    assert status.stage == Stage.CANCELLED and status.failure_class == "cancelled"
 
 
 async def test_cancel_while_monitoring_terminates_the_running_job(own_time_skipping_env):

@@ -134,7 +134,9 @@ async def test_unknown_failure_waits_for_operator_and_retry_resubmits(time_skipp
 
         st = await eventually(lambda: _waiting(handle), what="waiting for operator")
         assert st.failure_class == "unknown"
-        assert st.waiting_for and "operator decision" in st.waiting_for and st.job_ids[0] in st.waiting_for
+        w = st.waiting
+        assert w and w.kind == "operator_decision" and w.target == KEY and st.job_ids[0] in w.detail
+        assert w.command == f"python starter.py decide {wid} {KEY} retry"
         assert len(s.names("submit_job")) == 1
         ack = await handle.execute_update(TargetBuildWorkflow.decide, OperatorDecision(action="retry", by="ana"))
         assert "retry accepted" in ack
@@ -184,7 +186,10 @@ async def test_private_package_waits_then_recheck_signal_revalidates_without_reb
     async with worker(time_skipping_env.client, tq, s):
         handle = await _start(time_skipping_env, s, tq, wid)
         st = await eventually(lambda: _waiting(handle), what="waiting on visibility")
-        assert "not anonymously pullable" in (st.waiting_for or "")
+        assert st.waiting and st.waiting.kind == "package_visibility"
+        assert "not anonymously pullable" in st.waiting.detail
+        assert st.waiting.command == f"python starter.py recheck {wid} {KEY}"
+        assert await _search_attribute(handle, sa.FAILURE_CLASS) == "visibility"  # the wait is published
         before = await time_skipping_env.get_current_time()
         await handle.signal(TargetBuildWorkflow.recheck)
         res: TargetResult = await result(handle)
@@ -194,7 +199,7 @@ async def test_private_package_waits_then_recheck_signal_revalidates_without_reb
     assert len(s.names("submit_job")) == 1 and len(s.names("validate_image")) == 2
     assert (after - before).total_seconds() < PolicySettings().visibility_recheck_interval_s
     assert not await _timer_fired(handle)
-    assert await _search_attribute(handle, sa.FAILURE_CLASS) == "visibility"  # the wait was published
+    assert await _search_attribute(handle, sa.FAILURE_CLASS) is None  # cleared once validated
     assert await _search_attribute(handle, sa.STAGE) == "done"
     assert res.failures == []
 

@@ -1,0 +1,130 @@
+"""Terminal outcomes and waits, as operators see them: failure info, unblocking commands, UI details.
+
+Why pure and in one place: the workflows record these (report, memo, search attributes, the UI's
+"Current Details"), the starter prints them, and tests assert on them; each must say the same thing,
+and the exact command an operator runs must be spelled once.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from domain.buildset import BuildRequest
+from domain.models import FailureInfo, Stage, TargetBrief, WaitingReason
+
+STARTER = "python starter.py"
+
+# Errors that mean "the request or the build contract is wrong": fixing the input is the next step,
+# retrying is not (activities raise them non-retryable; see activities/common.input_error).
+INPUT_ERROR_TYPES = frozenset({"InputError", "ContractError", "BundleError", "SourceError", "BuildSetError"})
+
+# ``path/to/file.ext:12`` as the contract parsers and input errors write it (ContractError); an
+# address such as ``127.0.0.1:8233`` has no alphabetic extension and is not taken for a location.
+_LOCATION = re.compile(r"(?<![\w/.:-])((?:[\w.-]+/)*[\w.-]*?[A-Za-z][\w-]*\.[A-Za-z][\w-]*):(\d+)\b")
+
+
+def find_location(message: str) -> str | None:
+    """The first ``file:line`` an error message names, if any."""
+    m = _LOCATION.search(message or "")
+    return f"{m.group(1)}:{m.group(2)}" if m else None
+
+
+def q(arg: str) -> str:
+    return shlex.quote(arg)
+
+
+def decide_command(workflow_id: str, key: str, action: str = "retry") -> str:
+    return f"{STARTER} decide {q(workflow_id)} {q(key)} {action}"
+
+
+def recheck_command(workflow_id: str, key: str) -> str:
+    return f"{STARTER} recheck {q(workflow_id)} {q(key)}"
+
+
+def approve_command(workflow_id: str) -> str:
+    return f"{STARTER} approve-merge {q(workflow_id)} --by <your-name>"
+
+
+def build_command(request: BuildRequest) -> str:
+    """The ``build`` command that makes this request again (to run after fixing its input)."""
+    parts = [f"{STARTER} build"]
+    parts += [f"--arch {q(a)}" for a in request.architectures]
+    parts += [f"--variant {q(v)}" for v in request.variants]
+    parts += [f"--cluster {q(f'{a}={c}')}" for a, c in sorted(request.clusters.items())]
+    cr = request.compatibility_request
+    if cr:
+        parts += [f"--requested-by {q(cr.requested_by)}", f"--reason {q(cr.reason)}"]
+        if cr.link:
+            parts.append(f"--link {q(cr.link)}")
+    if request.priority:
+        parts.append(f"--priority {q(request.priority)}")
+    if request.harbor_ref:
+        parts.append(f"--harbor-ref {q(request.harbor_ref)}")
+    if request.push_floating:
+        parts.append("--push-floating")
+    if request.issue_url:
+        parts.append(f"--issue-url {q(request.issue_url)}")
+    return " ".join(parts)
+
+
+def input_failure(error_type: str, message: str, request: BuildRequest) -> FailureInfo:
+    loc = find_location(message)
+    where = f"`{loc}`" if loc else "the file, field or flag named above"
+    return FailureInfo(failure_class="input", error_type=error_type, message=message, location=loc,
+                       next_step=f"fix {where}, then run `{build_command(request)}`")
+
+
+def step_failure(error_type: str, message: str, *, step: str, request: BuildRequest) -> FailureInfo:
+    """A pipeline step (load, prepare, plan, record, merge) ended with an error."""
+    if error_type in INPUT_ERROR_TYPES:
+        return input_failure(error_type, message, request)
+    if error_type in ("ActivityTimeout", "StartToCloseTimeout", "HeartbeatTimeout", "ScheduleToCloseTimeout"):
+        failure_class = "timeout"
+    else:
+        failure_class = "internal"
+    return FailureInfo(
+        failure_class=failure_class, error_type=error_type, message=f"{step}: {message}",
+        location=find_location(message),
+        next_step=f"look at the failed `{step}` event in the workflow's history (Temporal UI), fix the cause, "
+                  f"then run `{build_command(request)}`")
+
+
+def targets_failure(messages: list[str], failure_classes: list[str], request: BuildRequest) -> FailureInfo:
+    """One or more targets failed: their messages already carry evidence and next step."""
+    return FailureInfo(
+        failure_class=failure_classes[0] if failure_classes else "unknown", error_type="BuildFailed",
+        message=" | ".join(messages), location=next((loc for m in messages if (loc := find_location(m))), None),
+        next_step=f"follow the failing target's next step above; then run `{build_command(request)}`")
+
+
+def cancelled(request: BuildRequest) -> FailureInfo:
+    return FailureInfo(failure_class="cancelled", error_type="Cancelled",
+                       message="cancelled by an operator; the build's own Iris jobs were terminated",
+                       next_step=f"nothing to clean up; to build again run `{build_command(request)}`")
+
+
+def waiting_line(w: WaitingReason) -> str:
+    """One line: what is awaited and the command that unblocks it."""
+    who = f"{w.target}: " if w.target else ""
+    return f"{who}{w.detail}" + (f" — run `{w.command}`" if w.command else "")
+
+
+def details_markdown(*, title: str, stage: Stage, targets: list[TargetBrief] | None = None,
+                     waiting: list[WaitingReason] | None = None, failure: FailureInfo | None = None,
+                     note: str = "") -> str:
+    """The short Markdown status shown as the workflow's Current Details in the Temporal UI."""
+    out = [f"**{title}** — stage **{stage.value}**"]
+    if note:
+        out.append(note)
+    if targets:
+        out += ["", "| target | stage | job | failure class |", "|---|---|---|---|"]
+        out += [f"| {t.key} | {t.stage.value} | {t.job_id or '-'} | {t.failure_class or '-'} |" for t in targets]
+    for w in waiting or []:
+        out += ["", f"**Waiting** — {waiting_line(w)}"]
+    if failure:
+        out += ["", f"**{'Cancelled' if failure.failure_class == 'cancelled' else 'Failed'}** "
+                    f"({failure.failure_class}, {failure.error_type}"
+                    + (f", `{failure.location}`" if failure.location else "") + f"): {failure.message}",
+                "", f"**Next step:** {failure.next_step}"]
+    return "\n".join(out)
