@@ -267,7 +267,8 @@ class BuildActivities(ActivityGroup):
                                  max_layer_bytes=ceiling.max_layer_bytes, warn_layer_bytes=ceiling.warn_layer_bytes)
         async with Heartbeater():
             return await validate_image(image_repository=t.image_repository, tag=t.tag, expected=expected,
-                                        credentials=creds, insecure_hosts=self.config.registry.insecure_hosts)
+                                        credentials=creds, insecure_hosts=self.config.registry.insecure_hosts,
+                                        pool=self.registry_pool)
 
 
 def _progress(info: JobInfo, prev: JobProgress) -> JobProgress:

@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 from clients.evidence import EvidenceStore
 from clients.git_source import FetchedRepo, MirrorCache, list_files_at, read_files_at
 from clients.iris import IrisClient, KubectlPortForward
+from clients.registry import RegistryPool
 from domain.config import ServiceConfig
 from domain.models import FileRef
 from domain.redact import redact
@@ -90,6 +91,8 @@ class ActivityGroup:
         self.paths = Paths(config)
         self.repos = SourceRepos(config, self.paths)
         self.evidence = EvidenceStore(config.evidence_url(), config.evidence.storage_options)
+        # One connection pool per worker for every registry read (validation, anonymous probe).
+        self.registry_pool = RegistryPool()
 
     def all(self) -> list:
         raise NotImplementedError

@@ -1,8 +1,19 @@
-"""Benchmark: full image validations against the local registry (open and token modes).
+"""Benchmark: image validation vs `skopeo inspect`, side by side, against the local registry.
 
-Prints validations/sec and p50/p95 latency per mode. One validation = HEAD tag, GET index, GET child,
-GET config, then an anonymous probe with a fresh client (token flow in token mode).
-Run: .venv/bin/python bench/registry_validation.py [--n 50] [--concurrency 4]
+For open and token auth and for images of 5 and 60 layers (an index with amd64 + arm64 children), runs
+in one process, one after the other:
+
+- `validate (worker pool)`: `validate_image` with one `RegistryPool` kept for the whole run, as a worker
+  keeps it (tag → manifest in one GET, platform child, config, then the anonymous probe);
+- `validate (cold pool)`: the same with a new pool per validation (a worker's first validation: new
+  connections, no cached token);
+- `skopeo inspect`: `skopeo inspect --tls-verify=false docker://…` (its own process per call, resolves
+  the amd64 child and reads the config; no anonymous probe), the operator's tool for the same question.
+
+The three run interleaved, round by round, so a change in machine load hits them alike. Prints wall
+p50/p95 per validation, the ratio to skopeo's p50, and the HTTP requests one validation sends to the
+registry (`/v2/…`) and to the token endpoint, counted at the transport.
+Run: .venv/bin/python bench/registry_validation.py [--n 30]
 """
 
 from __future__ import annotations
@@ -10,72 +21,132 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import httpx
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clients.image_validator import validate_image  # noqa: E402
+from clients.registry import RegistryPool  # noqa: E402
 from domain.validation import ExpectedImage  # noqa: E402
 from sandbox.registry import start_registry  # noqa: E402
 from tests.registry.imagepush import ImageSpec, Pusher, good_labels  # noqa: E402
 
-REPO, TAG = "bench/marinskyrl", "v1-amd64"
+REPO = "bench/marinskyrl"
+EXPECTED = ExpectedImage(platform="linux/amd64", revision="a" * 40, harbor_commit="b" * 40, min_layers=3)
 
 
-async def _seed(handle) -> None:
+class CountingTransport(httpx.AsyncBaseTransport):
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.paths: list[str] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.paths.append(request.url.path)
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def _seed(handle, tag: str, layers: int) -> None:
     if handle.mode == "token":
         handle.set_public(REPO, True)
     pusher = Pusher(handle.url, handle.credentials)
     try:
         labels = good_labels("a" * 40, "b" * 40)
-        await pusher.push_index(REPO, TAG, [ImageSpec("linux/amd64", labels=labels, layers=48, seed="b1"),
-                                            ImageSpec("linux/arm64", labels=labels, layers=48, seed="b2")])
+        await pusher.push_index(REPO, tag, [ImageSpec("linux/amd64", labels=labels, layers=layers, seed=f"{tag}1"),
+                                            ImageSpec("linux/arm64", labels=labels, layers=layers, seed=f"{tag}2")])
     finally:
         await pusher.aclose()
 
 
-async def _run(handle, n: int, concurrency: int) -> tuple[float, list[float]]:
-    expected = ExpectedImage(platform="linux/amd64", revision="a" * 40, harbor_commit="b" * 40)
-    sem = asyncio.Semaphore(concurrency)
-    latencies: list[float] = []
-
-    async def one() -> None:
-        async with sem:
-            t0 = time.perf_counter()
-            report = await validate_image(image_repository=f"{handle.host}/{REPO}", tag=TAG, expected=expected,
-                                          credentials=handle.credentials, insecure_hosts=[handle.host])
-            latencies.append(time.perf_counter() - t0)
-            if not report.ok:
-                raise SystemExit(f"validation unexpectedly failed: {report.failures()}")
-
-    start = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(n)))
-    return time.perf_counter() - start, latencies
+async def _validate(handle, tag: str, pool: RegistryPool) -> float:
+    t0 = time.perf_counter()
+    report = await validate_image(image_repository=f"{handle.host}/{REPO}", tag=tag, expected=EXPECTED,
+                                  credentials=handle.credentials, insecure_hosts=[handle.host], pool=pool)
+    if not report.ok:
+        raise SystemExit(f"validation unexpectedly failed: {report.failures()}")
+    return time.perf_counter() - t0
 
 
-def _pct(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if len(values) > 1 else values[0]
+def _skopeo_args(handle, tag: str) -> list[str]:
+    args = ["skopeo", "inspect", "--tls-verify=false"]
+    if handle.credentials:
+        args += ["--creds", ":".join(handle.credentials)]
+    return [*args, f"docker://{handle.host}/{REPO}:{tag}"]
+
+
+def _skopeo(args: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(args, check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def _split(paths: list[str]) -> str:
+    registry = sum(1 for p in paths if p.startswith("/v2/"))
+    return f"{registry} + {len(paths) - registry} token"
+
+
+async def _measure(handle, tag: str, n: int) -> dict[str, tuple[list[float], str]]:
+    """Interleaved (skopeo, warm, cold) rounds, so a change in machine load hits all three alike."""
+    args = _skopeo_args(handle, tag)
+    warm_transport = CountingTransport()
+    warm_pool = RegistryPool(transport=warm_transport)
+    _skopeo(args)
+    await _validate(handle, tag, warm_pool)  # warm-up: connections and the push identity's token
+    times: dict[str, list[float]] = {"skopeo inspect": [], "validate (worker pool)": [], "validate (cold pool)": []}
+    requests = {"skopeo inspect": "-"}
+    try:
+        for i in range(n):
+            times["skopeo inspect"].append(_skopeo(args))
+            warm_transport.paths.clear()
+            times["validate (worker pool)"].append(await _validate(handle, tag, warm_pool))
+            if i == 0:
+                requests["validate (worker pool)"] = _split(warm_transport.paths)
+            cold_transport = CountingTransport()
+            cold = RegistryPool(transport=cold_transport)
+            try:
+                times["validate (cold pool)"].append(await _validate(handle, tag, cold))
+            finally:
+                await cold.aclose()
+            if i == 0:
+                requests["validate (cold pool)"] = _split(cold_transport.paths)
+    finally:
+        await warm_pool.aclose()
+    return {name: (t, requests[name]) for name, t in times.items()}
+
+
+def _pct(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--n", type=int, default=50)
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=30, help="validations per row (default 30)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for mode in ("open", "token"):
             with start_registry(Path(tmp) / mode, mode) as handle:  # type: ignore[arg-type]
-                await _seed(handle)
-                await _run(handle, 3, 1)  # warm-up
-                wall, lat = await _run(handle, args.n, args.concurrency)
-                rows.append((mode, args.n, args.concurrency, args.n / wall, _pct(lat, 50) * 1e3, _pct(lat, 95) * 1e3))
-    print(f"{'mode':<8}{'n':>6}{'conc':>6}{'valid/s':>10}{'p50 ms':>10}{'p95 ms':>10}")
-    for mode, n, conc, rate, p50, p95 in rows:
-        print(f"{mode:<8}{n:>6}{conc:>6}{rate:>10.1f}{p50:>10.1f}{p95:>10.1f}")
+                for layers in (5, 60):
+                    tag = f"l{layers}"
+                    await _seed(handle, tag, layers)
+                    measured = await _measure(handle, tag, args.n)
+                    base = _pct(measured["skopeo inspect"][0], 50)
+                    for name in ("validate (worker pool)", "validate (cold pool)", "skopeo inspect"):
+                        times, req = measured[name]
+                        rows.append((mode, layers, name, _pct(times, 50) * 1e3, _pct(times, 95) * 1e3,
+                                     _pct(times, 50) / base, req))
+    print("| auth | layers | tool | p50 ms | p95 ms | p50 / skopeo | requests per validation |")
+    print("|---|---:|---|---:|---:|---:|---|")
+    for mode, layers, name, p50, p95, ratio, req in rows:
+        print(f"| {mode} | {layers} | {name} | {p50:.1f} | {p95:.1f} | {ratio:.2f}× | {req} |")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from clients.registry import (
     RawManifest,
     RegistryClient,
     RegistryError,
+    RegistryPool,
     RegistryUnavailable,
     Unauthorized,
     scheme_for,
@@ -67,10 +68,13 @@ class AnonymousProbe:
 
 async def probe_anonymous_pull(host: str, repo: str, ref: str, *, scheme: Literal["https", "http"] = "https",
                                transport: httpx.AsyncBaseTransport | None = None, sleep: Sleep = asyncio.sleep,
-                               max_retries: int = 2) -> AnonymousProbe:
-    """GET the manifest with a FRESH client that has no credentials (registry.md §1.5 verdicts)."""
+                               max_retries: int = 2, pool: RegistryPool | None = None) -> AnonymousProbe:
+    """GET the manifest with a FRESH client that has no credentials (registry.md §1.5 verdicts).
+
+    Fresh means no credentials, tokens or cookies; it may borrow ``pool``'s connections, which carry none.
+    """
     client = RegistryClient(host, scheme=scheme, credentials=None, transport=transport,
-                            max_retries=max_retries, sleep=sleep)
+                            max_retries=max_retries, sleep=sleep, pool=pool)
     async with client:
         try:
             await client.get_manifest(repo, ref)
@@ -114,47 +118,79 @@ async def validate_image(*, image_repository: str, tag: str, expected: ExpectedI
                          credentials: tuple[str, str] | None, insecure_hosts: Iterable[str] = (),
                          transport: httpx.AsyncBaseTransport | None = None, anonymous_attempts: int = 3,
                          anonymous_retry_delay_s: float = 5.0, sleep: Sleep = asyncio.sleep,
-                         max_retries: int = 3) -> ValidationReport:
-    """Resolve ``image_repository:tag`` and check platform, layers, labels and anonymous pull."""
+                         max_retries: int = 3, pool: RegistryPool | None = None) -> ValidationReport:
+    """Resolve ``image_repository:tag`` and check platform, layers, labels and anonymous pull.
+
+    ``pool`` is the worker's shared connection pool; without one, a pool lives for this validation so
+    the authenticated reads and the anonymous probe still share connections.
+    """
+    if pool is None:
+        own = RegistryPool(transport=transport)
+        try:
+            return await validate_image(
+                image_repository=image_repository, tag=tag, expected=expected, credentials=credentials,
+                insecure_hosts=insecure_hosts, transport=transport, anonymous_attempts=anonymous_attempts,
+                anonymous_retry_delay_s=anonymous_retry_delay_s, sleep=sleep, max_retries=max_retries, pool=own)
+        finally:
+            await own.aclose()
     host, repo = split_image_repository(image_repository)
     scheme = scheme_for(host, tuple(insecure_hosts))
     report = ValidationReport(image_ref=image_repository, tag=tag, digest=None, platform=None, layer_count=None,
                               largest_layer_bytes=None, total_bytes=None, anonymous_pull=None, labels={},
                               checks=[])
+    async def anonymous(digest: str) -> AnonymousProbe:
+        probe = AnonymousProbe("inconclusive", "none", "not attempted")
+        for attempt in range(max(1, anonymous_attempts)):
+            probe = await probe_anonymous_pull(host, repo, digest, scheme=scheme, transport=transport,
+                                               sleep=sleep, max_retries=max_retries, pool=pool)
+            if probe.verdict != "inconclusive":
+                break
+            if attempt + 1 < anonymous_attempts:
+                await sleep(anonymous_retry_delay_s)
+        return probe
+
+    # The anonymous probe needs only the digest: it runs while the platform child and config are read.
+    probe_task: asyncio.Task[AnonymousProbe] | None = None
+
+    def start_probe(digest: str) -> None:
+        nonlocal probe_task
+        probe_task = asyncio.ensure_future(anonymous(digest))
+
     client = RegistryClient(host, scheme=scheme, credentials=credentials, transport=transport, sleep=sleep,
-                            max_retries=max_retries)
-    async with client:
-        try:
-            await _inspect(client, repo, tag, expected, report)
-        except _Inconclusive as e:
-            report.checks.append(e.check)
+                            max_retries=max_retries, pool=pool)
+    try:
+        async with client:
+            try:
+                await _inspect(client, repo, tag, expected, report, on_digest=start_probe)
+            except _Inconclusive as e:
+                report.checks.append(e.check)
+                return report
+        if report.digest is None or probe_task is None:
             return report
-    if report.digest is None:
-        return report
-    probe = AnonymousProbe("inconclusive", "none", "not attempted")
-    for attempt in range(max(1, anonymous_attempts)):
-        probe = await probe_anonymous_pull(host, repo, report.digest, scheme=scheme, transport=transport,
-                                           sleep=sleep, max_retries=max_retries)
-        if probe.verdict != "inconclusive":
-            break
-        if attempt + 1 < anonymous_attempts:
-            await sleep(anonymous_retry_delay_s)
+        probe = await probe_task
+    finally:
+        if probe_task is not None and not probe_task.done():
+            probe_task.cancel()
+            await asyncio.gather(probe_task, return_exceptions=True)
     report.anonymous_pull = probe.verdict
     report.checks.append(check_anonymous_pull(probe.verdict, f"[{probe.step}] {probe.detail}"))
     return report
 
 
 async def _inspect(client: RegistryClient, repo: str, tag: str, expected: ExpectedImage,
-                   report: ValidationReport) -> None:
-    """Fill ``report`` step by step; a registry error ends the inspection with one check."""
+                   report: ValidationReport, on_digest: Callable[[str], None] = lambda _digest: None) -> None:
+    """Fill ``report`` step by step; a registry error ends the inspection with one check.
+
+    The tag is resolved by GET, not HEAD: the digest is the sha256 of the bytes we then parse (and is
+    cross-checked with Docker-Content-Digest), so one request gives both the digest and the manifest.
+    """
     try:
-        ref = await client.head_manifest(repo, tag)
+        top = await client.get_manifest(repo, tag)
     except RegistryError as e:
         raise _Inconclusive(_error_check("digest", f"digest of tag {tag}", e)) from None
-    report.digest = ref.digest
-    report.checks.append(check_digest(tag, ref.digest, detail=f"HEAD {repo}:{tag}"))
-
-    top = await _manifest(client, repo, ref.digest, "manifest_kind")
+    report.digest = top.digest
+    report.checks.append(check_digest(tag, top.digest, detail=f"GET {repo}:{tag}"))
+    on_digest(top.digest)
     report.media_type = top.media_type
     try:
         kind, body = parse_manifest(top.data, top.media_type)
