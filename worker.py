@@ -20,6 +20,7 @@ import click
 from temporalio.worker import Worker
 
 from activities.build import BuildActivities
+from activities.preflight import PreflightActivities
 from activities.record import RecordActivities
 from activities.source import SourceActivities
 from domain.config import load_config
@@ -42,7 +43,7 @@ WORKFLOWS = [BuildPipelineWorkflow, TargetBuildWorkflow, RebuildCheckWorkflow]
 
 def activities_for(config) -> list:
     source, build, record = SourceActivities(config), BuildActivities(config), RecordActivities(config)
-    return [*source.all(), *build.all(), *record.all()]
+    return [*source.all(), *PreflightActivities(config).all(), *build.all(), *record.all()]
 
 
 def build_worker(client, config, *, graceful_shutdown_s: float = 30.0) -> Worker:

@@ -8,7 +8,6 @@ merge is done with the expected head SHA, so a moved head is never merged blindl
 from __future__ import annotations
 
 import asyncio
-import re
 import subprocess
 import time
 
@@ -18,6 +17,7 @@ from activities.common import ActivityGroup, Heartbeater, input_error
 from clients.credentials import CredentialError, fetch_secret
 from clients.git_source import GitSourceError, commit_build_change, create_worktree, push_branch
 from clients.github import GitHubClient, HeadMoved, NotMergeable, checks_state, comment_marker
+from domain.buildset import issue_number
 from domain.config import GitHubSettings
 from domain.contract import ContractError, load_contract
 from domain.models import MergeInput, PullRequestInfo, RecordInput, ReviewState, WatchInput
@@ -56,7 +56,7 @@ class RecordActivities(ActivityGroup):
         async with gh:
             pull = await gh.ensure_pull(src.branch, base_branch, title, body)
             comment_url = None
-            issue = _issue_number(inp.request.issue_url)
+            issue = issue_number(inp.request.issue_url)
             if issue is not None:
                 c = await gh.upsert_comment(issue, comment_marker(f"build-{inp.request_id}"), body)
                 comment_url = c.html_url
@@ -179,9 +179,3 @@ async def _review_state(gh: GitHubClient, number: int) -> ReviewState:
                        approvals=sum(1 for s in latest.values() if s == "APPROVED"),
                        merged=pull.merged, merge_commit=pull.merge_commit_sha)
 
-
-def _issue_number(url: str | None) -> int | None:
-    if not url:
-        return None
-    m = re.search(r"/issues/(\d+)", url) or re.fullmatch(r"#?(\d+)", url)
-    return int(m.group(1)) if m else None

@@ -485,3 +485,21 @@ def push_branch(
         if after == sha:
             return  # a concurrent attempt pushed the same commit
         raise BranchConflict(branch, after or "(missing)", sha) from None
+
+
+# ------------------------------------------------------------------------------------- preflight
+def git_version() -> str:
+    """``git --version`` (preflight: the tool runs here); raises GitCommandFailed when it cannot."""
+    try:
+        return _run(git.Git(), "--version")
+    except (git.GitCommandNotFound, OSError) as e:
+        raise GitCommandFailed(f"git cannot run: {type(e).__name__}") from None
+
+
+def check_push_access(fetched: FetchedRepo, remote_url: str, probe_ref: str, sha: str, *,
+                      git_env: dict[str, str] | None = None) -> None:
+    """Prove the machine's git credentials may push to ``remote_url`` without pushing anything:
+    ``git push --dry-run`` of ``sha`` to ``refs/heads/<probe_ref>`` (a new ref, so no history can
+    refuse it) authenticates for receive-pack and stops before sending a ref update."""
+    _run(_repo(fetched), "push", "--dry-run", "--quiet", "--no-verify", remote_url,
+         f"{sha}:refs/heads/{probe_ref}", env=_git_env(git_env))

@@ -414,6 +414,20 @@ class GitHubClient:
     async def reviews(self, pull_number: int) -> list[Review]:
         return [Review.from_api(d) for d in await self._paged(f"{self._r}/pulls/{pull_number}/reviews")]
 
+    # -- access (preflight)
+
+    async def repo_permissions(self) -> dict[str, bool]:
+        """What the token may do on the repository (``GET /repos/{o}/{r}`` → ``permissions``)."""
+        data = await self._json("GET", self._r)
+        perms = data.get("permissions") if isinstance(data, dict) else None
+        return {k: bool(v) for k, v in (perms or {}).items()}
+
+    async def issue(self, number: int) -> dict[str, Any]:
+        """``GET /repos/{o}/{r}/issues/{n}``: number, state and ``locked`` (a locked issue takes comments
+        only from collaborators with push access)."""
+        data = await self._json("GET", f"{self._r}/issues/{number}")
+        return {"number": data.get("number"), "state": data.get("state"), "locked": bool(data.get("locked"))}
+
     # -- issue comments
 
     async def comment_issue(self, issue_number: int, body: str) -> Comment:

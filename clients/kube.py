@@ -130,3 +130,33 @@ class KubeEvidence:
         pod = await self.pod(pod_name)
         events = await self.events_for(pod_name)
         return pod_facts(pod_name, pod, events, self.errors[start:])
+
+
+class KubectlUnavailable(RuntimeError):
+    """The configured kubectl binary cannot be run (missing, not executable, failing or hanging)."""
+
+
+async def kubectl_client_version(kubectl: str = "kubectl", timeout_s: float = 20.0) -> str:
+    """``kubectl version --client -o json`` → the client's gitVersion (preflight: the tool runs here)."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            kubectl, "version", "--client", "-o", "json", stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+    except OSError as e:
+        raise KubectlUnavailable(f"cannot run {kubectl}: {e.strerror}") from None
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except TimeoutError:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        await proc.wait()
+        raise KubectlUnavailable(f"{kubectl} version timed out after {timeout_s}s") from None
+    if proc.returncode != 0:
+        raise KubectlUnavailable(f"{kubectl} version exited {proc.returncode}: "
+                                 f"{err.decode(errors='replace').strip()[-300:]}")
+    try:
+        return str((json.loads(out).get("clientVersion") or {}).get("gitVersion") or "unknown")
+    except (ValueError, AttributeError):
+        raise KubectlUnavailable(f"{kubectl} version printed no JSON") from None

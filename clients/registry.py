@@ -295,6 +295,19 @@ class RegistryClient:
             return challenge
         raise self._error(resp, "ping")
 
+    async def check_push(self, repo: str) -> None:
+        """Prove these credentials may push to ``repo``, leaving nothing behind: a token for
+        ``pull,push``, then a blob upload that is started and cancelled at once. Raises Unauthorized or
+        Denied when the registry refuses (a token server may silently grant less than asked)."""
+        url = f"{self.base_url}/v2/{repo}/blobs/uploads/"
+        resp = await self._request("POST", url, repo, actions="pull,push")
+        if resp.status_code != 202:
+            raise self._error(resp, f"push to {repo}")
+        location = resp.headers.get("location")
+        if location:
+            await self._send("DELETE", str(httpx.URL(url).join(location)),
+                             auth=self._auth_header(f"repository:{repo}:pull,push"))
+
     async def head_manifest(self, repo: str, ref: str) -> ManifestRef:
         """Resolve a tag (or digest) to the registry's digest without downloading the manifest."""
         url = f"{self.base_url}/v2/{repo}/manifests/{ref}"
@@ -355,9 +368,9 @@ class RegistryClient:
     # -- request machinery --
 
     async def _request(self, method: str, url: str, repo: str, *, headers: dict[str, str] | None = None,
-                       follow_redirects: bool = False) -> httpx.Response:
+                       follow_redirects: bool = False, actions: str = "pull") -> httpx.Response:
         """Send with cached auth; on a challenge authenticate once and resend."""
-        scope = f"repository:{repo}:pull"
+        scope = f"repository:{repo}:{actions}"
         sent = self._auth_header(scope)
         resp = await self._send(method, url, headers=headers, auth=sent, follow_redirects=follow_redirects)
         if resp.status_code != 401:

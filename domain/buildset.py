@@ -43,6 +43,14 @@ class BuildRequest(BaseModel):
     issue_url: str | None = None
 
 
+def issue_number(url: str | None) -> int | None:
+    """The issue a build reports to: ``…/issues/123``, ``#123`` or ``123``; None when none is given."""
+    if not url:
+        return None
+    m = re.search(r"/issues/(\d+)", url) or re.fullmatch(r"#?(\d+)", url)
+    return int(m.group(1)) if m else None
+
+
 class JobResources(BaseModel):
     cpu: float
     memory_bytes: int

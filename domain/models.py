@@ -147,6 +147,40 @@ class PlanTargetsInput(BaseModel):
     base_commit: str = ""
 
 
+class PreflightInput(BaseModel):
+    """What the run will need, known once planning is done and before anything is pushed or submitted."""
+
+    request_id: str
+    base_commit: str
+    build_commit: str
+    changed_files: list[str] = Field(default_factory=list)  # build commit vs base (the script is read at base if unchanged)
+    targets: list[TargetSpec]
+    issue_url: str | None = None
+
+
+class PreflightCheck(BaseModel):
+    """One proven (or missing) prerequisite; ``config_key`` says where it is configured."""
+
+    name: str
+    config_key: str
+    ok: bool
+    detail: str
+    transient: bool = False  # failed because a service did not answer (worth a bounded retry)
+    fingerprint: str | None = None  # credentials only: sha256 prefix of the value, never the value
+
+
+class PreflightReport(BaseModel):
+    checks: list[PreflightCheck]
+
+    @property
+    def failed(self) -> list[PreflightCheck]:
+        return [c for c in self.checks if not c.ok]
+
+    def message(self) -> str:
+        return "preflight failed, nothing was pushed, submitted or opened: " + "; ".join(
+            f"{c.name} ({c.config_key}): {c.detail}" for c in self.failed)
+
+
 # ---------------------------------------------------------------- per-target child workflow
 
 
@@ -356,6 +390,7 @@ class PipelineReport(BaseModel):
     state: BuildState | None = None
     source: SourceSnapshot | None = None
     plan: list[TargetSpec] = Field(default_factory=list)
+    preflight: PreflightReport | None = None  # what was proven before the first side effect
     targets: list[TargetResult] = Field(default_factory=list)
     pull_request: PullRequestInfo | None = None
     review: ReviewState | None = None  # checks and reviews as last seen while awaiting merge

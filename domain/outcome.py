@@ -17,7 +17,9 @@ STARTER = "python starter.py"
 
 # Errors that mean "the request or the build contract is wrong": fixing the input is the next step,
 # retrying is not (activities raise them non-retryable; see activities/common.input_error).
-INPUT_ERROR_TYPES = frozenset({"InputError", "ContractError", "BundleError", "SourceError", "BuildSetError"})
+# PreflightFailed: a credential, permission, tool or the build script is missing or wrong (config key named).
+INPUT_ERROR_TYPES = frozenset({"InputError", "ContractError", "BundleError", "SourceError", "BuildSetError",
+                               "PreflightFailed"})
 
 # ``path/to/file.ext:12`` as the contract parsers and input errors write it (ContractError); an
 # address such as ``127.0.0.1:8233`` has no alphabetic extension and is not taken for a location.

@@ -70,6 +70,8 @@ class _Store:
     checks: dict[str, dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)  # repo->sha->name
     statuses: dict[str, dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)  # repo->sha->ctx
     reviews: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)  # repo -> number
+    permissions: dict[str, dict[str, bool]] = field(default_factory=dict)  # repo -> the token's permissions
+    issues: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # repo -> number -> overrides
     next_id: int = 1000
     next_number: dict[str, int] = field(default_factory=dict)  # repo -> next issue/PR number
 
@@ -387,6 +389,40 @@ class GitHubStandin:
         self.forced_limit = {"n": int(body["n"]), "status": status}
         return dict(self.forced_limit)
 
+    def admin_permissions(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.store.permissions[body["repo"]] = {k: bool(v) for k, v in body["permissions"].items()}
+        self._save()
+        return self.store.permissions[body["repo"]]
+
+    def admin_issue(self, body: dict[str, Any]) -> dict[str, Any]:
+        issue = {"state": body.get("state", "open"), "locked": bool(body.get("locked", False))}
+        if body.get("missing"):
+            self.store.issues.setdefault(body["repo"], {})[str(body["number"])] = {"missing": True}
+        else:
+            self.store.issues.setdefault(body["repo"], {})[str(body["number"])] = issue
+        self._save()
+        return issue
+
+    # -- endpoints: repository and issues (what a token may do, where it may comment)
+
+    def get_repo(self, repo: str) -> dict[str, Any]:
+        self._git(repo)
+        owner, name = repo.split("/")
+        perms = self.store.permissions.get(repo) or {"admin": False, "maintain": False, "push": True,
+                                                      "triage": True, "pull": True}
+        return {"id": abs(hash(repo)) % 10**8, "name": name, "full_name": repo, "owner": {"login": owner},
+                "private": False, "default_branch": self._git(repo).git.symbolic_ref("--short", "HEAD"),
+                "html_url": f"{self.base_url}/{repo}", "permissions": perms}
+
+    def get_issue(self, repo: str, number: str) -> dict[str, Any]:
+        """Every issue number exists (open, unlocked) unless an admin call said otherwise."""
+        self._git(repo)
+        known = self.store.issues.get(repo, {}).get(str(number), {"state": "open", "locked": False})
+        if known.get("missing"):
+            raise _HttpError(404, "Not Found")
+        return {"number": int(number), "state": known["state"], "locked": known["locked"],
+                "html_url": f"{self.base_url}/{repo}/issues/{number}"}
+
     # -- request dispatch
 
     def check_auth(self, authorization: str | None) -> None:
@@ -409,6 +445,8 @@ class GitHubStandin:
         """(status, payload, list_key): list_key None = object; "" = paged plain list; else paged under key."""
         r = r"/repos/(?P<repo>[^/]+/[^/]+)"
         routes: list[tuple[str, str, Any, int, str | None]] = [
+            ("GET", r, lambda m: self.get_repo(m["repo"]), 200, None),
+            ("GET", r + r"/issues/(?P<n>\d+)", lambda m: self.get_issue(m["repo"], m["n"]), 200, None),
             ("GET", r + r"/pulls", lambda m: self.list_pulls(m["repo"], q), 200, ""),
             ("POST", r + r"/pulls", lambda m: self.create_pull(m["repo"], body), 201, None),
             ("GET", r + r"/pulls/(?P<n>\d+)", lambda m: self._pull_json(m["repo"], self._pull(m["repo"], m["n"])),
@@ -430,6 +468,8 @@ class GitHubStandin:
             ("POST", r"/_admin/checks", lambda m: self.admin_set_check(body), 200, None),
             ("POST", r"/_admin/reviews", lambda m: self.admin_add_review(body), 200, None),
             ("POST", r"/_admin/rate_limit", lambda m: self.admin_rate_limit(body), 200, None),
+            ("POST", r"/_admin/permissions", lambda m: self.admin_permissions(body), 200, None),
+            ("POST", r"/_admin/issues", lambda m: self.admin_issue(body), 200, None),
         ]
         for verb, pattern, fn, status, list_key in routes:
             m = re.fullmatch(pattern, path)
@@ -543,6 +583,14 @@ class GitHubStandinHandle:
 
     def add_review(self, repo: str, number: int, state: str = "APPROVED", user: str = "reviewer") -> dict[str, Any]:
         return self._admin("reviews", {"repo": repo, "number": number, "state": state, "user": user})
+
+    def set_permissions(self, repo: str, **permissions: bool) -> dict[str, Any]:
+        """What ``GET /repos/{repo}`` reports the token may do (default: push, triage, pull)."""
+        return self._admin("permissions", {"repo": repo, "permissions": permissions})
+
+    def set_issue(self, repo: str, number: int, *, locked: bool = False, missing: bool = False) -> dict[str, Any]:
+        """Make issue ``number`` locked, or missing (404); every other number is an open issue."""
+        return self._admin("issues", {"repo": repo, "number": number, "locked": locked, "missing": missing})
 
     def rate_limit_next(self, n: int, status: int = 403) -> None:
         """Make the next ``n`` API requests fail with a primary (403) or secondary (429) rate limit."""

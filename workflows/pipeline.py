@@ -25,6 +25,7 @@ from temporalio.exceptions import (
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.preflight import PreflightActivities
     from activities.record import RecordActivities
     from activities.source import SourceActivities
     from domain import outcome
@@ -36,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         PipelineInput,
         PipelineReport,
         PlanTargetsInput,
+        PreflightInput,
         PrepareSourceInput,
         RecordInput,
         ReviewState,
@@ -54,6 +56,10 @@ with workflow.unsafe.imports_passed_through():
 
 WATCH_RETURN_S = 300.0  # an idle PR costs one short activity per 5 minutes of history
 
+# A service that did not answer during preflight is retried a few times, then the build stops with the
+# cause (nothing was done yet); a missing credential, permission or tool is final at once.
+PREFLIGHT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=30),
+                              maximum_attempts=6, non_retryable_error_types=["PreflightFailed"])
 IO_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60),
                        non_retryable_error_types=["InputError", "ContractError", "BundleError", "SourceError"])
 
@@ -176,6 +182,18 @@ class BuildPipelineWorkflow:
             summary="resolve clusters and job specs for every (architecture, variant) from the build contract")
         self._refresh()
         if not inp.plan_only:
+            # Every check before the first side effect: credentials, permissions, tools, Iris, script.
+            # (patched: runs started before preflight existed replay without it)
+            if workflow.patched("preflight"):
+                self._step = "preflight: proving credentials, permissions, tools, Iris and the build script"
+                rep.preflight = await workflow.execute_activity_method(
+                    PreflightActivities.preflight,
+                    PreflightInput(request_id=inp.request_id, base_commit=state.base_commit,
+                                   build_commit=source.build_commit, changed_files=source.changed_files,
+                                   targets=rep.plan, issue_url=inp.request.issue_url),
+                    start_to_close_timeout=timedelta(minutes=5), heartbeat_timeout=timedelta(seconds=60),
+                    retry_policy=PREFLIGHT_RETRY,
+                    summary="prove credentials, permissions, tools, Iris and the build script before any side effect")
             self._step = "publishing the build branch"
             # Only a fully planned build publishes its commit: a bad request leaves no stray branch.
             rep.source = source = await workflow.execute_activity_method(

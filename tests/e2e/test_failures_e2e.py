@@ -32,7 +32,7 @@ def _branches(url: str) -> list[str]:
 
 async def _iris_jobs(stack, sha: str) -> list:
     async with IrisClient(stack.iris.url, client_revision_date=stack.config.clusters["sandbox-amd64"].client_revision_date) as iris:
-        return [j for j in await iris.list_jobs(prefix="/gpu-rl-builder/") if j.job_id.endswith(sha[:8])]
+        return [j for j in await iris.list_jobs(prefix="/gpu-rl-builder/") if f"-{sha[:8]}" in j.job_id]
 
 
 async def test_failed_build_step_is_captured_classified_and_not_retried(service_stack):

@@ -71,7 +71,10 @@ async def test_build_to_merged_pr_with_visibility_gate_and_no_secret_leak(servic
     assert git_show(s.remotes.marinskyrl_url, "main", "cloud/iris/launch_rl_iris.py") == launcher_before
     async with IrisClient(s.iris.url, client_revision_date=s.config.clusters["sandbox-amd64"].client_revision_date) as iris:
         jobs = await iris.list_jobs(prefix="/gpu-rl-builder/gpurl-kaniko-")
-    assert sorted(j.job_id.rsplit("/", 1)[1] for j in jobs if j.job_id.endswith(sha[:8])) == sorted(
+    ours = sorted(j.job_id for j in jobs if f"-{sha[:8]}-" in j.job_id)
+    assert ours == sorted(jid for t in final.targets for jid in t.job_ids)  # one job per target, no resubmits
+    # planned name + this request's generation (domain.jobs.submission_name)
+    assert sorted(j.rsplit("/", 1)[1].rsplit("-", 1)[0] for j in ours) == sorted(
         f"gpurl-kaniko-{k}-{sha[:8]}" for k in keys)
 
     # The evidence went to the PR body and, once, to the associated issue.

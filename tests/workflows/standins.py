@@ -36,6 +36,9 @@ from domain.models import (
     MergeInput,
     MonitorInput,
     PlanTargetsInput,
+    PreflightCheck,
+    PreflightInput,
+    PreflightReport,
     PrepareSourceInput,
     PullRequestInfo,
     RecordInput,
@@ -229,6 +232,12 @@ class Standins:
             raise ApplicationError(self.plan_error, type="InputError", non_retryable=True)
         return self.targets if self.targets is not None else plan(inp.request)
 
+    @activity.defn(name="preflight")
+    async def preflight(self, inp: PreflightInput) -> PreflightReport:
+        await self._enter("preflight", inp)
+        return PreflightReport(checks=[PreflightCheck(name="credential", config_key="registry.token", ok=True,
+                                                      detail="read", fingerprint="sha256:0123456789ab")])
+
     @activity.defn(name="record_artifact")
     async def record_artifact(self, inp: RecordInput) -> PullRequestInfo:
         await self._enter("record_artifact", inp)
@@ -255,7 +264,7 @@ class Standins:
     def all(self) -> list:
         return [self.policy, self.submit_job, self.monitor_job, self.check_build_log, self.capture_failure,
                 self.validate_image, self.terminate_jobs, self.load_build_state, self.prepare_source,
-                self.publish_source,
+                self.publish_source, self.preflight,
                 self.plan_targets, self.record_artifact, self.watch_pull_request, self.merge_pull_request]
 
 

@@ -1,0 +1,238 @@
+"""Preflight: prove everything the run will need before its first side effect, in one activity.
+
+Why one activity before ``publish_source``: the build branch push, the Iris job, the registry push
+and the PR are side effects; a credential, permission or tool found missing after any of them leaves
+something behind and loops on retry. Here every credential is fetched (the value stays in this
+process and is discarded; only a sha256 prefix is reported), the GitHub token's permissions and the
+issue are read through the API, the registry is asked for a push grant (an upload started and
+cancelled), every configured tool is run, every Iris controller must answer and the build script
+must parse as bash. Every failure names what is missing and the configuration key that sets it.
+Nothing here writes anything anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.common import ActivityGroup, Heartbeater, iris_client, safe_name
+from clients.credentials import CredentialError, fetch_secret
+from clients.git_source import GitSourceError, check_push_access, git_version, read_files_at
+from clients.github import GitHubClient, GitHubError, GitHubUnavailable, RateLimited
+from clients.kube import KubectlUnavailable, kubectl_client_version
+from clients.registry import (
+    RegistryClient,
+    RegistryError,
+    RegistryUnavailable,
+    scheme_for,
+    split_image_repository,
+)
+from domain.buildset import issue_number
+from domain.config import CredentialSource
+from domain.contract.bash_syntax import bash_syntax_errors
+from domain.models import PreflightCheck, PreflightInput, PreflightReport
+from domain.redact import redact
+
+
+def fingerprint(value: str) -> str:
+    """A short, non-reversible name for a credential value (to tell two configured values apart)."""
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:12]
+
+
+class PreflightActivities(ActivityGroup):
+    def all(self) -> list:
+        return [self.preflight]
+
+    @activity.defn
+    async def preflight(self, inp: PreflightInput) -> PreflightReport:
+        """Every check runs (one report names every problem); raises when any failed.
+
+        Raises a non-retryable ``PreflightFailed`` for a missing credential, permission, tool or a
+        broken script, and a retryable ``PreflightUnavailable`` when the only failures are services
+        that did not answer (the workflow bounds those retries)."""
+        checks: list[PreflightCheck] = []
+        async with Heartbeater():
+            secrets = await asyncio.to_thread(self._credentials, checks)
+            checks += await asyncio.to_thread(self._tools, inp)
+            checks += await self._kubectl(inp)
+            has_git = all(c.ok for c in checks if c.name == "tool git")
+            if has_git:  # without git, push access and the script cannot be read (already reported)
+                checks.append(await asyncio.to_thread(self._git_push, inp))
+            checks += await self._github(inp, secrets.get("github.token"))
+            checks += await self._registry(inp, secrets.get("registry.user"), secrets.get("registry.token"))
+            checks += await self._iris(inp)
+            if has_git:
+                checks += await asyncio.to_thread(self._scripts, inp)
+            secrets.clear()  # the values never leave this activity
+        report = PreflightReport(checks=checks)
+        failed = report.failed
+        if failed:
+            activity.logger.warning(report.message())
+            transient_only = all(c.transient for c in failed)
+            raise ApplicationError(redact(report.message()), report,
+                                   type="PreflightUnavailable" if transient_only else "PreflightFailed",
+                                   non_retryable=not transient_only)
+        return report
+
+    # ------------------------------------------------------------------ credentials
+    def _credentials(self, checks: list[PreflightCheck]) -> dict[str, str]:
+        sources: list[tuple[str, CredentialSource]] = [("registry.user", self.config.registry.user),
+                                                        ("registry.token", self.config.registry.token)]
+        if self.config.github is not None:
+            sources.append(("github.token", self.config.github.token))
+        values: dict[str, str] = {}
+        for key, source in sources:
+            try:
+                value = fetch_secret(source, what=key)
+            except CredentialError as e:
+                checks.append(PreflightCheck(name="credential", config_key=key, ok=False, detail=str(e)))
+                continue
+            values[key] = value
+            checks.append(PreflightCheck(name="credential", config_key=key, ok=True,
+                                         detail=f"read from {source.describe()}",
+                                         fingerprint=None if source.kind == "literal_public" else fingerprint(value)))
+        return values
+
+    # ------------------------------------------------------------------ tools
+    def _tools(self, inp: PreflightInput) -> list[PreflightCheck]:
+        out: list[PreflightCheck] = []
+        try:
+            out.append(PreflightCheck(name="tool git", config_key="PATH", ok=True, detail=git_version()))
+        except GitSourceError as e:
+            out.append(PreflightCheck(name="tool git", config_key="PATH", ok=False,
+                                      detail=f"{e}; install git on the worker"))
+        gh = self.config.github
+        if gh is not None and gh.lint_command:
+            exe = gh.lint_command[0]
+            found = shutil.which(exe)
+            ok = bool(found) and os.access(found, os.X_OK)
+            out.append(PreflightCheck(name="tool lint", config_key="github.lint_command", ok=ok,
+                                      detail=f"{exe} → {found}" if ok else f"{exe} not found on PATH or not "
+                                      "executable on the worker"))
+        return out
+
+    async def _kubectl(self, inp: PreflightInput) -> list[PreflightCheck]:
+        """kubectl runs for every cluster that needs it (a port-forward, or pod evidence via kubeconfig)."""
+        out: list[PreflightCheck] = []
+        for name in sorted({t.cluster for t in inp.targets}):
+            cluster = self.config.clusters.get(name)
+            if cluster is None or not (cluster.kubeconfig or cluster.port_forward):
+                continue
+            try:
+                version = await kubectl_client_version(cluster.kubectl)
+                out.append(PreflightCheck(name="tool kubectl", config_key=f"clusters.{name}.kubectl", ok=True,
+                                          detail=f"{cluster.kubectl} {version}"))
+            except KubectlUnavailable as e:
+                out.append(PreflightCheck(name="tool kubectl", config_key=f"clusters.{name}.kubectl", ok=False,
+                                          detail=str(e)))
+        return out
+
+    def _git_push(self, inp: PreflightInput) -> PreflightCheck:
+        url = self.config.repos.marinskyrl_url
+        probe = f"{self.config.repos.build_branch_prefix}preflight-{safe_name(inp.request_id)}"
+        try:
+            check_push_access(self.repos.marinskyrl(), url, probe, inp.base_commit)
+        except GitSourceError as e:
+            return PreflightCheck(name="git push access", config_key="repos.marinskyrl_url", ok=False,
+                                  detail=f"git cannot push to the repository: {e}")
+        return PreflightCheck(name="git push access", config_key="repos.marinskyrl_url", ok=True,
+                              detail="git push --dry-run accepted")
+
+    # ------------------------------------------------------------------ GitHub
+    async def _github(self, inp: PreflightInput, token: str | None) -> list[PreflightCheck]:
+        gh = self.config.github
+        if gh is None:
+            return [PreflightCheck(name="github", config_key="github", ok=False,
+                                   detail="no [github] section: the PR with the validated digests cannot be opened")]
+        if token is None:
+            return []  # already reported as a missing credential
+        slug = self.config.repos.marinskyrl_slug
+        out: list[PreflightCheck] = []
+        async with GitHubClient(gh.api_url, token, slug) as client:
+            try:
+                perms = await client.repo_permissions()
+                can_push = perms.get("push") or perms.get("maintain") or perms.get("admin")
+                out.append(PreflightCheck(
+                    name="github push permission", config_key="github.token", ok=bool(can_push),
+                    detail=f"the token may push to {slug} and open PRs" if can_push else
+                    f"the token may not push to {slug} (permissions: "
+                    f"{', '.join(k for k, v in perms.items() if v) or 'none'}); use a token with write access"))
+                number = issue_number(inp.issue_url)
+                if number is not None:
+                    issue = await client.issue(number)
+                    ok = not issue["locked"] or bool(can_push)
+                    out.append(PreflightCheck(name="github issue comment", config_key="request.issue_url", ok=ok,
+                                              detail=f"issue #{number} of {slug} accepts comments" if ok else
+                                              f"issue #{number} of {slug} is locked to collaborators"))
+            except (GitHubUnavailable, RateLimited) as e:
+                out.append(PreflightCheck(name="github", config_key="github.api_url", ok=False, transient=True,
+                                          detail=f"GitHub did not answer: {e}"))
+            except GitHubError as e:
+                key, what = ("request.issue_url", "issue") if "/issues/" in (e.path or "") else ("github.token", slug)
+                out.append(PreflightCheck(name="github access", config_key=key, ok=False,
+                                          detail=f"GitHub refused {what}: HTTP {e.status} {e}"))
+        return out
+
+    # ------------------------------------------------------------------ registry
+    async def _registry(self, inp: PreflightInput, user: str | None, token: str | None) -> list[PreflightCheck]:
+        if user is None or token is None:
+            return []  # already reported as a missing credential
+        out: list[PreflightCheck] = []
+        for image_repository in sorted({t.image_repository for t in inp.targets}):
+            key = "registry.token"
+            try:
+                host, repo = split_image_repository(image_repository)
+                scheme = scheme_for(host, tuple(self.config.registry.insecure_hosts))
+                async with RegistryClient(host, scheme=scheme, credentials=(user, token)) as client:
+                    await client.check_push(repo)
+                out.append(PreflightCheck(name="registry push", config_key=key, ok=True,
+                                          detail=f"{image_repository} accepts a push with the configured credential"))
+            except RegistryUnavailable as e:
+                out.append(PreflightCheck(name="registry push", config_key="registry.image_repository", ok=False,
+                                          transient=True, detail=f"{image_repository} did not answer: {e}"))
+            except (RegistryError, ValueError) as e:
+                out.append(PreflightCheck(name="registry push", config_key=f"{key} / registry.user", ok=False,
+                                          detail=f"{image_repository} refuses a push with the configured "
+                                          f"credential: {e}"))
+        return out
+
+    # ------------------------------------------------------------------ Iris
+    async def _iris(self, inp: PreflightInput) -> list[PreflightCheck]:
+        out: list[PreflightCheck] = []
+        for name in sorted({t.cluster for t in inp.targets}):
+            key = f"clusters.{name}"
+            try:
+                async with iris_client(self.config, name) as iris:
+                    healthy = await iris.health()
+            except Exception as e:  # noqa: BLE001 - any failure to reach the controller is the finding
+                out.append(PreflightCheck(name="iris controller", config_key=key, ok=False, transient=True,
+                                          detail=f"cannot reach the controller: {type(e).__name__}: {e}"))
+                continue
+            out.append(PreflightCheck(name="iris controller", config_key=key, ok=healthy, transient=not healthy,
+                                      detail="the controller answers" if healthy else
+                                      "the controller did not answer /health"))
+        return out
+
+    # ------------------------------------------------------------------ build script
+    def _scripts(self, inp: PreflightInput) -> list[PreflightCheck]:
+        out: list[PreflightCheck] = []
+        for path in sorted({t.job.script_path for t in inp.targets if t.job.script_path}):
+            commit = inp.build_commit if path in inp.changed_files else inp.base_commit
+            try:
+                text = read_files_at(self.repos.marinskyrl(), commit, [path])[path]
+            except GitSourceError as e:
+                out.append(PreflightCheck(name="build script", config_key=path, ok=False,
+                                          detail=f"cannot read at {commit[:12]}: {e}"))
+                continue
+            errors = bash_syntax_errors(text)
+            out.append(PreflightCheck(
+                name="build script", config_key=f"{path}:{errors[0][0]}" if errors else path, ok=not errors,
+                detail="parses as bash" if not errors else "does not parse as bash: " + "; ".join(
+                    f"line {n}: {line[:120]}" for n, line in errors)))
+        return out
+
