@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.models import (
         CaptureInput,
         FailureRecord,
+        FileRef,
         JobProgress,
         LogCheck,
         LogCheckInput,
@@ -39,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.outcome import decide_command, details_markdown, recheck_command
     from domain.validation import ValidationReport
     from runtime import search_attributes as sa
+    from workflows import patches
 
 # Iris/registry calls are transient-failure-prone: retry them forever with backoff, bounded per call.
 IO_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60),
@@ -56,6 +58,7 @@ class TargetBuildWorkflow:
         self._awaiting_decision = False
         self._recheck = False
         self._classification = None
+        self._evidence: dict[str, str] = {}
 
     # ------------------------------------------------------------------ operator surface
     @workflow.query
@@ -208,12 +211,14 @@ class TargetBuildWorkflow:
 
     async def _check_log(self, job_id: str) -> LogCheck:
         await self._set_stage(Stage.VALIDATING)
-        return await workflow.execute_activity_method(
+        check = await workflow.execute_activity_method(
             BuildActivities.check_build_log,
             LogCheckInput(request_id=self._inp.request_id, job_id=job_id, cluster=self._inp.target.cluster,
                           target=self._inp.target),
             start_to_close_timeout=timedelta(minutes=10), heartbeat_timeout=timedelta(seconds=60),
             retry_policy=IO_RETRY, summary=f"fetch the full log of {job_id} and check the assertion markers")
+        self._publish_evidence(f"{job_id} build log", check.log)
+        return check
 
     async def _capture(self, job_id: str, check: LogCheck | None) -> FailureRecord:
         await self._set_stage(Stage.CAPTURING)
@@ -225,6 +230,7 @@ class TargetBuildWorkflow:
             retry_policy=IO_RETRY, summary=f"capture summary, logs, pod reason and events for {job_id}")
         c = self._classification = captured.classification
         self._status.failure_class = str(c.failure_class)
+        self._publish_evidence(f"{job_id} diagnostics", captured.diagnostics)
         return FailureRecord(job_id=job_id, failure_class=str(c.failure_class), reasons=c.reasons,
                              decision="fail", diagnostics=captured.diagnostics, log=captured.log,
                              failing_line=captured.failing_line, hint=c.operator_hint)
@@ -288,6 +294,15 @@ class TargetBuildWorkflow:
                 pass
             self._status.waiting = None
             await self._set_stage(Stage.VALIDATING)
+
+    def _publish_evidence(self, what: str, ref: FileRef) -> None:
+        """Show the evidence file (store URI + sha256) in the memo, i.e. in the UI's row for this target.
+
+        A memo upsert is a command: runs started before this code recorded none, so it is patched
+        (docs/versioning.md) and such runs, replayed here, skip it until they finish."""
+        self._evidence[what] = f"{ref.uri} (sha256 {ref.sha256})"
+        if workflow.patched(patches.EVIDENCE_MEMO):
+            workflow.upsert_memo({"evidence": dict(self._evidence)})
 
     async def _set_stage(self, stage: Stage, *, failure_class: str | None = None) -> None:
         """Record a stage everywhere operators look: query, search attributes, UI details, the pipeline."""

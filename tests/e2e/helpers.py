@@ -64,13 +64,13 @@ def git_show(url: str, rev: str, path: str) -> str:
                           capture_output=True, text=True, check=True).stdout
 
 
-def worker_process(config_path, log_path, *extra: str) -> subprocess.Popen:
-    """A real ``worker.py`` process (own session, so a test can stop it and everything it started)."""
+def worker_process(config_path, log_path, *extra: str, script: str = "worker.py") -> subprocess.Popen:
+    """A real worker process (own session, so a test can stop it and everything it started)."""
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    return subprocess.Popen([sys.executable, str(root / "worker.py"), "--config", str(config_path),
+    return subprocess.Popen([sys.executable, str(root / script), "--config", str(config_path),
                              "--graceful-shutdown", "5", *extra], cwd=root, stdout=open(log_path, "w"),  # noqa: SIM115
                             stderr=subprocess.STDOUT, start_new_session=True)
 

@@ -1,12 +1,15 @@
-"""Record workflow histories for the replay tests: ``python -m tests.histories.generate``.
+"""Record workflow histories for the replay tests: ``python -m tests.histories.generate [--all]``.
 
 Why committed histories: a replay of yesterday's history against today's workflow code is how a
-change to the command sequence (which would break running builds on deploy) is caught in CI. Re-run
-this script ONLY for a deliberate, versioned change (``workflow.patched``) or when no build of the old
-shape can still be running; otherwise fix the code, not the history.
+change to the command sequence (which would break running builds on deploy) is caught in CI. By
+default only MISSING files are written: a history recorded by an earlier version stays, so the
+versions that may still be running keep being replayed (docs/versioning.md). ``--all`` rewrites every
+file; use it only when no build of an older shape can still be running.
 
-Each history is one branch: the full pipeline to a merged PR, a target that is preempted, resubmitted
-and then waits on package visibility until a recheck signal, and a target that asks the operator.
+Each history is one branch: the full pipeline to a merged PR (success), a target that is preempted,
+resubmitted and then waits on package visibility until a recheck signal (retry), a target that asks
+the operator, a pipeline whose target fails on bad input (failure: pipeline and target histories),
+and a pipeline still waiting for merge authorization (merge-wait: an in-flight history).
 Runs on the time-skipping test server with the stand-in activities of tests/workflows.
 """
 
@@ -19,6 +22,7 @@ from pathlib import Path
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.client import WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -26,6 +30,7 @@ from domain.models import MergeAuthorization, OperatorDecision, PipelineInput, S
 from sandbox.temporal_server import SEARCH_ATTRIBUTES
 from tests.contract.helpers import COMMIT
 from tests.workflows.standins import (
+    MANIFEST_MISMATCH,
     PREEMPTED,
     UNKNOWN,
     Round,
@@ -45,13 +50,18 @@ TASK_QUEUE = "histories"
 PIPELINE_ID = "history-pipeline-success"
 PREEMPTED_ID = "history-target-preempted-visibility"
 OPERATOR_ID = "history-target-operator-retry"
+FAILED_ID = "history-pipeline-failed"
+MERGE_WAIT_ID = "history-pipeline-merge-wait"
+KEY = "amd64-standard"
 # file name -> workflow id (the replay test reads this too)
 HISTORIES = {
     "pipeline_success.json": PIPELINE_ID,
     "target_preempted_visibility.json": PREEMPTED_ID,
     "target_operator_retry.json": OPERATOR_ID,
+    "pipeline_failed.json": FAILED_ID,
+    "target_failed.json": f"{FAILED_ID}/{KEY}",
+    "pipeline_merge_wait.json": MERGE_WAIT_ID,
 }
-KEY = "amd64-standard"
 
 
 def test_server_path() -> str:  # noqa: PT004 - not a test
@@ -107,7 +117,40 @@ async def _operator_retry(env: WorkflowEnvironment) -> None:
         await result(h)
 
 
-async def main() -> None:
+async def _failed(env: WorkflowEnvironment) -> None:
+    s = Standins(rounds={KEY: [Round(state="failed", evidence=MANIFEST_MISMATCH)]})
+    async with worker(env.client, TASK_QUEUE, s):
+        h = await env.client.start_workflow(
+            BuildPipelineWorkflow.run, PipelineInput(request=request(), request_id=FAILED_ID, source_commit=COMMIT),
+            id=FAILED_ID, task_queue=TASK_QUEUE)
+        try:
+            await result(h)
+        except WorkflowFailureError:
+            return
+        raise AssertionError("the failure history must end in a failed pipeline")
+
+
+async def _merge_wait(env: WorkflowEnvironment) -> dict[str, str]:
+    """A pipeline that waits for merge authorization: its history is taken while it is still running."""
+    s = Standins(reviews=[review("pending")])
+    async with worker(env.client, TASK_QUEUE, s):
+        h = await env.client.start_workflow(
+            BuildPipelineWorkflow.run,
+            PipelineInput(request=request(), request_id=MERGE_WAIT_ID, source_commit=COMMIT),
+            id=MERGE_WAIT_ID, task_queue=TASK_QUEUE)
+
+        async def checks(state: str):
+            rep = await h.query(BuildPipelineWorkflow.report)
+            return rep.review and rep.review.checks == state
+        await eventually(lambda: checks("pending"), what="pending checks")
+        s.set_review(review("success"))
+        await eventually(lambda: checks("success"), what="green checks, waiting for authorization")
+        history = await h.fetch_history()
+        await h.terminate("history recorded")
+    return {"pipeline_merge_wait.json": history.to_json()}
+
+
+async def main(rewrite_all: bool = False) -> None:
     env = await WorkflowEnvironment.start_time_skipping(data_converter=pydantic_data_converter,
                                                         test_server_existing_path=test_server_path())
     try:
@@ -118,13 +161,19 @@ async def main() -> None:
         await _pipeline(env)
         await _preempted_visibility(env)
         await _operator_retry(env)
+        await _failed(env)
+        texts = await _merge_wait(env)  # last: it leaves an in-flight watch behind on this server
         for name, wid in HISTORIES.items():
-            history = await env.client.get_workflow_handle(wid).fetch_history()
-            (HERE / name).write_text(history.to_json() + "\n")
-            print(f"wrote {HERE / name} ({len(history.events)} events)")
+            path = HERE / name
+            if path.exists() and not rewrite_all:
+                print(f"kept {path} (recorded by an earlier version; --all rewrites it)")
+                continue
+            text = texts.get(name) or (await env.client.get_workflow_handle(wid).fetch_history()).to_json()
+            path.write_text(text + "\n")
+            print(f"wrote {path}")
     finally:
         await env.shutdown()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(rewrite_all="--all" in sys.argv[1:]))

@@ -100,3 +100,36 @@ async def test_an_edited_copy_of_the_target_workflow_fails_replay(tmp_path, monk
         bad = await Replayer(workflows=[edited], data_converter=pydantic_data_converter).replay_workflow(
             _history(name), raise_on_replay_failure=False)
         assert bad.replay_failure is not None and "nondetermin" in repr(bad.replay_failure).lower()
+
+
+PATCH_GUARD = "        if workflow.patched(patches.EVIDENCE_MEMO):\n"
+PRE_PATCH = "target_preempted_visibility.json"  # recorded before the evidence memo existed
+POST_PATCH = "target_failed.json"  # recorded with it
+
+
+def _has_patch_marker(name: str) -> bool:
+    _, events = _events(name)
+    return any("markerRecordedEventAttributes" in e for e in events)
+
+
+async def test_the_evidence_memo_change_is_safe_only_because_it_is_patched(tmp_path, monkeypatch):
+    """The rule of docs/versioning.md on a real change: the memo upsert replays against runs recorded
+    before it only behind ``workflow.patched``; without the guard the same edit breaks them."""
+    assert not _has_patch_marker(PRE_PATCH) and _has_patch_marker(POST_PATCH)
+    unguarded = _load_copy(tmp_path, monkeypatch, "target_copy_unguarded", (PATCH_GUARD, "        if True:\n"))
+    bad = await Replayer(workflows=[unguarded], data_converter=pydantic_data_converter).replay_workflow(
+        _history(PRE_PATCH), raise_on_replay_failure=False)
+    assert bad.replay_failure is not None and "nondetermin" in repr(bad.replay_failure).lower()
+    for name in (PRE_PATCH, POST_PATCH):
+        ok = await _replayer().replay_workflow(_history(name), raise_on_replay_failure=False)
+        assert ok.replay_failure is None, f"{name}: {ok.replay_failure}"
+
+
+async def test_a_worker_without_the_patch_cannot_take_over_a_patched_run(tmp_path, monkeypatch):
+    """Why the rule forbids rolling back past a patch while patched runs are alive."""
+    old = _load_copy(tmp_path, monkeypatch, "target_copy_before_patch",
+                     (PATCH_GUARD + "            workflow.upsert_memo({\"evidence\": dict(self._evidence)})\n",
+                      "        pass\n"))
+    replayed = await Replayer(workflows=[old], data_converter=pydantic_data_converter).replay_workflow(
+        _history(POST_PATCH), raise_on_replay_failure=False)
+    assert replayed.replay_failure is not None

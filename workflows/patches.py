@@ -1,0 +1,9 @@
+"""Patch ids of workflow changes made while builds may be running (the rule: docs/versioning.md).
+
+Why one place: a patch id is part of every history that passed the patched code; renaming or reusing
+one breaks running builds. Each id says what changed and when, and lives here until the cleanup steps
+in docs/versioning.md retire it (``workflow.deprecate_patch`` first, then removal).
+"""
+
+# TargetBuildWorkflow publishes each evidence file (store URI + sha256) in its memo, for the UI.
+EVIDENCE_MEMO = "target-evidence-memo-2026-12"
