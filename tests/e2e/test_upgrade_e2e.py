@@ -97,7 +97,7 @@ async def _monitoring(client, wid):
 async def _waiting_on_visibility(client, wid):
     st = await target_status(client, wid, KEY)
     assert st is None or st.stage.value != "failed", f"{KEY} failed: {st.model_dump_json()}"
-    return st if st and st.waiting_for and "anonymously pullable" in st.waiting_for else None
+    return st if st and st.waiting and st.waiting.kind == "package_visibility" else None
 
 
 async def _awaiting_merge(client, wid):
