@@ -109,7 +109,7 @@ class BuildActivities(ActivityGroup):
         t, job = inp.target, inp.target.job
         repo = self.repos.marinskyrl()
         files = self.repos.contract_files(repo, inp.build_commit)
-        contract = load_contract(files, inp.build_commit)  # fails closed on anything unrecognized
+        contract = load_contract(files, inp.build_commit, self.config.build)  # fails closed on anything unrecognized
         names = {e.name for e in job.env}
         decided = {e.name: (e.value if e.value is not None else "<secret>") for e in job.env}
         decided.setdefault(contract.script.wheel_source_var, t.wheel_source)
@@ -255,7 +255,7 @@ class BuildActivities(ActivityGroup):
         t = inp.target
         repo = await asyncio.to_thread(self.repos.marinskyrl)
         files = await asyncio.to_thread(self.repos.contract_files, repo, inp.build_commit)
-        ceiling = load_contract(files, inp.build_commit).ops.layer_ceiling
+        ceiling = t.layer_ceiling or load_contract(files, inp.build_commit, self.config.build).layer_ceiling
         creds = None
         try:
             creds = (fetch_secret(self.config.registry.user, what="registry.user"),

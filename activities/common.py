@@ -18,7 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from clients.evidence import EvidenceStore
-from clients.git_source import FetchedRepo, MirrorCache, list_files_at, read_files_at
+from clients.git_source import FetchedRepo, MirrorCache, list_files_at, read_blobs_at
 from clients.iris import IrisClient, KubectlPortForward
 from clients.registry import RegistryPool
 from domain.config import ServiceConfig
@@ -75,11 +75,17 @@ class SourceRepos:
         return self.cache.fetch(self.config.repos.harbor_url)
 
     @staticmethod
-    def contract_files(repo: FetchedRepo, sha: str) -> dict[str, str]:
-        """AGENTS.md, the ops file, the build script and every docker/Dockerfile* at ``sha``."""
-        files = read_files_at(repo, sha, list(CONTRACT_PATHS))
+    def contract_files(repo: FetchedRepo, sha: str) -> dict[str, bytes]:
+        """The build script, every docker/Dockerfile*, and the ops doc and AGENTS.md when present, at ``sha``.
+
+        Bytes: ``load_contract`` decodes them and names the file it cannot read (never retried).
+        The prose files may be absent; the configuration then supplies what they would state.
+        """
+        files = read_blobs_at(repo, sha, [p for p in CONTRACT_PATHS if p.startswith("docker/")])
+        files.update(read_blobs_at(repo, sha, [p for p in CONTRACT_PATHS if not p.startswith("docker/")],
+                                   missing_ok=True))
         dockerfiles = [p for p in list_files_at(repo, sha, "docker") if Path(p).name.startswith("Dockerfile")]
-        files.update(read_files_at(repo, sha, dockerfiles))
+        files.update(read_blobs_at(repo, sha, dockerfiles))
         return files
 
 

@@ -106,7 +106,7 @@ class RecordActivities(ActivityGroup):
 
     def _policy_protected(self, repo, sha: str) -> list[str]:
         try:
-            return load_contract(self.repos.contract_files(repo, sha), sha).agents.do_not_touch
+            return load_contract(self.repos.contract_files(repo, sha), sha, self.config.build).agents.do_not_touch
         except (ContractError, GitSourceError):
             return []
 

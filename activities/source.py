@@ -38,7 +38,13 @@ from clients.git_source import (
 from clients.iris import IrisError
 from domain.boundary import BoundaryRule, decide
 from domain.buildset import TargetSpec, plan_targets
-from domain.contract import BuildContract, ContractError, corrected_ops_doc, load_contract
+from domain.contract import (
+    BuildContract,
+    ContractError,
+    corrected_ops_doc,
+    describe_disagreement,
+    load_contract,
+)
 from domain.harbor_manifest import diff_manifests, extras_installed_by_dockerfile, parse_harbor_manifest
 from domain.models import (
     BuildState,
@@ -63,7 +69,7 @@ class SourceActivities(ActivityGroup):
 
     def _contract(self, repo: FetchedRepo, sha: str) -> BuildContract:
         try:
-            return load_contract(self.repos.contract_files(repo, sha), sha)
+            return load_contract(self.repos.contract_files(repo, sha), sha, self.config.build)
         except ContractError as e:
             raise input_error(f"build contract at {sha[:12]}: {e}") from None
         except GitSourceError as e:
@@ -90,8 +96,8 @@ class SourceActivities(ActivityGroup):
             harbor_pinned={p: d.pins.get(HARBOR_PIN, "") for p, d in c.dockerfiles.items()
                            if p in {a.dockerfile for a in c.script.arches.values()}},
             architectures=sorted(c.script.arches), policies=[p.text for p in c.agents.policy],
-            disagreements=[f"{d.file}: {d.field}: prose {d.prose_value!r}, script {d.script_value!r} → {d.resolution}"
-                           for d in c.disagreements])
+            disagreements=[describe_disagreement(d) for d in c.disagreements],
+            fallbacks=[f"{f.field}: config:{f.config_key} ({f.reason})" for f in c.fallbacks])
 
     # ------------------------------------------------------------------ 2. immutable source
     @activity.defn
@@ -225,9 +231,9 @@ class SourceActivities(ActivityGroup):
                 raise input_error(f"re-created build commit {snap.build_commit[:12]} differs from "
                                   f"{inp.build_commit[:12]}: the inputs changed under the request")
         try:
-            files = {p: (wt / p).read_text() for p in CONTRACT_PATHS}
-            files.update({f"docker/{p.name}": p.read_text() for p in (wt / "docker").glob("Dockerfile*")})
-            return load_contract(files, inp.build_commit)
+            files = {p: (wt / p).read_bytes() for p in CONTRACT_PATHS if (wt / p).exists() or p.startswith("docker/")}
+            files.update({f"docker/{p.name}": p.read_bytes() for p in (wt / "docker").glob("Dockerfile*")})
+            return load_contract(files, inp.build_commit, self.config.build)
         except (OSError, ContractError) as e:
             raise input_error(f"build contract at {inp.build_commit[:12]}: {e}") from None
 
@@ -295,8 +301,8 @@ class SourceActivities(ActivityGroup):
                                             f"repository ({pin_path}); rebuild to re-establish provenance"])
         changed = changed_paths(repo, last_src, src)
         dockerfile_texts = read_files_at(repo, src, sorted({a.dockerfile for a in contract.script.arches.values()}))
-        verdict = decide([BoundaryRule(glob=r.glob, rebuild=r.rebuild, reaches=r.reaches)
-                          for r in contract.ops.deploy_boundary],
+        verdict = decide([BoundaryRule(glob=r.glob, rebuild=r.rebuild, reaches=r.reaches, source=r.source)
+                          for r in contract.deploy_boundary],
                          dockerfile_texts, changed, harbor_moved=bool(last_harbor) and last_harbor != harbor_head,
                          old_harbor=last_harbor, new_harbor=harbor_head)
         reasons.extend(verdict.reasons)

@@ -50,6 +50,10 @@ class PathNotFound(GitSourceError):
     pass
 
 
+class NotText(GitSourceError):
+    """A file that must be text is not UTF-8 (e.g. saved as UTF-16): a permanent input error."""
+
+
 class WorktreeError(GitSourceError):
     def __init__(self, path: Path, problem: str):
         super().__init__(f"worktree {path}: {problem}")
@@ -224,12 +228,25 @@ def read_files_at(
     fetched: FetchedRepo, sha: str, paths: list[str], *, missing_ok: bool = False
 ) -> dict[str, str]:
     """Text of ``paths`` at commit ``sha`` without a worktree; missing paths raise unless missing_ok."""
+    out: dict[str, str] = {}
+    for path, data in read_blobs_at(fetched, sha, paths, missing_ok=missing_ok).items():
+        try:
+            out[path] = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise NotText(f"{path} at {sha} is not UTF-8 text (undecodable byte at offset {e.start})") from None
+    return out
+
+
+def read_blobs_at(
+    fetched: FetchedRepo, sha: str, paths: list[str], *, missing_ok: bool = False
+) -> dict[str, bytes]:
+    """Bytes of ``paths`` at commit ``sha`` (the caller decides how to decode and what to say if it cannot)."""
     try:
         commit = _repo(fetched).commit(sha)
         commit.tree  # noqa: B018 - resolve now: an unknown sha fails here, not half-way through the paths
     except (ValueError, gitdb.exc.BadName, gitdb.exc.BadObject):
         raise RefNotFound(f"commit {sha} is not in the mirror of {fetched.path.name}") from None
-    out: dict[str, str] = {}
+    out: dict[str, bytes] = {}
     for path in paths:
         try:
             blob = commit.tree / path
@@ -239,7 +256,7 @@ def read_files_at(
             raise PathNotFound(f"{path} does not exist at {sha}") from None
         if blob.type != "blob":
             raise PathNotFound(f"{path} at {sha} is a {blob.type}, not a file")
-        out[path] = blob.data_stream.read().decode("utf-8")
+        out[path] = blob.data_stream.read()
     return out
 
 

@@ -1,6 +1,7 @@
 """The rebuild boundary: does a change between two commits reach the image?
 
-Decided from the ops file's deploy-boundary table (first matching row wins, as an operator reads it)
+Decided from the ops file's deploy-boundary table, then the configured rules (``build.deploy_boundary``)
+for paths the table does not name or when the doc has no table (first matching row wins, as an operator reads it)
 plus what the Dockerfiles actually COPY (the Dockerfile outranks prose: a path it copies that no row
 names still reaches the image), plus a Harbor move. Pure; the activity supplies the inputs.
 """
@@ -17,6 +18,7 @@ class BoundaryRule(BaseModel):
     glob: str
     rebuild: bool
     reaches: str = ""
+    source: str = ""  # "file:line" of the ops doc row, or "config:build.deploy_boundary[i]"
 
 
 class BoundaryVerdict(BaseModel):
@@ -68,11 +70,12 @@ def decide(rules: list[BoundaryRule], dockerfile_texts: dict[str, str], changed_
             continue
         rule = next((r for r in rules if _glob_match(r.glob, path)), None)
         if rule is not None:
+            at = f" ({rule.source})" if rule.source else ""
             if rule.rebuild:
                 needed = True
-                reasons.append(f"{path}: matches `{rule.glob}` → image rebuild required")
+                reasons.append(f"{path}: matches `{rule.glob}`{at} → image rebuild required")
             else:
-                reasons.append(f"{path}: matches `{rule.glob}` → {rule.reaches or 'no rebuild'}")
+                reasons.append(f"{path}: matches `{rule.glob}`{at} → {rule.reaches or 'no rebuild'}")
             continue
         src = _copied(path, sources)
         if src is not None:

@@ -11,7 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from domain.contract import BuildContract, render
+from domain.contract import BuildContract, LayerCeiling, render
+from domain.contract.reconcile import credential_renames, script_inputs
 from domain.markers import Marker, expected_markers, variant_env
 
 VARIANTS = ("standard", "megatron")
@@ -93,6 +94,12 @@ class TargetSpec(BaseModel):
     wheel_source: str
     expected_markers: list[Marker]
     job: JobSpecPlan
+    layer_ceiling: LayerCeiling | None = None
+    # Where each planned value came from: field -> "file:line" (at the build commit), "config:<key>"
+    # or "flag:<option>" (the operator's request). Fields: cluster, priority, resources.*, max_retries,
+    # timeout, task_image, command, env.NAME, dockerfile, tag, image_repository, wheel_source, markers,
+    # layer_ceiling.*.
+    provenance: dict[str, str] = {}
 
     @property
     def key(self) -> str:
@@ -122,6 +129,10 @@ def choose_wheel_source(contract: BuildContract, arch: str) -> str:
     if source not in s.wheel_sources:
         raise BuildSetError(f"wheel source {source!r} for {arch} is not one the script accepts ({s.wheel_sources})")
     return source
+
+
+def _at(path: str, line: int | None) -> str:
+    return f"{path}:{line}" if line else path
 
 
 def _job_name(template: str | None, contract: BuildContract, arch: str, variant: str, commit: str) -> str:
@@ -171,8 +182,8 @@ def plan_targets(
     for variant in request.variants:
         if variant not in VARIANTS:
             raise BuildSetError(f"unknown variant {variant!r} (expected one of {', '.join(VARIANTS)})")
-    if "megatron" in request.variants and not contract.ops.megatron_env:
-        raise BuildSetError("the ops doc records no Megatron add-on flags")
+    if "megatron" in request.variants and not contract.megatron_env:
+        raise BuildSetError("neither the ops doc nor config build.megatron_env gives the Megatron add-on env")
     for arch in request.clusters:
         if arch not in request.architectures:
             raise BuildSetError(f"cluster override for {arch!r}, which is not a requested architecture")
@@ -186,17 +197,19 @@ def plan_targets(
         if pinned_harbor is not None and pinned_harbor != harbor_commit:
             raise BuildSetError(f"{a.dockerfile} pins HARBOR_COMMIT={pinned_harbor}, not {harbor_commit}: "
                                 "commit the pin change and build that commit")
-        template = contract.ops.templates.get(arch)
-        placement = contract.ops.placements.get(arch)
-        if template is None:
-            raise BuildSetError(f"the ops doc has no launch template for {arch}")
-        cluster = request.clusters.get(arch) or (placement.cluster if placement else template.cluster)
+        launch = contract.launch.get(arch)
+        if launch is None:
+            raise BuildSetError(f"no launch values for {arch}: {contract.ops.path} states none and config "
+                                f"[build.architectures.{arch}] is not set")
+        cluster = request.clusters.get(arch) or launch.cluster
         if cluster_archs is not None and cluster in cluster_archs and cluster_archs[cluster] != arch:
             raise BuildSetError(f"cluster {cluster!r} runs {cluster_archs[cluster]} hosts; {arch} builds "
                                 "only on a native host")
-        priority = request.priority or template.priority or (placement.priority if placement else None)
+        priority = request.priority or launch.priority
         if priority not in PRIORITY_BANDS:
-            raise BuildSetError(f"unknown priority {priority!r} (expected one of {', '.join(PRIORITY_BANDS)})")
+            where = "--priority" if request.priority else launch.provenance.get("priority", "")
+            raise BuildSetError(f"unknown priority {priority!r} from {where} (expected one of "
+                                f"{', '.join(PRIORITY_BANDS)})")
         wheel_source = choose_wheel_source(contract, arch)
         for variant in request.variants:
             targets.append(_target(contract, request, arch, variant, cluster, priority, wheel_source,
@@ -208,27 +221,50 @@ def _target(contract, request, arch, variant, cluster, priority, wheel_source, r
             commit) -> TargetSpec:
     s = contract.script
     a = s.arches[arch]
-    t = contract.ops.templates[arch]
-    script_var = next((e.name for e in t.env if e.is_reference and f"${e.name}" in " ".join(t.command)
-                       and "base64" in " ".join(t.command)), None)
-    inputs: dict[str, str] = {"GITSHA": commit, s.wheel_source_var: wheel_source}
-    inputs.update(variant_env(contract, variant))
+    t = contract.launch[arch]
+    sp = s.path
+    prov: dict[str, str] = {
+        "cluster": "flag:--cluster" if request.clusters.get(arch) else t.provenance["cluster"],
+        "priority": "flag:--priority" if request.priority else t.provenance["priority"],
+        **{f"resources.{k}": t.provenance[k] for k in ("cpu", "memory", "disk", "gpu")},
+        "max_retries": t.provenance["max_retries"], "timeout": t.provenance["timeout_s"],
+        "task_image": t.provenance["task_image"], "command": t.provenance["command"],
+        "job_name": t.provenance["job_name"],
+        "dockerfile": _at(sp, a.lines.get("dockerfile", a.line) if hasattr(a, "lines") else a.line),
+        "wheel_source": _at(sp, getattr(a, "lines", {}).get("default_wheel_source", a.line)),
+        "image_repository": "config:registry.image_repository" if override else
+        _at(sp, getattr(s, "lines", {}).get("image_repository_default")),
+        "tag": _at(sp, getattr(s, "lines", {}).get("tag_pattern")),
+        **{k: v for k, v in contract.provenance.items() if k.startswith("layer_ceiling.")},
+    }
+    script_var = t.script_env_var
+    reads = script_inputs(s)
+    renames = credential_renames(s, contract.ops, contract.ops_text)
+    inputs: dict[str, tuple[str, str]] = {"GITSHA": (commit, _required_at(s, "GITSHA")),
+                                          s.wheel_source_var: (wheel_source, prov["wheel_source"])}
+    megatron_src = contract.provenance.get("megatron_env", "")
+    inputs.update({k: (v, megatron_src) for k, v in variant_env(contract, variant).items()})
     if request.push_floating and s.floating_var:
-        inputs[s.floating_var] = "1"
+        inputs[s.floating_var] = ("1", "flag:--push-floating")
     if override:
-        inputs[s.image_repository_var] = override
+        inputs[s.image_repository_var] = (override, "config:registry.image_repository")
+    dockerfile_env = getattr(a, "dockerfile_env", None)
+    if dockerfile_env:  # the script's default would pick another Dockerfile on this host: pass it
+        inputs[dockerfile_env] = (a.dockerfile, prov["dockerfile"])
     art = contract.ops.wheel_artifact
     if wheel_source == "prebuilt-wheelhouse" and art:
         for r in s.required:
             if r.name.endswith("_URI"):
-                inputs[r.name] = art.uri or ""
+                inputs[r.name] = (art.uri or "", _at(contract.ops.path, art.line))
             elif r.name.endswith("_SHA256"):
-                inputs[r.name] = art.sha256 or ""
+                inputs[r.name] = (art.sha256 or "", _at(contract.ops.path, art.line))
 
     env: list[EnvVar] = []
     named: set[str] = set()
 
-    def put(name: str, value: str | None = None, secret=None) -> None:
+    def put(name: str, value: str | None = None, secret=None, source: str = "") -> None:
+        if source:
+            prov[f"env.{name}"] = source
         if name in named:
             for e in env:
                 if e.name == name:
@@ -237,35 +273,41 @@ def _target(contract, request, arch, variant, cluster, priority, wheel_source, r
         named.add(name)
         env.append(EnvVar(name=name, value=value, secret=secret))
 
+    pins = set(s.pinned_args) | {p.name for p in s.conditional_pinned_args}
     for pair in t.env:
-        if pair.name in s.pinned_args or pair.name in {p.name for p in s.conditional_pinned_args}:
-            raise BuildSetError(f"the {arch} launch template passes pin {pair.name} as env; the script "
-                                "refuses pins from env")
-        if pair.name == s.credential_token_var:
-            put(pair.name, secret="registry_token")
-        elif pair.name == s.credential_user_var:
-            put(pair.name, secret="registry_user")
-        elif pair.name == script_var:
-            put(pair.name, None)
-        elif pair.name in inputs:
-            put(pair.name, inputs[pair.name])
+        src = t.provenance.get(f"env.{pair.name}", "")
+        name = renames.get(pair.name, pair.name)
+        if name in pins:
+            raise BuildSetError(f"{src}: the {arch} launch passes pin {name} as env; the script refuses pins "
+                                "from env")
+        if name == s.credential_token_var:
+            put(name, secret="registry_token", source=f"{_required_at(s, name)}; value config:registry.token")
+        elif name == s.credential_user_var:
+            put(name, secret="registry_user", source=f"{_required_at(s, name)}; value config:registry.user")
+        elif name == script_var:
+            put(name, None, source=src)
+        elif name in inputs:
+            put(name, inputs[name][0], source=inputs[name][1])
+        elif name not in reads:
+            continue  # stale prose (reported as a disagreement): the script does not read it
         elif pair.is_reference:
-            raise BuildSetError(f"the {arch} launch template passes -e {pair.name} {pair.value}, which the "
+            raise BuildSetError(f"{src}: the {arch} launch passes -e {pair.name} {pair.value}, which the "
                                 "service has no value for")
         else:
-            put(pair.name, pair.value)
-    for name, value in inputs.items():
-        put(name, value)
+            put(name, pair.value, source=src)
+    for name, (value, src) in inputs.items():
+        put(name, value, source=src)
     if s.credential_user_var:
-        put(s.credential_user_var, secret="registry_user")
-    put(s.credential_token_var, secret="registry_token")
+        put(s.credential_user_var, secret="registry_user",
+            source=f"{_required_at(s, s.credential_user_var)}; value config:registry.user")
+    put(s.credential_token_var, secret="registry_token",
+        source=f"{_required_at(s, s.credential_token_var)}; value config:registry.token")
 
     decide = {e.name: (e.value if e.value is not None else "<set>") for e in env}
     for name in s.required_when(decide):
         if name not in named:
-            line = next((r.line for r in s.required if r.name == name), 0)
             raise BuildSetError(
-                f"{s.path}:{line}: requires {name}, which neither the {arch} launch template in "
+                f"{_required_at(s, name)}: requires {name}, which neither the {arch} launch in "
                 f"{contract.ops.path} nor the service supplies for {arch}-{variant}; refusing to submit")
 
     knob_env = {e.name: e.value for e in env if e.value is not None and e.secret is None}
@@ -278,15 +320,13 @@ def _target(contract, request, arch, variant, cluster, priority, wheel_source, r
             pass
     tag = render(s.tag_pattern, values)
     floating = render(s.floating_tag_pattern, values) if (request.push_floating and s.floating_tag_pattern) else None
-    if t.cpu is None or t.memory is None or t.disk is None or t.timeout_s is None:
-        raise BuildSetError(f"the {arch} launch template lacks --cpu, --memory, --disk or --timeout")
     job = JobSpecPlan(
         job_name=_job_name(t.job_name, contract, arch, variant, commit),
         cluster=cluster,
         priority=priority,
         resources=JobResources(cpu=t.cpu, memory_bytes=parse_iris_size(t.memory),
                                disk_bytes=parse_iris_size(t.disk), gpu=t.gpu),
-        max_retries_failure=t.max_retries or 0,
+        max_retries_failure=t.max_retries,
         max_retries_preemption=IRIS_CLI_PREEMPTION_RETRIES,
         timeout_s=t.timeout_s,
         task_image=t.task_image,
@@ -299,6 +339,13 @@ def _target(contract, request, arch, variant, cluster, priority, wheel_source, r
     )
     markers = expected_markers(contract, arch, variant, wheel_source, tag,
                                image_repository=repository, job_env=knob_env)
+    prov["markers"] = ", ".join(sorted({m.source for m in markers}))
     return TargetSpec(architecture=arch, variant=variant, cluster=cluster, dockerfile=a.dockerfile,
                       kaniko_platform=a.kaniko_platform, image_repository=repository, tag=tag,
-                      floating_tag=floating, wheel_source=wheel_source, expected_markers=markers, job=job)
+                      floating_tag=floating, wheel_source=wheel_source, expected_markers=markers, job=job,
+                      layer_ceiling=contract.layer_ceiling, provenance=prov)
+
+
+def _required_at(s, name: str) -> str:
+    line = next((r.line for r in s.required if r.name == name), 0)
+    return _at(s.path, line)

@@ -142,6 +142,70 @@ class EvidenceSettings(_Model):
     storage_options: dict[str, str | int | float | bool] = Field(default_factory=dict)  # non-secret only
 
 
+class ArchBuildSettings(_Model):
+    """How one architecture's build job is launched when the ops doc does not say (it wins when it does)."""
+
+    cluster: str
+    priority: str = "interactive"
+    cpu: float
+    memory: str  # Iris CLI units: "512GB"
+    disk: str
+    gpu: str | None = None  # arm64: one GB200 forces a Grace host
+    max_retries: int = 0
+    timeout_s: int
+
+
+class BoundaryRuleSettings(_Model):
+    glob: str
+    rebuild: bool
+    reaches: str = ""
+
+
+def _default_architectures() -> dict[str, ArchBuildSettings]:
+    # The shapes the ops doc documented when this was written (runbook.md); kept in sync by review.
+    return {
+        "amd64": ArchBuildSettings(cluster="cw-rno2a", cpu=48, memory="512GB", disk="400GB", max_retries=0,
+                                   timeout_s=18000),
+        "arm64": ArchBuildSettings(cluster="cw-us-east-08a", gpu="GB200x1", cpu=96, memory="640GB",
+                                   disk="500GB", max_retries=3, timeout_s=28800),
+    }
+
+
+def _default_boundary() -> list[BoundaryRuleSettings]:
+    return [
+        BoundaryRuleSettings(glob="skyrl-train/**", rebuild=True, reaches="baked into the image"),
+        BoundaryRuleSettings(glob="docker/**", rebuild=True, reaches="Dockerfiles and the build script"),
+        BoundaryRuleSettings(glob="uv.lock", rebuild=True, reaches="frozen environment"),
+        BoundaryRuleSettings(glob="pyproject.toml", rebuild=True, reaches="dependency closure"),
+        BoundaryRuleSettings(glob="cloud/iris/**", rebuild=False, reaches="/app workspace bundle, no rebuild"),
+        BoundaryRuleSettings(glob=".agents/**", rebuild=False, reaches="documentation only"),
+    ]
+
+
+class BuildSettings(_Model):
+    """Fallbacks for every planned value the ops doc can state (``[build]``).
+
+    Why: the ops doc is prose and changes shape between revisions; a section it drops or rewords
+    must never stop a build, so each field it would give has a configured value here. The plan says
+    which one was used (``config:build.<key>``) and reports where prose and configuration differ.
+    """
+
+    task_image: str = "docker.io/library/ubuntu:22.04"
+    no_sync: bool = True  # the Ubuntu task image has no uv
+    enable_extra_resources: bool = True
+    job_name: str = "gpurl-kaniko-${ARCH}-${VARIANT}-${SHORT_SHA}"
+    script_env_var: str = "BUILD_B64"
+    command: list[str] = Field(default_factory=lambda: [
+        "bash", "-lc", 'f=$(mktemp) && echo "$BUILD_B64" | base64 -d > "$f" && exec bash "$f"'])
+    megatron_env: dict[str, str] = Field(
+        default_factory=lambda: {"INSTALL_MEGATRON": "1", "TAG_PREFIX": "gpu-rl-megatron"})
+    max_layer_bytes: int = 8 * 10**9  # "approximately 8 GB"
+    warn_layer_bytes: int = 4 * 10**9
+    min_layers: int = 20
+    architectures: dict[str, ArchBuildSettings] = Field(default_factory=_default_architectures)
+    deploy_boundary: list[BoundaryRuleSettings] = Field(default_factory=_default_boundary)
+
+
 class ServiceConfig(_Model):
     work_dir: str  # worktrees, bundles and mirrors (scratch: may be lost with the worker)
     temporal: TemporalSettings = TemporalSettings()
@@ -151,6 +215,7 @@ class ServiceConfig(_Model):
     github: GitHubSettings | None = None
     policy: PolicySettings = PolicySettings()
     evidence: EvidenceSettings = EvidenceSettings()
+    build: BuildSettings = BuildSettings()
 
     def evidence_url(self) -> str:
         """The evidence store's root URL (``[evidence] url``, else ``<work_dir>/evidence``)."""

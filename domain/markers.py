@@ -93,7 +93,7 @@ def _knob_values(contract: BuildContract, arch: str, job_env: dict[str, str]) ->
 def variant_env(contract: BuildContract, variant: str) -> dict[str, str]:
     """The add-on env a variant sets (Megatron: the ops doc's `-e` pairs; standard: none)."""
     if variant == "megatron":
-        return {e.name: e.value for e in contract.ops.megatron_env}
+        return {e.name: e.value for e in contract.megatron_env}  # ops doc, else config build.megatron_env
     return {}
 
 

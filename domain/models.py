@@ -101,6 +101,7 @@ class BuildState(BaseModel):
     architectures: list[str]
     policies: list[str]
     disagreements: list[str]
+    fallbacks: list[str] = Field(default_factory=list)  # planned values the prose did not give (config used)
 
 
 class HarborDiffSummary(BaseModel):

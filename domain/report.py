@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from domain.buildset import TargetSpec
 from domain.models import FileRef, PipelineReport, TargetResult
 
 
@@ -46,6 +47,39 @@ def target_rows(targets: list[TargetResult]) -> list[str]:
     return rows
 
 
+def _plan_value(t: TargetSpec, field: str) -> str:
+    j, r = t.job, t.job.resources
+    c = t.layer_ceiling
+    simple = {
+        "cluster": j.cluster, "priority": j.priority, "resources.cpu": f"{r.cpu:g}",
+        "resources.memory": _fmt_bytes(r.memory_bytes), "resources.disk": _fmt_bytes(r.disk_bytes),
+        "resources.gpu": r.gpu or "none", "max_retries": str(j.max_retries_failure), "timeout": f"{j.timeout_s} s",
+        "task_image": j.task_image or "-", "command": " ".join(j.command)[:60], "job_name": j.job_name,
+        "dockerfile": t.dockerfile, "image_repository": t.image_repository, "tag": t.tag,
+        "wheel_source": t.wheel_source, "markers": f"{len(t.expected_markers)} markers",
+        "layer_ceiling.max_layer_bytes": _fmt_bytes(c.max_layer_bytes) if c else "-",
+        "layer_ceiling.warn_layer_bytes": _fmt_bytes(c.warn_layer_bytes) if c else "-",
+        "layer_ceiling.min_layers": str(c.min_layers) if c else "-",
+    }
+    if field in simple:
+        return simple[field]
+    if field.startswith("env."):
+        e = next((e for e in j.env if e.name == field[4:]), None)
+        if e is None:
+            return "-"
+        return f"<secret:{e.secret}>" if e.secret else ("<build script>" if e.name == j.script_env_var
+                                                          else (e.value or ""))
+    return "-"
+
+
+def provenance_rows(t: TargetSpec) -> list[str]:
+    """Where each planned value of one target came from (`file:line` at the build commit or `config:<key>`)."""
+    rows = [f"`{t.key}` — where each value comes from:", "", "| field | value | from |", "|---|---|---|"]
+    for field, source in t.provenance.items():
+        rows.append(f"| {field} | `{_plan_value(t, field)}` | {source} |")
+    return rows
+
+
 def report_markdown(rep: PipelineReport) -> str:
     out = [f"# GPU-RL build `{rep.workflow_id}` — {rep.status}", ""]
     if rep.message:
@@ -71,7 +105,11 @@ def report_markdown(rep: PipelineReport) -> str:
             out.append("- stale ops documentation corrected in the same commit")
         out.append("")
     if rep.state and rep.state.disagreements:
-        out += ["Contract disagreements (the script wins):"] + [f"- {d}" for d in rep.state.disagreements] + [""]
+        out += ["Contract disagreements (the script wins over prose; prose over configuration):"]
+        out += [f"- {d}" for d in rep.state.disagreements] + [""]
+    if rep.state and rep.state.fallbacks:
+        out += ["Taken from configuration (the ops doc / AGENTS.md does not state it):"]
+        out += [f"- {f}" for f in rep.state.fallbacks] + [""]
     if rep.plan and not rep.targets:
         out += ["| target | cluster | job name | tag | wheel source | priority | resources |",
                 "|---|---|---|---|---|---|---|"]
@@ -87,6 +125,8 @@ def report_markdown(rep: PipelineReport) -> str:
                             for e in t.job.env if e.name != t.job.script_env_var)
             out.append(f"- `{t.key}` env: {env}; script via `{t.job.script_env_var}` from `{t.job.script_path}`")
         out.append("")
+        for t in rep.plan:
+            out += provenance_rows(t) + [""]
     if rep.targets:
         out += target_rows(rep.targets) + [""]
         for t in rep.targets:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from domain.config import BuildSettings
 from domain.contract.agents import AGENTS_PATH, parse_agents
 from domain.contract.dockerfile import parse_dockerfile
 from domain.contract.errors import ContractError
@@ -23,6 +24,7 @@ from domain.contract.models import (
     DockerfileContract,
     EchoLine,
     EnvPair,
+    Fallback,
     Guard,
     Knob,
     LaunchTemplate,
@@ -37,6 +39,7 @@ from domain.contract.models import (
 )
 from domain.contract.ops import OPS_PATH, parse_bytes, parse_ops
 from domain.contract.reconcile import corrected_ops_text, find_disagreements
+from domain.contract.resolve import resolve_launch
 from domain.contract.script import SCRIPT_PATH, parse_script, render
 
 CORE_PATHS = (AGENTS_PATH, OPS_PATH, SCRIPT_PATH)
@@ -44,18 +47,35 @@ CORE_PATHS = (AGENTS_PATH, OPS_PATH, SCRIPT_PATH)
 __all__ = [
     "AGENTS_PATH", "CORE_PATHS", "OPS_PATH", "SCRIPT_PATH", "AgentsPolicy", "ArchSpec", "BuildContract",
     "Condition", "ConditionalPin", "ContractError", "ContractRow", "DeployRule", "Disagreement",
-    "DockerfileContract", "EchoLine", "EnvPair", "Guard", "Knob", "LaunchTemplate", "LayerCeiling",
+    "DockerfileContract", "EchoLine", "EnvPair", "Fallback", "Guard", "Knob", "LaunchTemplate", "LayerCeiling",
     "OpsContract", "Placement", "PolicyLine", "RequiredVar", "ScriptContract", "Stage", "WheelArtifact",
-    "corrected_ops_doc", "dockerfile_paths", "load_contract", "parse_agents", "parse_bytes",
+    "corrected_ops_doc", "describe_disagreement", "dockerfile_paths", "load_contract", "parse_agents", "parse_bytes",
     "parse_dockerfile", "parse_ops", "parse_script", "render",
 ]
 
 
-def _text(files: Mapping[str, str], path: str, commit: str) -> str:
+def _decode(path: str, data: str | bytes) -> str:
+    """UTF-8 text of a contract file; anything else fails at once (never retried) naming the file."""
+    if isinstance(data, str):
+        return data
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise ContractError(path, 0, "UTF-8 text", "a UTF-16 file (byte-order mark); re-save it as UTF-8")
     try:
-        return files[path]
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ContractError(path, 0, "UTF-8 text", f"undecodable byte at offset {e.start}; re-save it as UTF-8"
+                            ) from None
+
+
+def _text(files: Mapping[str, str | bytes], path: str, commit: str) -> str:
+    try:
+        return _decode(path, files[path])
     except KeyError:
         raise ContractError(path, 0, f"the file at commit {commit}", "no such file") from None
+
+
+def _optional(files: Mapping[str, str | bytes], path: str) -> str | None:
+    return _decode(path, files[path]) if path in files else None
 
 
 def dockerfile_paths(script_text: str) -> list[str]:
@@ -63,8 +83,15 @@ def dockerfile_paths(script_text: str) -> list[str]:
     return sorted({a.dockerfile for a in parse_script(script_text).arches.values()})
 
 
-def load_contract(files: Mapping[str, str], commit: str) -> BuildContract:
-    """Parse and cross-check every contract file; raises ContractError on anything unrecognized."""
+def load_contract(files: Mapping[str, str | bytes], commit: str, defaults: BuildSettings | None = None
+                  ) -> BuildContract:
+    """Parse and cross-check every contract file (texts or bytes, by repo path).
+
+    The script and Dockerfiles are the executable contract: anything unrecognized raises ContractError.
+    The ops doc and AGENTS.md are prose: missing or reshaped parts fall back to ``defaults`` (the
+    service configuration's ``[build]``), recorded as fallbacks and disagreements, never refused.
+    """
+    defaults = defaults or BuildSettings()
     script = parse_script(_text(files, SCRIPT_PATH, commit), SCRIPT_PATH)
     dockerfiles: dict[str, DockerfileContract] = {}
     for arch in script.arches.values():
@@ -75,13 +102,30 @@ def load_contract(files: Mapping[str, str], commit: str) -> BuildContract:
             if pin not in df.pins:
                 raise ContractError(arch.dockerfile, 0, f"`ARG {pin}=<default>` (the build script pins {pin})")
         dockerfiles[arch.dockerfile] = df
-    ops_text = _text(files, OPS_PATH, commit)
-    ops = parse_ops(ops_text, OPS_PATH, uri_schemes=script.artifact_uri_schemes)
-    agents = parse_agents(_text(files, AGENTS_PATH, commit), AGENTS_PATH)
+    ops_text = _optional(files, OPS_PATH)
+    ops = parse_ops(ops_text, OPS_PATH, uri_schemes=script.artifact_uri_schemes, arches=sorted(script.arches),
+                    wheel_source_var=script.wheel_source_var, wheel_sources=script.wheel_sources,
+                    megatron_var=script.megatron_var)
+    agents = parse_agents(_optional(files, AGENTS_PATH), AGENTS_PATH)
+    launch, megatron, ceiling, boundary, provenance, fallbacks, config_disagreements = resolve_launch(
+        ops, defaults, sorted(script.arches))
+    if not agents.policy:
+        fallbacks.append(Fallback(field="policy", config_key="github.do_not_touch",
+                                  reason=f"{AGENTS_PATH} " + ("states no policy section" if AGENTS_PATH in files
+                                                                else "does not exist at the build commit")))
     return BuildContract(
         commit=commit, script=script, dockerfiles=dockerfiles, ops=ops, agents=agents,
-        disagreements=find_disagreements(script, ops), ops_text=ops_text,
+        disagreements=find_disagreements(script, ops, ops_text or "") + config_disagreements, ops_text=ops_text or "",
+        launch=launch, megatron_env=megatron, layer_ceiling=ceiling, deploy_boundary=boundary,
+        provenance=provenance, fallbacks=fallbacks,
     )
+
+
+def describe_disagreement(d: Disagreement) -> str:
+    """One line for the operator: what the prose says and where, what wins and why."""
+    prose = f"{d.prose_value!r}" + (f" at {d.prose_source}" if d.prose_source else "")
+    other = f"{d.script_value!r}" + (f" at {d.other_source}" if d.other_source else "")
+    return f"{d.file}: {d.field}: prose {prose}, {d.against} {other} → {d.resolution}"
 
 
 def corrected_ops_doc(contract: BuildContract) -> str | None:

@@ -217,6 +217,7 @@ class DockerfileContract(BaseModel):
 class EnvPair(BaseModel):
     name: str
     value: str  # raw: "$GITSHA" (a reference) or a literal like "wheel-builder"
+    line: int = 0  # where the prose states it (0: configuration)
 
     @property
     def is_reference(self) -> bool:
@@ -224,13 +225,15 @@ class EnvPair(BaseModel):
 
 
 class LaunchTemplate(BaseModel):
+    """`iris job run` flags the ops doc states for one architecture ("*": every job); None = not stated."""
+
     arch: str
-    cluster: str
+    cluster: str | None = None
     line: int
     task_image: str | None = None
-    no_sync: bool = False
-    enable_extra_resources: bool = False
-    no_wait: bool = False
+    no_sync: bool | None = None
+    enable_extra_resources: bool | None = None
+    no_wait: bool | None = None
     job_name: str | None = None  # raw template, e.g. "gpurl-kaniko-amd64-${VARIANT}-${SHORT_SHA}"
     cpu: float | None = None
     memory: str | None = None  # raw, e.g. "512GB"
@@ -243,6 +246,7 @@ class LaunchTemplate(BaseModel):
     flags: dict[str, str | bool] = Field(default_factory=dict)  # every flag as written
     env: list[EnvPair] = Field(default_factory=list)
     command: list[str] = Field(default_factory=list)  # argv after `--`
+    lines: dict[str, int] = Field(default_factory=dict)  # field name -> line it was read from
 
 
 class Placement(BaseModel):
@@ -258,11 +262,21 @@ class LayerCeiling(BaseModel):
     min_layers: int
 
 
+class ProseCeiling(BaseModel):
+    """The layer ceiling as far as the prose states it (a table or a sentence); None = not stated."""
+
+    max_layer_bytes: int | None = None
+    warn_layer_bytes: int | None = None
+    min_layers: int | None = None
+    lines: dict[str, int] = Field(default_factory=dict)
+
+
 class DeployRule(BaseModel):
     glob: str
     rebuild: bool
     reaches: str
     line: int
+    source: str = ""  # "file:line" or "config:<key>" (filled when the contract is resolved)
 
 
 class WheelArtifact(BaseModel):
@@ -280,22 +294,52 @@ class ContractRow(BaseModel):
 
     variable: str
     required_when: str  # raw
-    source: str
+    source: str = ""
     always: bool = False
     when: list[Condition] = Field(default_factory=list)
     optional_default: str | None = None
+    understood: bool = True  # False: the condition is prose the parser cannot compare with the script
     line: int
 
 
 class OpsContract(BaseModel):
+    """What the ops doc states; every part may be absent (the configuration then supplies it)."""
+
     path: str
-    deploy_boundary: list[DeployRule]
-    contract_rows: list[ContractRow]
-    placements: dict[str, Placement]
-    templates: dict[str, LaunchTemplate]
-    megatron_env: list[EnvPair]
-    layer_ceiling: LayerCeiling
-    wheel_artifact: WheelArtifact | None
+    found: bool = True  # False: no ops doc at the commit
+    deploy_boundary: list[DeployRule] = Field(default_factory=list)
+    contract_rows: list[ContractRow] = Field(default_factory=list)
+    placements: dict[str, Placement] = Field(default_factory=dict)
+    templates: dict[str, LaunchTemplate] = Field(default_factory=dict)  # per arch, plus "*" for every job
+    megatron_env: list[EnvPair] = Field(default_factory=list)
+    layer_ceiling: ProseCeiling = Field(default_factory=ProseCeiling)
+    wheel_artifact: WheelArtifact | None = None
+    skipped: list[str] = Field(default_factory=list)  # "line N: why" for prose the parser did not use
+
+
+# ----------------------------------------------------------------------------- resolved plan inputs
+
+
+class ArchLaunch(BaseModel):
+    """Everything one architecture's jobs are launched with, each field from prose or configuration."""
+
+    arch: str
+    cluster: str
+    priority: str
+    cpu: float
+    memory: str
+    disk: str
+    gpu: str | None
+    max_retries: int
+    timeout_s: int
+    task_image: str | None
+    no_sync: bool
+    enable_extra_resources: bool
+    job_name: str | None
+    env: list[EnvPair]
+    command: list[str]
+    script_env_var: str | None  # the `-e` variable that carries the base64 build script to the command
+    provenance: dict[str, str]  # field (or "env.NAME") -> "file:line" or "config:<key>"
 
 
 # ----------------------------------------------------------------------------- AGENTS.md
@@ -319,8 +363,19 @@ class Disagreement(BaseModel):
     file: str
     field: str
     prose_value: str
-    script_value: str
+    script_value: str  # or the configuration value when ``against`` is "configuration"
     resolution: str
+    against: Literal["script", "configuration"] = "script"
+    prose_source: str = ""  # "file:line" of the prose value
+    other_source: str = ""  # "file:line" in the script, or "config:<key>"
+
+
+class Fallback(BaseModel):
+    """A planned value the prose did not give, taken from the configuration instead."""
+
+    field: str
+    config_key: str
+    reason: str
 
 
 class BuildContract(BaseModel):
@@ -331,6 +386,13 @@ class BuildContract(BaseModel):
     agents: AgentsPolicy
     disagreements: list[Disagreement] = Field(default_factory=list)
     ops_text: str = ""  # kept so a corrected ops doc can be proposed
+    # Resolved from prose with configuration fallback (domain.contract.resolve):
+    launch: dict[str, ArchLaunch] = Field(default_factory=dict)  # keyed by arch
+    megatron_env: list[EnvPair] = Field(default_factory=list)
+    layer_ceiling: LayerCeiling | None = None
+    deploy_boundary: list[DeployRule] = Field(default_factory=list)
+    provenance: dict[str, str] = Field(default_factory=dict)  # contract-wide fields -> source
+    fallbacks: list[Fallback] = Field(default_factory=list)
 
     def arch(self, arch: str) -> ArchSpec:
         try:

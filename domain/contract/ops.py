@@ -1,14 +1,21 @@
-"""Parse `.agents/ops/gpu-rl-image-build.md`: the runbook's tables and fenced launch templates.
+"""Read `.agents/ops/gpu-rl-image-build.md` by meaning: tables, `iris job run` code blocks, sentences.
 
-Why: clusters, resources, priority, retries, the launch flags and the layer ceiling change between
-ops-doc revisions; the service re-reads them at every build commit. Section and column names are the
-contract with the doc's authors; anything else fails closed with the line number.
+Why markdown-it-py: the ops doc is prose that changes shape between revisions (a three-column
+deploy-boundary table becomes two columns or a paragraph, full `iris job run` templates become one
+resource line per architecture). A CommonMark parser gives tables with their header cells, fenced
+blocks and paragraphs with source line numbers, so facts are found by what a header or a flag
+*means*, never by a section title or a line layout. Nothing here refuses a build: a fact the prose
+does not state (or states in a form not understood) is simply absent, recorded in ``skipped``, and
+the configuration supplies it (``domain.contract.resolve``).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass, field
+
+from markdown_it import MarkdownIt
 
 from domain.contract.errors import ContractError
 from domain.contract.models import (
@@ -17,9 +24,9 @@ from domain.contract.models import (
     DeployRule,
     EnvPair,
     LaunchTemplate,
-    LayerCeiling,
     OpsContract,
     Placement,
+    ProseCeiling,
     WheelArtifact,
 )
 
@@ -29,63 +36,16 @@ _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 _VALUE_FLAGS = {"--task-image", "--job-name", "--cpu", "--memory", "--disk", "--gpu", "--tpu", "--priority",
                 "--max-retries", "--timeout", "--user", "--region", "--zone", "--replicas", "--extra",
-                "--reserve"}
+                "--reserve", "--cluster"}
 _BOOL_FLAGS = {"--no-sync", "--enable-extra-resources", "--no-wait", "--preemptible", "--no-preemptible",
                "--terminate-on-exit", "--no-terminate-on-exit"}
-
-
-class _Section:
-    def __init__(self, level: int, title: str, line: int):
-        self.level, self.title, self.line = level, title, line
-        self.body: list[tuple[int, str]] = []
-
-
-def _sections(text: str) -> list[_Section]:
-    out: list[_Section] = [_Section(0, "", 0)]
-    in_fence = False
-    for i, line in enumerate(text.splitlines(), 1):
-        if line.startswith("```"):
-            in_fence = not in_fence
-        m = None if in_fence else re.match(r"^(#{1,6})\s+(.*?)\s*$", line)
-        if m:
-            out.append(_Section(len(m.group(1)), m.group(2), i))
-        else:
-            out[-1].body.append((i, line))
-    return out
-
-
-def _find(sections: list[_Section], title: str, path: str, level: int | None = None) -> _Section:
-    for s in sections:
-        if s.title.lower() == title.lower() and (level is None or s.level == level):
-            return s
-    raise ContractError(path, 0, f"a section '{'#' * (level or 2)} {title}'")
-
-
-def _table(section: _Section, path: str, columns: list[str]) -> list[tuple[int, dict[str, str]]]:
-    rows = [(n, t) for n, t in section.body if t.strip().startswith("|")]
-    if len(rows) < 2:
-        raise ContractError(path, section.line, f"a table with columns {columns} under '{section.title}'")
-
-    def cells(t: str) -> list[str]:
-        return [c.strip() for c in t.strip().strip("|").split("|")]
-
-    header_line, header = rows[0]
-    got = [c.lower() for c in cells(header)]
-    if got != [c.lower() for c in columns]:
-        raise ContractError(path, header_line, f"table columns {columns}", " | ".join(cells(header)))
-    if not re.fullmatch(r"[\s|:\-]+", rows[1][1]):
-        raise ContractError(path, rows[1][0], "a |---| separator row")
-    out = []
-    for n, t in rows[2:]:
-        c = cells(t)
-        if len(c) != len(columns):
-            raise ContractError(path, n, f"{len(columns)} cells", t.strip())
-        out.append((n, dict(zip([x.lower() for x in columns], c, strict=True))))
-    return out
-
-
-def _code(cell: str) -> str:
-    return cell.strip().strip("`").strip()
+_FIELD_OF_FLAG = {"--task-image": "task_image", "--job-name": "job_name", "--cpu": "cpu", "--memory": "memory",
+                  "--disk": "disk", "--gpu": "gpu", "--priority": "priority", "--max-retries": "max_retries",
+                  "--timeout": "timeout_s", "--cluster": "cluster", "--no-sync": "no_sync",
+                  "--enable-extra-resources": "enable_extra_resources", "--no-wait": "no_wait"}
+_ARCH_WORDS = {"amd64": "amd64", "x86_64": "amd64", "arm64": "arm64", "aarch64": "arm64"}
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B)\b", re.I)
+_VAR = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 
 def parse_bytes(value: str, path: str = "", line: int = 0) -> int:
@@ -96,225 +56,436 @@ def parse_bytes(value: str, path: str = "", line: int = 0) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
-def _yes_no(value: str, path: str, line: int) -> bool:
-    v = value.strip().strip("*").lower()
-    if v in ("yes", "true", "required"):
-        return True
-    if v in ("no", "false"):
-        return False
-    raise ContractError(path, line, "yes or no", value)
+# ----------------------------------------------------------------------------- Markdown blocks
 
 
-def _fence(section: _Section, path: str) -> tuple[int, list[tuple[int, str]]]:
-    start = None
-    body: list[tuple[int, str]] = []
-    for n, t in section.body:
-        if t.startswith("```"):
-            if start is None:
-                if t.strip() not in ("```bash", "```sh", "```shell"):
-                    raise ContractError(path, n, "a ```bash fence", t.strip())
-                start = n
-                continue
-            return start, body
-        if start is not None:
-            body.append((n, t))
-    raise ContractError(path, section.line, f"a ```bash fenced block under '{section.title}'")
+@dataclass
+class _Block:
+    kind: str  # "table" | "fence" | "para"
+    line: int  # 1-based first line
+    headings: list[str]  # enclosing heading titles, outermost first
+    text: str = ""  # para: inline source; fence: content
+    info: str = ""  # fence info string
+    header: list[str] = field(default_factory=list)  # table
+    rows: list[tuple[int, list[str]]] = field(default_factory=list)  # table: (line, raw cells)
+    before: str = ""  # the paragraph just before (a fence's lead-in)
 
 
-def _tokens(lines: list[tuple[int, str]], path: str) -> list[tuple[int, str]]:
-    out: list[tuple[int, str]] = []
-    for n, t in lines:
-        t = t.rstrip()
-        if t.endswith("\\"):
-            t = t[:-1]
-        if not t.strip() or t.strip().startswith("#"):
+def _plain(cell: str) -> str:
+    return re.sub(r"`|\*", "", cell).strip()
+
+
+def _blocks(text: str) -> list[_Block]:
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    out: list[_Block] = []
+    heads: list[tuple[int, str]] = []
+    last_para = ""
+    i = 0
+    while i < len(tokens):
+        t = tokens[i]
+        line = (t.map[0] + 1) if t.map else 0
+        if t.type == "heading_open":
+            level = int(t.tag[1])
+            heads = [h for h in heads if h[0] < level] + [(level, tokens[i + 1].content.strip())]
+            last_para = ""
+            i += 3
             continue
-        try:
-            out.extend((n, tok) for tok in shlex.split(t))
-        except ValueError:
-            raise ContractError(path, n, "one complete shell word list per line", t.strip()) from None
+        titles = [h[1] for h in heads]
+        if t.type == "paragraph_open":
+            content = tokens[i + 1].content
+            out.append(_Block("para", line, titles, text=content))
+            last_para = content
+            i += 3
+            continue
+        if t.type == "fence" or t.type == "code_block":
+            out.append(_Block("fence", line + (1 if t.type == "fence" else 0), titles, text=t.content,
+                              info=t.info.strip(), before=last_para))
+            i += 1
+            continue
+        if t.type == "table_open":
+            header: list[str] = []
+            rows: list[tuple[int, list[str]]] = []
+            row_line = 0
+            cells: list[str] = []
+            in_head = False
+            while tokens[i].type != "table_close":
+                tk = tokens[i]
+                if tk.type == "thead_open":
+                    in_head = True
+                elif tk.type == "thead_close":
+                    in_head = False
+                elif tk.type == "tr_open":
+                    row_line, cells = (tk.map[0] + 1 if tk.map else 0), []
+                elif tk.type == "inline":
+                    cells.append(tk.content.strip())
+                elif tk.type == "tr_close":
+                    if in_head:
+                        header = cells
+                    else:
+                        rows.append((row_line, cells))
+                i += 1
+            out.append(_Block("table", line, titles, header=[_plain(h).lower() for h in header], rows=rows))
+            i += 1
+            continue
+        i += 1
     return out
 
 
-def _parse_template(arch: str, section: _Section, path: str) -> LaunchTemplate:
-    start, body = _fence(section, path)
-    toks = _tokens(body, path)
-    if len(toks) < 3 or toks[0][1] != "iris":
-        raise ContractError(path, start + 1, "`iris --cluster=<name> job run ...`")
-    i = 1
-    cluster = None
-    n, t = toks[i]
-    if t.startswith("--cluster="):
-        cluster = t.split("=", 1)[1]
-        i += 1
-    elif t == "--cluster" and i + 1 < len(toks):
-        cluster = toks[i + 1][1]
-        i += 2
-    else:
-        raise ContractError(path, n, "`--cluster=<name>` after `iris`", t)
-    if [x for _, x in toks[i:i + 2]] != ["job", "run"]:
-        raise ContractError(path, toks[i][0], "`job run`", " ".join(x for _, x in toks[i:i + 2]))
-    i += 2
-    tpl = LaunchTemplate(arch=arch, cluster=cluster, line=start)
-    while i < len(toks):
-        n, t = toks[i]
-        if t == "--":
-            tpl.command = [x for _, x in toks[i + 1:]]
-            break
-        if t == "-e":
-            if i + 2 >= len(toks):
-                raise ContractError(path, n, "`-e NAME VALUE` (two arguments)")
-            name, value = toks[i + 1][1], toks[i + 2][1]
-            if "=" in name or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-                raise ContractError(path, n, "`-e NAME VALUE` (the CLI rejects KEY=VALUE)", name)
-            tpl.env.append(EnvPair(name=name, value=value))
-            i += 3
+def _col(header: list[str], *words: str) -> int | None:
+    for n, h in enumerate(header):
+        if any(w in h for w in words):
+            return n
+    return None
+
+
+def _cell(row: list[str], n: int | None) -> str:
+    return row[n] if n is not None and n < len(row) else ""
+
+
+def _code_spans(cell: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", cell)
+
+
+def _first_code(cell: str) -> str:
+    spans = _code_spans(cell)
+    return (spans[0] if spans else _plain(cell)).strip()
+
+
+def _arch_in(text: str, arches: set[str]) -> str | None:
+    """The one architecture ``text`` names (by kaniko or uname name), or None."""
+    found = {_ARCH_WORDS.get(w.lower(), w.lower()) for w in re.findall(r"[A-Za-z0-9_]+", text)}
+    hits = found & arches
+    return hits.pop() if len(hits) == 1 else None
+
+
+# ----------------------------------------------------------------------------- code blocks
+
+
+def _logical_lines(content: str, first_line: int) -> list[tuple[int, str]]:
+    """Join `\\` continuations; keep the line number where each logical line starts."""
+    return [(words[0][0], " ".join(shlex.quote(w) for _, w in words)) for words in _word_lines(content, first_line)
+            if words]
+
+
+def _word_lines(content: str, first_line: int) -> list[list[tuple[int, str]]]:
+    """Shell words of each logical line (`\\` continuations joined), each word with its own line number.
+
+    A physical line whose quotes do not close is skipped (prose in a code block, not a command).
+    """
+    out: list[list[tuple[int, str]]] = []
+    cur: list[tuple[int, str]] = []
+    for n, raw in enumerate(content.splitlines(), first_line):
+        t = raw.rstrip()
+        cont = t.endswith("\\")
+        t = t[:-1] if cont else t
+        if not cur and (not t.strip() or t.strip().startswith("#")):
             continue
-        flag, eq, inline = t.partition("=")
+        try:
+            cur.extend((n, w) for w in shlex.split(t, comments=True))
+        except ValueError:
+            cur = []
+            continue
+        if not cont:
+            if cur:
+                out.append(cur)
+            cur = []
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _is_launch_line(words: list[str]) -> bool:
+    return any(w == "-e" or w.partition("=")[0] in _VALUE_FLAGS | _BOOL_FLAGS for w in words) or (
+        words[:1] == ["iris"])
+
+
+def _apply_words(tpl: LaunchTemplate, words: list[tuple[int, str]], skipped: list[str]) -> list[EnvPair]:
+    """Fill ``tpl`` from one logical line of `iris job run` words; returns the `-e` pairs it held."""
+    pairs: list[EnvPair] = []
+    i = 0
+    while i < len(words):
+        line, w = words[i]
+        if w == "--":
+            if not tpl.command and i + 1 < len(words):
+                tpl.command = [x for _, x in words[i + 1:]]
+                tpl.lines["command"] = words[i + 1][0]
+            break
+        if w in ("iris", "job", "run"):
+            i += 1
+            continue
+        if w == "-e":
+            if i + 2 < len(words) and _VAR.match(words[i + 1][1]):
+                pairs.append(EnvPair(name=words[i + 1][1], value=words[i + 2][1], line=line))
+                i += 3
+            else:
+                skipped.append(f"line {line}: `-e` needs NAME VALUE (two arguments)")
+                i += 2
+            continue
+        flag, eq, inline = w.partition("=")
         if flag in _BOOL_FLAGS and not eq:
             tpl.flags[flag] = True
+            if flag in _FIELD_OF_FLAG:
+                _set(tpl, _FIELD_OF_FLAG[flag], True, line)
+            if flag in ("--preemptible", "--no-preemptible"):
+                tpl.preemptible = flag == "--preemptible"
             i += 1
             continue
         if flag in _VALUE_FLAGS:
             if eq:
-                value = inline
-                i += 1
-            elif i + 1 < len(toks):
-                value = toks[i + 1][1]
-                i += 2
+                value, i = inline, i + 1
+            elif i + 1 < len(words):
+                value, i = words[i + 1][1], i + 2
             else:
-                raise ContractError(path, n, f"a value after {flag}")
+                skipped.append(f"line {line}: {flag} without a value")
+                i += 1
+                continue
             tpl.flags[flag] = value
+            name = _FIELD_OF_FLAG.get(flag)
+            if name:
+                try:
+                    typed = {"cpu": float, "max_retries": int, "timeout_s": int}.get(name, str)(value)
+                except ValueError:
+                    skipped.append(f"line {line}: {flag} {value!r} is not a number")
+                    continue
+                _set(tpl, name, typed, line)
             continue
-        raise ContractError(path, n, "a known `iris job run` flag", t)
-    if not tpl.command:
-        raise ContractError(path, start, "a command after `--`")
-    f = tpl.flags
-    try:
-        tpl.task_image = f.get("--task-image")  # type: ignore[assignment]
-        tpl.no_sync = bool(f.get("--no-sync", False))
-        tpl.enable_extra_resources = bool(f.get("--enable-extra-resources", False))
-        tpl.no_wait = bool(f.get("--no-wait", False))
-        tpl.job_name = f.get("--job-name")  # type: ignore[assignment]
-        tpl.cpu = float(f["--cpu"]) if "--cpu" in f else None  # type: ignore[arg-type]
-        tpl.memory = f.get("--memory")  # type: ignore[assignment]
-        tpl.disk = f.get("--disk")  # type: ignore[assignment]
-        tpl.gpu = f.get("--gpu")  # type: ignore[assignment]
-        tpl.priority = f.get("--priority")  # type: ignore[assignment]
-        tpl.max_retries = int(f["--max-retries"]) if "--max-retries" in f else None  # type: ignore[arg-type]
-        tpl.timeout_s = int(f["--timeout"]) if "--timeout" in f else None  # type: ignore[arg-type]
-    except ValueError as e:
-        raise ContractError(path, start, "numeric --cpu, --max-retries and --timeout", str(e)) from None
-    if "--preemptible" in f:
-        tpl.preemptible = True
-    if "--no-preemptible" in f:
-        tpl.preemptible = False
-    return tpl
+        skipped.append(f"line {line}: `{w}` is not an `iris job run` flag the service uses")
+        i += 1
+    return pairs
 
 
-def _parse_contract_rows(section: _Section, path: str) -> list[ContractRow]:
-    rows = []
-    for n, r in _table(section, path, ["variable", "required when", "source"]):
-        var = _code(r["variable"])
-        when = r["required when"].strip()
-        row = ContractRow(variable=var, required_when=when, source=r["source"], line=n)
-        low = when.lower()
-        if low == "always":
-            row.always = True
-        elif m := re.fullmatch(r"`?([A-Z_][A-Z0-9_]*)\s*(=|!=)\s*([^`\s]+)`?", when):
-            row.when = [Condition(var=m.group(1), op=m.group(2), value=m.group(3))]  # type: ignore[arg-type]
-        elif m := re.fullmatch(r"optional(?:\s*\(default:\s*(.*?)\))?", when, re.I):
-            row.optional_default = (m.group(1) or "").strip().strip("`")
+def _set(tpl: LaunchTemplate, name: str, value, line: int) -> None:
+    if getattr(tpl, name) is None:
+        setattr(tpl, name, value)
+        tpl.lines[name] = line
+
+
+def _is_megatron(pair: EnvPair, megatron_var: str | None) -> bool:
+    return pair.name == megatron_var or "megatron" in pair.value.lower() or "MEGATRON" in pair.name
+
+
+def _read_fence(b: _Block, arches: set[str], templates: dict[str, LaunchTemplate], megatron: list[EnvPair],
+                megatron_var: str | None, skipped: list[str]) -> None:
+    launch: list[list[tuple[int, str]]] = []
+    for words in _word_lines(b.text, b.line):
+        first = words[0][1]
+        body = [w for _, w in (words[1:] if re.fullmatch(r"[A-Za-z0-9_]+:", first) else words)]
+        if body and _is_launch_line(body):
+            launch.append(words)
+    if not launch:
+        return
+    context = " ".join(b.headings[-1:]) + " " + b.before
+    block_arch = _arch_in(b.headings[-1] if b.headings else "", arches)
+    only_env = all(w[0][1] == "-e" for w in launch) and not any(x == "--" for w in launch for _, x in w)
+    megatron_block = only_env and "megatron" in context.lower()
+    for words in launch:
+        arch = block_arch
+        if (m := re.fullmatch(r"([A-Za-z0-9_]+):", words[0][1])) and _arch_in(m.group(1), arches):
+            arch, words = _arch_in(m.group(1), arches), words[1:]
+        if words[0][1] == "iris" and arch is None:
+            arch = _arch_in(" ".join(w for _, w in words), arches)
+        key = arch or "*"
+        tpl = templates.setdefault(key, LaunchTemplate(arch=key, line=words[0][0]))
+        for pair in _apply_words(tpl, words, skipped):
+            if megatron_block or _is_megatron(pair, megatron_var):
+                if pair.name not in {p.name for p in megatron}:
+                    megatron.append(pair)
+            elif pair.name not in {p.name for p in tpl.env}:
+                tpl.env.append(pair)
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def _boundary(b: _Block, path: str, skipped: list[str]) -> list[DeployRule]:
+    p_col = _col(b.header, "path")
+    r_col = _col(b.header, "rebuild")
+    h_col = _col(b.header, "reach", "how", "effect")
+    out = []
+    for n, row in b.rows:
+        glob = _first_code(_cell(row, p_col))
+        if glob and "/" not in glob and "*" not in glob and "." not in glob:
+            glob += "/**"
+        decided = _cell(row, r_col) if r_col is not None else _cell(row, h_col)
+        low = _plain(decided).lower()
+        if re.search(r"\b(no|false)\b|no rebuild|not require", low):
+            rebuild = False
+        elif re.search(r"\b(yes|true|required)\b|rebuild", low):
+            rebuild = True
         else:
-            raise ContractError(path, n, "'always', 'VAR=value' or 'optional (default: X)'", when)
-        rows.append(row)
+            skipped.append(f"line {n}: cannot tell whether `{glob}` needs an image rebuild ({decided!r})")
+            continue
+        out.append(DeployRule(glob=glob, rebuild=rebuild, reaches=_plain(_cell(row, h_col)), line=n, source=f"{path}:{n}"))
+    return out
+
+
+def _contract_rows(b: _Block, wheel_source_var: str | None, wheel_sources: list[str]) -> list[ContractRow]:
+    v_col = _col(b.header, "variable", "env")
+    w_col = _col(b.header, "when", "condition", "required")
+    s_col = _col(b.header, "source", "how", "where")
+    rows = []
+    for n, row in b.rows:
+        names = [x for x in _code_spans(_cell(row, v_col)) if _VAR.match(x)] or (
+            [x] if _VAR.match(x := _plain(_cell(row, v_col))) else [])
+        when = _cell(row, w_col)
+        for name in names:
+            r = ContractRow(variable=name, required_when=when, source=_cell(row, s_col), line=n)
+            low = _plain(when).lower()
+            if low.startswith("always"):
+                r.always = True
+            elif m := re.search(r"`?([A-Z_][A-Z0-9_]*)\s*(=|!=)\s*([A-Za-z0-9_.-]+)`?", _plain(when)):
+                r.when = [Condition(var=m.group(1), op=m.group(2), value=m.group(3))]  # type: ignore[arg-type]
+            elif m := re.match(r"optional(?:\s*\(default:\s*(.*?)\))?", _plain(when), re.I):
+                r.optional_default = (m.group(1) or "").strip().strip("`")
+            elif wheel_source_var and (hit := [w for w in wheel_sources if w in low]):
+                r.when = [Condition(var=wheel_source_var, op="=", value=hit[0])]
+            else:
+                r.understood = False
+            rows.append(r)
     return rows
 
 
-def _parse_artifact(section: _Section, path: str, schemes: list[str] | None) -> WheelArtifact:
-    fields = {r["field"].lower(): (n, _code(r["value"])) for n, r in _table(section, path, ["field", "value"])}
-    for key in ("uri", "sha256", "usable"):
-        if key not in fields:
-            raise ContractError(path, section.line, f"a '{key}' row in the wheel artifact table")
-    line, uri = fields["uri"]
-    sha = fields["sha256"][1]
-    stated = _yes_no(fields["usable"][1], path, fields["usable"][0])
+def _placements(b: _Block) -> dict[str, Placement]:
+    a_col = _col(b.header, "arch")
+    c_col = _col(b.header, "cluster")
+    p_col = _col(b.header, "priority")
+    out = {}
+    for n, row in b.rows:
+        arch = _ARCH_WORDS.get(_first_code(_cell(row, a_col)).lower(), _first_code(_cell(row, a_col)).lower())
+        cluster = _first_code(_cell(row, c_col))
+        if arch and cluster:
+            out[arch] = Placement(arch=arch, cluster=cluster, priority=_first_code(_cell(row, p_col)) or None, line=n)
+    return out
+
+
+def _key_values(b: _Block) -> dict[str, tuple[int, str]]:
+    return {_plain(r[0]).lower(): (n, _cell(r, 1)) for n, r in b.rows if r}
+
+
+def _artifact(fields: dict[str, tuple[int, str]], schemes: list[str] | None, path: str) -> WheelArtifact | None:
+    def get(*keys: str) -> tuple[int, str]:
+        for k, v in fields.items():
+            if any(x in k for x in keys):
+                return v[0], _first_code(v[1])
+        return 0, ""
+
+    line, uri = get("uri")
+    sha = get("sha256", "sha", "digest")[1]
+    if not uri and not sha:
+        return None
+    u_line, usable_text = get("usable")
+    stated = _plain(usable_text).lower() in ("yes", "true")
     reasons = []
     if not stated:
-        reasons.append("the ops doc marks it not usable")
+        reasons.append("the ops doc marks it not usable" if u_line else "the ops doc does not state it usable")
     if not re.fullmatch(r"[0-9a-f]{64}", sha):
         reasons.append("its SHA-256 is not a full 64-hex value")
     if not uri or (schemes and not any(uri.startswith(s) for s in schemes)):
         reasons.append("its URI scheme is not one the script accepts")
-    return WheelArtifact(
-        uri=uri or None, sha256=sha or None,
-        manifest_platform=fields.get("manifest platform", (0, ""))[1] or None,
-        stated_usable=stated, usable=not reasons, reason="; ".join(reasons) or "usable", line=line,
-    )
+    return WheelArtifact(uri=uri or None, sha256=sha or None, manifest_platform=get("platform")[1] or None,
+                         stated_usable=stated, usable=not reasons, reason="; ".join(reasons) or "usable", line=line)
 
 
-def parse_ops(text: str, path: str = OPS_PATH, *, uri_schemes: list[str] | None = None) -> OpsContract:
-    sections = _sections(text)
-    boundary = [
-        DeployRule(glob=_code(r["edited path"]), rebuild=_yes_no(r["image rebuild"], path, n),
-                   reaches=r["reaches the cluster how"], line=n)
-        for n, r in _table(_find(sections, "Deploy boundary", path), path,
-                           ["edited path", "image rebuild", "reaches the cluster how"])
-    ]
-    rows = _parse_contract_rows(_find(sections, "Build contract", path), path)
-    placements: dict[str, Placement] = {}
-    for n, r in _table(_find(sections, "Cluster placements", path), path, ["architecture", "cluster", "priority"]):
-        arch = _code(r["architecture"])
-        placements[arch] = Placement(arch=arch, cluster=_code(r["cluster"]),
-                                     priority=_code(r["priority"]) or None, line=n)
-    launch = _find(sections, "Launch templates", path, level=2)
-    idx = sections.index(launch)
-    templates: dict[str, LaunchTemplate] = {}
-    megatron_env: list[EnvPair] | None = None
-    for s in sections[idx + 1:]:
-        if s.level <= launch.level:
-            break
-        if s.title.lower() == "megatron add-on":
-            start, body = _fence(s, path)
-            toks = [t for _, t in _tokens(body, path)]
-            if len(toks) % 3 or any(toks[k] != "-e" for k in range(0, len(toks), 3)):
-                raise ContractError(path, start + 1, "only `-e NAME VALUE` pairs in the Megatron add-on")
-            megatron_env = [EnvPair(name=toks[k + 1], value=toks[k + 2]) for k in range(0, len(toks), 3)]
+# ----------------------------------------------------------------------------- sentences
+
+
+def _ceiling_from_rows(fields: dict[str, tuple[int, str]], c: ProseCeiling, skipped: list[str]) -> None:
+    for key, (n, v) in fields.items():
+        try:
+            if key.startswith(("max", "largest")):
+                c.max_layer_bytes, c.lines["max_layer_bytes"] = parse_bytes(_plain(v)), n
+            elif key.startswith(("flag", "warn")):
+                c.warn_layer_bytes, c.lines["warn_layer_bytes"] = parse_bytes(_plain(v)), n
+            elif key.startswith("min") and _plain(v).isdigit():
+                c.min_layers, c.lines["min_layers"] = int(_plain(v)), n
+        except ContractError:
+            skipped.append(f"line {n}: layer ceiling value {v!r} is not a size")
+
+
+def _ceiling_from_sentence(b: _Block, c: ProseCeiling) -> None:
+    for sentence in re.split(r"(?<=[.;])\s+", b.text):
+        low = sentence.lower()
+        if "layer" not in low:
+            continue
+        m = _SIZE.search(sentence)
+        n = b.line + b.text[: b.text.find(sentence)].count("\n") if sentence in b.text else b.line
+        if m and c.max_layer_bytes is None and re.search(r"below|under|ceiling|maximum|at most|must stay|less than",
+                                                         low):
+            c.max_layer_bytes, c.lines["max_layer_bytes"] = parse_bytes(m.group(0)), n
+        elif m and c.warn_layer_bytes is None and re.search(r"\b(flag|warn)", low):
+            c.warn_layer_bytes, c.lines["warn_layer_bytes"] = parse_bytes(m.group(0)), n
+        if c.min_layers is None and (mm := re.search(r"at least (\d+) layers", low)):
+            c.min_layers, c.lines["min_layers"] = int(mm.group(1)), n
+
+
+def _common_from_sentence(b: _Block, templates: dict[str, LaunchTemplate]) -> None:
+    """`--no-sync` is required / Every job uses `<image>`, `--no-sync`, ...: flags for every job."""
+    for sentence in re.split(r"(?<=[.:])\s+", b.text):
+        low = sentence.lower()
+        if not re.search(r"required|mandatory|every job uses|must|always", low):
+            continue
+        n = b.line + b.text[: b.text.find(sentence)].count("\n") if sentence in b.text else b.line
+        spans = _code_spans(sentence)
+        tpl = None
+        for span in spans:
+            if span in _BOOL_FLAGS and span in _FIELD_OF_FLAG and not re.search(r"\bnot\b|never", low):
+                tpl = tpl or templates.setdefault("*", LaunchTemplate(arch="*", line=n))
+                _set(tpl, _FIELD_OF_FLAG[span], True, n)
+            elif "every job uses" in low and re.fullmatch(r"[\w.-]+(/[\w.-]+)*:[\w.-]+", span):
+                tpl = tpl or templates.setdefault("*", LaunchTemplate(arch="*", line=n))
+                _set(tpl, "task_image", span, n)
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def parse_ops(
+    text: str | None,
+    path: str = OPS_PATH,
+    *,
+    uri_schemes: list[str] | None = None,
+    arches: list[str] | None = None,
+    wheel_source_var: str | None = None,
+    wheel_sources: list[str] | None = None,
+    megatron_var: str | None = None,
+) -> OpsContract:
+    """Every fact the ops doc states; ``text`` None means the file does not exist at the commit.
+
+    The keyword arguments come from the build script (what it accepts), so prose is read in its terms.
+    """
+    if text is None:
+        return OpsContract(path=path, found=False)
+    known = set(arches or ("amd64", "arm64"))
+    skipped: list[str] = []
+    ops = OpsContract(path=path)
+    ceiling = ProseCeiling()
+    artifact_fields: dict[str, tuple[int, str]] = {}
+    for b in _blocks(text):
+        heading = " ".join(b.headings).lower()
+        if b.kind == "table":
+            h = b.header
+            if _col(h, "variable") is not None:
+                ops.contract_rows += _contract_rows(b, wheel_source_var, wheel_sources or [])
+            elif _col(h, "path") is not None:
+                ops.deploy_boundary += _boundary(b, path, skipped)
+            elif _col(h, "arch") is not None and _col(h, "cluster") is not None:
+                ops.placements.update(_placements(b))
+            elif len(h) == 2 and b.rows:
+                kv = _key_values(b)
+                if any("uri" in k for k in kv):
+                    artifact_fields.update(kv)
+                elif "layer" in heading or "ceiling" in heading or any("layer" in k for k in kv):
+                    _ceiling_from_rows(kv, ceiling, skipped)
+        elif b.kind == "fence":
+            _read_fence(b, known, ops.templates, ops.megatron_env, megatron_var, skipped)
+            for n, t in _logical_lines(b.text, b.line):
+                if m := re.fullmatch(r"(PREBUILT_WHEEL_ARTIFACT_\w+|WHEEL_ARTIFACT_\w+)=(\S+)", t):
+                    key = "uri" if m.group(1).endswith("URI") else "sha256" if "SHA" in m.group(1) else m.group(1)
+                    artifact_fields.setdefault(key, (n, f"`{m.group(2)}`"))
         else:
-            arch = s.title.strip().strip("`")
-            templates[arch] = _parse_template(arch, s, path)
-    if not templates:
-        raise ContractError(path, launch.line, "'### <arch>' launch template subsections")
-    if megatron_env is None:
-        raise ContractError(path, launch.line, "a '### Megatron add-on' subsection")
-    for arch, p in placements.items():
-        if arch not in templates:
-            raise ContractError(path, p.line, f"a '### {arch}' launch template for the placement")
-    ceiling_rows = {r["check"].lower(): (n, r["value"]) for n, r in
-                    _table(_find(sections, "Layer ceiling", path), path, ["check", "value"])}
-    values: dict[str, int] = {}
-    for key, (n, v) in ceiling_rows.items():
-        if key.startswith("max"):
-            values["max_layer_bytes"] = parse_bytes(v, path, n)
-        elif key.startswith(("flag", "warn")):
-            values["warn_layer_bytes"] = parse_bytes(v, path, n)
-        elif key.startswith("min"):
-            if not v.strip().isdigit():
-                raise ContractError(path, n, "a whole number of layers", v)
-            values["min_layers"] = int(v)
-        else:
-            raise ContractError(path, n, "a 'max ...', 'flag ...' or 'min layer count' row", key)
-    for k in ("max_layer_bytes", "warn_layer_bytes", "min_layers"):
-        if k not in values:
-            raise ContractError(path, 0, f"a layer ceiling row for {k}")
-    try:
-        art_section = _find(sections, "Prebuilt wheel artifact", path)
-        artifact = _parse_artifact(art_section, path, uri_schemes)
-    except ContractError as e:
-        if e.line == 0 and "section" in e.expected:
-            artifact = None
-        else:
-            raise
-    return OpsContract(path=path, deploy_boundary=boundary, contract_rows=rows, placements=placements,
-                       templates=templates, megatron_env=megatron_env, layer_ceiling=LayerCeiling(**values),
-                       wheel_artifact=artifact)
+            _ceiling_from_sentence(b, ceiling)
+            _common_from_sentence(b, ops.templates)
+    ops.layer_ceiling = ceiling
+    ops.wheel_artifact = _artifact(artifact_fields, uri_schemes, path)
+    ops.skipped = skipped
+    return ops

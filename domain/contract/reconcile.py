@@ -1,101 +1,211 @@
 """Where the ops doc disagrees with the script (the script wins), and the corrected ops text.
 
 Why: the runbook says prose outranked by the script must be corrected in the same change, so the
-service reports each disagreement and can propose the corrected table for the build PR.
+service reports each disagreement and proposes the corrected doc for the build commit. The most
+common real drift is a renamed credential (era C's doc still says ``DOCKER_USER_ID``/``GHCR_TOKEN``
+where the script reads ``REGISTRY_USER``/``REGISTRY_TOKEN``): it is corrected by renaming the word
+throughout the doc, so table rows, ``-e`` pairs and the commands that set them stay consistent.
 """
 
 from __future__ import annotations
 
-from domain.contract.models import Disagreement, OpsContract, ScriptContract
+import re
+
+from domain.contract.models import ContractRow, Disagreement, OpsContract, ScriptContract
 
 
-def find_disagreements(script: ScriptContract, ops: OpsContract) -> list[Disagreement]:
+def _when(req) -> str:
+    return "always" if req.always else " and ".join(map(str, req.when))
+
+
+def _requirements(script: ScriptContract) -> dict[str, tuple[str, int]]:
+    """name -> (when, first line): several `${VAR:?}` of one name read "A or B" (always if any is)."""
+    out: dict[str, tuple[list[str], int]] = {}
+    for r in script.required:
+        whens, line = out.setdefault(r.name, ([], r.line))
+        if _when(r) not in whens:
+            whens.append(_when(r))
+    return {n: ("always" if "always" in w else " or ".join(w), line) for n, (w, line) in out.items()}
+
+
+def script_inputs(script: ScriptContract) -> set[str]:
+    """Every environment variable the script reads (required, optional knobs, named roles)."""
+    names = {r.name for r in script.required} | set(script.knobs)
+    for attr in ("credential_user_var", "credential_token_var", "image_repository_var", "wheel_source_var",
+                 "megatron_var", "floating_var", "preserve_wheels_var", "dockerfile_var", "tag_prefix_var",
+                 "uname_override_var", "task_guard_var"):
+        if value := getattr(script, attr, None):
+            names.add(value)
+    return names
+
+
+def _row_agrees(row: ContractRow, want: str) -> bool:
+    """Does a required row's condition say what the script requires (``want``, e.g. "always", "A or B")?"""
+    text = " ".join(row.required_when.replace("`", "").split())
+    if row.always:
+        return want == "always"
+    if text.startswith(want):
+        return True  # written exactly as the service writes it (a corrected row stays corrected)
+    if re.search(r"\b(or|and)\b", want):
+        return False
+    return want == " and ".join(str(c) for c in row.when)
+
+
+def _role(name: str) -> str | None:
+    if re.search(r"TOKEN|PASSWORD|PAT\b|SECRET", name):
+        return "token"
+    if re.search(r"USER|LOGIN|USERNAME", name):
+        return "user"
+    return None
+
+
+def _prose_names(ops: OpsContract) -> list[str]:
+    names = [r.variable for r in ops.contract_rows]
+    for t in ops.templates.values():
+        names += [e.name for e in t.env]
+    return list(dict.fromkeys(names))
+
+
+def credential_renames(script: ScriptContract, ops: OpsContract, text: str) -> dict[str, str]:
+    """Stale credential names in the prose -> the script's names (same role, new name absent from the doc)."""
+    reads = script_inputs(script)
+    wanted = {"user": script.credential_user_var, "token": script.credential_token_var}
+    out: dict[str, str] = {}
+    for name in _prose_names(ops):
+        role = _role(name)
+        new = wanted.get(role) if role else None
+        if (name not in reads and new and new != name and new not in out.values()
+                and not re.search(rf"\b{re.escape(new)}\b", text)):
+            out[name] = new
+    return out
+
+
+def find_disagreements(script: ScriptContract, ops: OpsContract, text: str = "") -> list[Disagreement]:
     out: list[Disagreement] = []
-    by_name = {r.name: r for r in script.required}
-    rows = {r.variable: r for r in ops.contract_rows}
+    renames = credential_renames(script, ops, text)
+    reqs = _requirements(script)
+    reads = script_inputs(script)
+    documented = {renames.get(r.variable, r.variable) for r in ops.contract_rows}
     for row in ops.contract_rows:
-        req = by_name.get(row.variable)
+        name = renames.get(row.variable, row.variable)
+        req = reqs.get(name)
         field = f"build contract: {row.variable}"
+        where = f"{ops.path}:{row.line}"
+        if row.variable in renames:
+            out.append(Disagreement(
+                file=ops.path, field=field, prose_value=row.variable, prose_source=where,
+                script_value=f"the script reads {name}, not {row.variable}",
+                resolution=f"script wins: rename {row.variable} to {name} throughout the ops doc"))
+        if not row.understood:
+            continue
         if row.always or row.when:
             prose = "required " + ("always" if row.always else " and ".join(str(c) for c in row.when))
             if req is None:
                 out.append(Disagreement(
-                    file=ops.path, field=field, prose_value=prose,
+                    file=ops.path, field=field, prose_value=prose, prose_source=where,
                     script_value="not required by the script",
                     resolution=f"script wins: drop the {row.variable} row from the build-contract table"))
-            elif sorted(map(str, req.when)) != sorted(map(str, row.when)):
-                script_when = "always" if req.always else " and ".join(map(str, req.when))
+            elif not _row_agrees(row, req[0]):
                 out.append(Disagreement(
-                    file=ops.path, field=field, prose_value=prose, script_value=f"required {script_when}",
-                    resolution=f"script wins: set 'required when' of {row.variable} to {script_when}"))
+                    file=ops.path, field=field, prose_value=prose, prose_source=where,
+                    script_value=f"required {req[0]}", other_source=f"{script.path}:{req[1]}",
+                    resolution=f"script wins: set 'required when' of {name} to {req[0]}"))
         elif row.optional_default is not None:
-            knob = script.knobs.get(row.variable)
+            knob = script.knobs.get(name)
             if knob is None:
                 if req is not None:
                     out.append(Disagreement(
-                        file=ops.path, field=field, prose_value="optional", script_value="required",
-                        resolution=f"script wins: mark {row.variable} required"))
+                        file=ops.path, field=field, prose_value="optional", prose_source=where,
+                        script_value="required", other_source=f"{script.path}:{req[1]}",
+                        resolution=f"script wins: mark {name} required"))
                 continue
             if row.optional_default and not knob.default.startswith("$") and row.optional_default != knob.default:
                 out.append(Disagreement(
-                    file=ops.path, field=field, prose_value=f"default {row.optional_default}",
-                    script_value=f"default {knob.default}",
-                    resolution=f"script wins: set the default of {row.variable} to {knob.default}"))
-    for req in script.required:
-        if req.name not in rows:
-            when = "always" if req.always else " and ".join(map(str, req.when))
-            out.append(Disagreement(
-                file=ops.path, field=f"build contract: {req.name}", prose_value="absent",
-                script_value=f"required {when}",
-                resolution=f"script wins: add a {req.name} row (required {when})"))
+                    file=ops.path, field=field, prose_value=f"default {row.optional_default}", prose_source=where,
+                    script_value=f"default {knob.default}", other_source=f"{script.path}:{knob.line}",
+                    resolution=f"script wins: set the default of {name} to {knob.default}"))
+    if ops.contract_rows:
+        for name, (when, line) in _requirements(script).items():
+            if name not in documented:
+                out.append(Disagreement(
+                    file=ops.path, field=f"build contract: {name}", prose_value="absent",
+                    script_value=f"required {when}", other_source=f"{script.path}:{line}",
+                    resolution=f"script wins: add a {name} row (required {when})"))
     for arch, p in ops.placements.items():
         if arch not in script.arches:
             out.append(Disagreement(
-                file=ops.path, field=f"placement: {arch}", prose_value=f"{arch} on {p.cluster}",
+                file=ops.path, field=f"placement: {arch}", prose_value=f"{arch} on {p.cluster}", prose_source=f"{ops.path}:{p.line}",
                 script_value=f"the script builds only {', '.join(sorted(script.arches))}",
                 resolution=f"script wins: no {arch} build until the script supports it"))
     for arch, t in ops.templates.items():
-        names = {e.name for e in t.env}
-        for name in script.always_required:
-            if name not in names:
+        label = "every job" if arch == "*" else arch
+        for e in t.env:
+            if e.is_reference and e.name not in reads and e.name not in renames and e.value.strip("${}") == e.name:
+                if any(e.name in c for c in t.command):
+                    continue  # read by the job command (the base64 script carrier), not by the script
                 out.append(Disagreement(
-                    file=ops.path, field=f"launch template {arch}: -e {name}", prose_value="absent",
-                    script_value="required always",
-                    resolution=f'script wins: add `-e {name} "${name}"` to the {arch} template'))
+                    file=ops.path, field=f"launch {label}: -e {e.name}", prose_value="passed", prose_source=f"{ops.path}:{e.line}",
+                    script_value="the script does not read it",
+                    resolution=f"script wins: the service does not pass {e.name}"))
+        if t.env:
+            names = {renames.get(e.name, e.name) for e in t.env}
+            for name in script.always_required:
+                if name not in names and name != "GITSHA":
+                    out.append(Disagreement(
+                        file=ops.path, field=f"launch {label}: -e {name}", prose_value="absent",
+                        script_value="required always",
+                        resolution=f"script wins: the service passes {name}; add `-e {name} \"${name}\"` to the doc"))
     return out
 
 
+def _row_line(n_cells: int, name: str, when: str, script_path: str) -> str:
+    cells = [f"`{name}`", when] + [f"required by `{script_path}`"] + [""] * max(0, n_cells - 3)
+    return "| " + " | ".join(cells[:max(n_cells, 2)]) + " |\n"
+
+
+def _cells(line: str) -> int:
+    return max(2, line.strip().strip("|").count("|") + 1)
+
+
 def corrected_ops_text(script: ScriptContract, ops: OpsContract, text: str) -> str | None:
-    """The ops doc with its build-contract table fixed to match the script, or None if nothing changes."""
-    lines = text.splitlines(keepends=True)
-    by_name = {r.name: r for r in script.required}
-    changed = False
+    """The ops doc corrected to match the script, or None if nothing changes."""
+    if not ops.found or not text:
+        return None
+    renames = credential_renames(script, ops, text)
+    fixed = text
+    for old, new in renames.items():
+        fixed = re.sub(rf"\b{re.escape(old)}\b", new, fixed)
+    lines = fixed.splitlines(keepends=True)
+    reqs = _requirements(script)
     drop: set[int] = set()
-    for row in ops.contract_rows:
+    keep: set[int] = set()
+    rows: list[ContractRow] = [r for r in ops.contract_rows if r.understood]
+    for row in rows:
         i = row.line - 1
-        req = by_name.get(row.variable)
-        if (row.always or row.when) and req is None:
-            drop.add(i)
-            changed = True
-        elif (row.always or row.when) and req is not None:
-            want = "always" if req.always else " and ".join(map(str, req.when))
-            if sorted(map(str, req.when)) != sorted(map(str, row.when)):
-                lines[i] = lines[i].replace(f"| {row.required_when} |", f"| {want} |", 1)
-                changed = True
-        elif row.optional_default:
-            knob = script.knobs.get(row.variable)
-            if knob and not knob.default.startswith("$") and knob.default != row.optional_default:
+        if i >= len(lines):
+            continue
+        name = renames.get(row.variable, row.variable)
+        req = reqs.get(name)
+        if row.always or row.when:
+            if req is None:
+                drop.add(i)
+                continue
+            keep.add(i)
+            if not _row_agrees(row, req[0]) and f"| {row.required_when} |" in lines[i]:
+                lines[i] = lines[i].replace(f"| {row.required_when} |", f"| {req[0]} |", 1)
+        else:
+            keep.add(i)
+            knob = script.knobs.get(name)
+            if row.optional_default and knob and not knob.default.startswith("$") and \
+                    knob.default != row.optional_default:
                 lines[i] = lines[i].replace(f"(default: {row.optional_default})", f"(default: {knob.default})", 1)
-                changed = True
-    present = {r.variable for r in ops.contract_rows}
-    missing = [r for r in script.required if r.name not in present]
+    drop -= keep  # a line naming several variables stays while one of them is still right
+    present = {renames.get(r.variable, r.variable) for r in ops.contract_rows}
+    missing = {name: when for name, (when, _) in _requirements(script).items() if name not in present}
+    extra: dict[int, str] = {}
     if missing and ops.contract_rows:
         last = max(r.line for r in ops.contract_rows) - 1
-        extra = "".join(
-            f"| `{r.name}` | {'always' if r.always else ' and '.join(map(str, r.when))} | "
-            f"required by `{script.path}` |\n" for r in missing)
-        lines[last] = lines[last] + extra
-        changed = True
-    if not changed:
-        return None
-    return "".join(line for i, line in enumerate(lines) if i not in drop)
+        n = _cells(lines[last])
+        extra[last] = "".join(_row_line(n, name, when, script.path) for name, when in missing.items())
+    out = "".join((line if i not in drop else "") + extra.get(i, "") for i, line in enumerate(lines))
+    return None if out == text else out

@@ -73,7 +73,15 @@ def test_agents_policy_lines():
     assert policy.do_not_touch == ["cloud/iris/launch_rl_iris.py"]
 
 
-def test_agents_without_policy_section_fails():
-    with pytest.raises(ContractError) as e:
-        parse_agents("# Notes\n\nNothing here.\n")
-    assert e.value.file == "AGENTS.md" and "## Policy" in e.value.expected
+def test_agents_without_policy_section_is_an_empty_policy_not_a_refusal():
+    policy = parse_agents("# Notes\n\nNothing here.\n")
+    assert policy.policy == [] and policy.do_not_touch == []
+    assert parse_agents(None).policy == []
+
+
+def test_agents_policy_is_read_under_any_heading_that_says_policy():
+    text = "# X\n\n## Agent skill policy\n\nSkills must not contain run identifiers.\n\n## Other\n\n" \
+           "Never edit `cloud/iris/launch_rl_iris.py` by hand.\n"
+    policy = parse_agents(text)
+    assert [(p.text, p.line) for p in policy.policy] == [("Skills must not contain run identifiers.", 5)]
+    assert policy.do_not_touch == ["cloud/iris/launch_rl_iris.py"]
