@@ -179,6 +179,8 @@ def plan_targets(
         if arch not in s.arches:
             raise BuildSetError(f"unknown architecture {arch!r} (the build script supports "
                                 f"{', '.join(sorted(s.arches))})")
+        if s.arches[arch].blocked:
+            raise BuildSetError(f"cannot build {arch}: {s.arches[arch].blocked}")
     for variant in request.variants:
         if variant not in VARIANTS:
             raise BuildSetError(f"unknown variant {variant!r} (expected one of {', '.join(VARIANTS)})")

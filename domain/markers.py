@@ -13,8 +13,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from domain.contract import BuildContract, EchoLine, render
+from domain.contract import BuildContract, EchoLine
 from domain.contract.models import guards_hold
+from domain.contract.script import shell_values
 
 _PART = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)|\$\([^)]*\)")
 DIGEST_RE = r"sha256:([0-9a-f]{64})"
@@ -43,7 +44,7 @@ class MarkerCheck(BaseModel):
     pushed_digest: str | None  # "sha256:<64 hex>" of the final push
 
 
-def _to_marker(template: str, env: dict[str, str], source: str) -> Marker:
+def _to_marker(template: str, env: dict[str, str], source: str, source_text: str | None = None) -> Marker:
     """Resolve known variables; anything else (a shell local, `$(...)`) becomes a wildcard."""
     literal: list[str] = []
     regex: list[str] = []
@@ -70,24 +71,13 @@ def _to_marker(template: str, env: dict[str, str], source: str) -> Marker:
     regex.append(re.escape(template[pos:]))
     name = "".join(literal).strip()
     if wild:
-        return Marker(name=name, pattern="".join(regex), source=source, template=template)
-    return Marker(name=name, text="".join(literal), source=source, template=template)
+        return Marker(name=name, pattern="".join(regex), source=source, template=source_text or template)
+    return Marker(name=name, text="".join(literal), source=source, template=source_text or template)
 
 
 def _knob_values(contract: BuildContract, arch: str, job_env: dict[str, str]) -> dict[str, str]:
-    """Shell values the script will hold for this arch and job env (knob defaults resolved)."""
-    s = contract.script
-    a = contract.arch(arch)
-    values: dict[str, str] = {s.arch_var: a.uname, "GITSHA": contract.commit}
-    for var, field in s.arch_field_vars.items():
-        values[var] = str(getattr(a, field) or "")
-    for k in s.knobs.values():
-        raw = job_env.get(k.env, k.default)
-        try:
-            values[k.local] = render(raw, values)
-        except KeyError:
-            continue
-    return values
+    """Shell values the script will hold for this arch and job env (arch table and knob defaults resolved)."""
+    return shell_values(contract.script, arch, job_env, contract.commit)
 
 
 def variant_env(contract: BuildContract, variant: str) -> dict[str, str]:
@@ -113,18 +103,14 @@ def expected_markers(
     env = {**variant_env(contract, variant), **(job_env or {}), s.wheel_source_var: wheel_source}
     if image_repository:
         env[s.image_repository_var] = image_repository
+    if a.dockerfile_env:
+        env.setdefault(a.dockerfile_env, a.dockerfile)  # the service passes the arch's Dockerfile explicitly
     values = _knob_values(contract, arch, env)
     repo = values.get(s.repository_local, image_repository or s.image_repository_default)
-    df = contract.dockerfiles[values.get(s.knobs[s.dockerfile_var].local, a.dockerfile)
-                              if s.dockerfile_var else a.dockerfile]
-    values.update({k: v for k, v in df.pins.items()})
-    local_tags = {name: pat for name, pat in s.locals.items() if pat in
-                  (s.tag_pattern, s.wheels_tag_pattern, s.floating_tag_pattern)}
-    for name, pat in local_tags.items():
-        try:
-            values[name] = render(pat, values)
-        except KeyError:
-            pass
+    df = contract.dockerfiles.get(values.get(s.knobs[s.dockerfile_var].local, a.dockerfile)
+                                  if s.dockerfile_var else a.dockerfile) or contract.dockerfiles[a.dockerfile]
+    for k, v in df.pins.items():  # the pin loop sets these; a knob the job sets (INSTALL_MEGATRON) wins
+        values.setdefault(k, v)
     cond_env = {**values, **env}
     markers: list[Marker] = []
 
@@ -134,7 +120,9 @@ def expected_markers(
     if s.pin_echo:
         dockerfile_local = s.knobs[s.dockerfile_var].local if s.dockerfile_var else "DOCKERFILE"
         for pin in pins:
-            pin_values = {**values, "pin": pin, "value": df.pins.get(pin, ""), dockerfile_local: df.path}
+            pin_values = {**values, s.pin_loop_var: pin, dockerfile_local: df.path}
+            if s.pin_value_var:
+                pin_values[s.pin_value_var] = df.pins.get(pin, "")
             markers.append(_to_marker(s.pin_echo, pin_values, "script"))
     markers.extend(_echo_markers(s.echoes, cond_env, values, "script"))
 
@@ -168,7 +156,7 @@ def _echo_markers(echoes: list[EchoLine], cond_env: dict[str, str], values: dict
     for e in echoes:
         if e.in_loop or guards_hold(e.guards, cond_env) is not True:
             continue
-        out.append(_to_marker(e.template, values, source))
+        out.append(_to_marker(e.template, values, source, e.source_text))
     return out
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from domain.config import BuildSettings
 from domain.contract.agents import AGENTS_PATH, parse_agents
-from domain.contract.dockerfile import parse_dockerfile
+from domain.contract.dockerfile import arch_dockerfiles, parse_dockerfile
 from domain.contract.errors import ContractError
 from domain.contract.models import (
     AgentsPolicy,
@@ -93,15 +93,8 @@ def load_contract(files: Mapping[str, str | bytes], commit: str, defaults: Build
     """
     defaults = defaults or BuildSettings()
     script = parse_script(_text(files, SCRIPT_PATH, commit), SCRIPT_PATH)
-    dockerfiles: dict[str, DockerfileContract] = {}
-    for arch in script.arches.values():
-        if arch.dockerfile in dockerfiles:
-            continue
-        df = parse_dockerfile(_text(files, arch.dockerfile, commit), arch.dockerfile)
-        for pin in script.pinned_args:
-            if pin not in df.pins:
-                raise ContractError(arch.dockerfile, 0, f"`ARG {pin}=<default>` (the build script pins {pin})")
-        dockerfiles[arch.dockerfile] = df
+    dockerfiles = arch_dockerfiles(
+        script, {p: _decode(p, t) for p, t in files.items() if p.rsplit("/", 1)[-1].startswith("Dockerfile")}, commit)
     ops_text = _optional(files, OPS_PATH)
     ops = parse_ops(ops_text, OPS_PATH, uri_schemes=script.artifact_uri_schemes, arches=sorted(script.arches),
                     wheel_source_var=script.wheel_source_var, wheel_sources=script.wheel_sources,

@@ -1,118 +1,171 @@
-"""Parse a GPU-RL Dockerfile into pins, stages, labels and the log markers its RUN steps echo.
+"""Read a GPU-RL Dockerfile into pins, stages, labels and the log markers its RUN steps print.
 
-Why: the pins (`ARG X=default` before the first FROM) are what the build script checks and what a
-Harbor move edits; the LABELs are what validation compares; the echoed lines are the assertion
-markers a successful build log must show. Unknown instructions fail closed.
+Why the `dockerfile` package: it wraps BuildKit's own Go parser (moby/buildkit
+`frontend/dockerfile/parser`), so line continuations, comments inside continued lines, heredocs,
+`--mount` flags, escape directives and JSON forms are read exactly as kaniko/BuildKit read them,
+with each instruction's start and end line for provenance. A hand-written reader had to guess those
+rules. Each RUN command is then read as bash (tree-sitter-bash, see shell.py) for the markers it
+prints: `echo` lines and `python -c "...print(...)"` assertions, with the if/&& branch they sit in.
+
+Why these fields: the pins (`ARG X=default` before the first FROM) are what the build script checks
+and what a Harbor move edits; the LABELs are what validation compares; the printed lines are the
+assertion markers a successful build log must show. An instruction we do not use is ignored.
 """
 
 from __future__ import annotations
 
-import re
-import shlex
+from collections.abc import Mapping
+
+import dockerfile as bk
 
 from domain.contract.errors import ContractError
-from domain.contract.models import DockerfileContract, EchoLine, Stage
-from domain.contract.shell import echo_text, walk
+from domain.contract.models import ArchSpec, DockerfileContract, EchoLine, ScriptContract, Stage
+from domain.contract.shell import parse_bash, printed_lines, statements
 
-_KNOWN = {"FROM", "ARG", "ENV", "LABEL", "RUN", "COPY", "ADD", "WORKDIR", "USER", "SHELL", "ENTRYPOINT",
-          "CMD", "EXPOSE", "VOLUME", "STOPSIGNAL", "HEALTHCHECK", "ONBUILD"}
 _LAYER = {"RUN", "COPY", "ADD"}
+# BuildKit's instruction set: the parser accepts any word, the builder (and kaniko) rejects the rest.
+_INSTRUCTIONS = {"FROM", "ARG", "ENV", "LABEL", "RUN", "COPY", "ADD", "WORKDIR", "USER", "SHELL", "ENTRYPOINT",
+                 "CMD", "EXPOSE", "VOLUME", "STOPSIGNAL", "HEALTHCHECK", "ONBUILD", "MAINTAINER"}
 
 
-def _instructions(text: str) -> list[tuple[int, str, str]]:
-    """(line, INSTRUCTION, rest) with `\\` continuations joined (comment lines inside are skipped)."""
-    out: list[tuple[int, str, str]] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        raw = lines[i]
-        start = i + 1
-        i += 1
-        if not raw.strip() or raw.lstrip().startswith("#"):
-            continue
-        parts = [raw.rstrip()]
-        while parts[-1].endswith("\\") and i < len(lines):
-            parts[-1] = parts[-1][:-1]
-            nxt = lines[i]
-            i += 1
-            if nxt.lstrip().startswith("#"):
-                parts.append("\\")
-                continue
-            parts.append(nxt.rstrip())
-        joined = "\n".join(p for p in parts if p != "\\")
-        m = re.match(r"^\s*([A-Za-z]+)\s*(.*)$", joined, re.S)
-        if not m:
-            raise ContractError("", start, "a Dockerfile instruction", raw.strip())
-        out.append((start, m.group(1).upper(), m.group(2).strip()))
+def _unquote(v: str) -> str:
+    if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"":
+        return v[1:-1]
+    return v
+
+
+def _args(values: tuple[str, ...]) -> list[tuple[str, str | None]]:
+    out = []
+    for item in values:
+        name, sep, value = item.partition("=")
+        out.append((name, _unquote(value) if sep else None))
     return out
-
-
-def _arg(rest: str) -> tuple[str, str | None]:
-    m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?", rest.strip(), re.S)
-    if not m:
-        raise ValueError(rest)
-    value = m.group(2)
-    if value is not None and len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-        value = value[1:-1]
-    return m.group(1), value
 
 
 def parse_dockerfile(text: str, path: str) -> DockerfileContract:
+    try:
+        commands = bk.parse_string(text)
+    except bk.GoParseError as e:
+        raise ContractError(path, 0, "a Dockerfile BuildKit can parse", str(e)) from None
+    lines = text.splitlines()
     pins: dict[str, str] = {}
+    pin_lines: dict[str, int] = {}
     global_args: dict[str, str | None] = {}
     stages: list[Stage] = []
-    for line, ins, rest in _instructions(text):
-        if ins not in _KNOWN:
-            raise ContractError(path, line, "a Dockerfile instruction", ins)
+    for c in commands:
+        ins = c.cmd.upper()
+        if ins not in _INSTRUCTIONS:
+            raise ContractError(path, c.start_line, "a Dockerfile instruction (kaniko rejects any other)", c.cmd)
         if ins == "FROM":
-            m = re.fullmatch(r"(?:--platform=\S+\s+)?(\S+)(?:\s+[Aa][Ss]\s+([A-Za-z0-9_.-]+))?", rest)
-            if not m or not m.group(2):
-                raise ContractError(path, line, "`FROM <image|stage> AS <name>`", rest)
-            base = m.group(1)
+            words = list(c.value)
+            base = words[0] if words else ""
+            name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else str(len(stages))
             names = {s.name for s in stages}
-            stages.append(Stage(name=m.group(2), base=base, base_is_stage=base in names, line=line))
+            stages.append(Stage(name=name, base=base, base_is_stage=base in names, line=c.start_line))
             continue
         if ins == "ARG":
-            try:
-                name, value = _arg(rest)
-            except ValueError:
-                raise ContractError(path, line, "`ARG NAME` or `ARG NAME=default`", rest) from None
-            if not stages:
-                global_args[name] = value
-                if value is not None:
-                    pins[name] = value
-            else:
-                stages[-1].args[name] = value
+            for name, value in _args(c.value):
+                if not stages:
+                    global_args[name] = value
+                    if value is not None:
+                        pins[name] = value
+                        pin_lines[name] = c.start_line
+                else:
+                    stages[-1].args[name] = value
             continue
         if not stages:
-            raise ContractError(path, line, "only ARG before the first FROM", ins)
+            continue  # a parser directive or instruction before FROM that we do not use
         stage = stages[-1]
         if ins == "LABEL":
-            try:
-                pairs = shlex.split(rest, posix=True)
-            except ValueError:
-                raise ContractError(path, line, "LABEL key=value pairs", rest) from None
-            for pair in pairs:
-                key, sep, value = pair.partition("=")
-                if not sep:
-                    raise ContractError(path, line, "LABEL key=value", pair)
-                stage.labels[key] = value
+            vals = list(c.value)
+            for key, value in zip(vals[0::2], vals[1::2], strict=False):
+                stage.labels[key] = _unquote(value)
         elif ins in _LAYER:
             stage.layer_steps += 1
-            if ins == "RUN":
-                stage.echoes.extend(_run_echoes(rest, line, stage.name))
+            if ins == "RUN" and not c.json:
+                scripts = [h.content for h in c.heredocs] if c.heredocs else [" ".join(c.value)]
+                for script in scripts:
+                    stage.echoes.extend(_run_markers(script, c.start_line, c.end_line, lines, stage.name, path))
     if not stages:
-        raise ContractError(path, 0, "at least one `FROM ... AS <stage>`")
-    return DockerfileContract(path=path, pins=pins, global_args=global_args, stages=stages)
+        raise ContractError(path, 0, "at least one `FROM ...`")
+    return DockerfileContract(path=path, pins=pins, pin_lines=pin_lines, global_args=global_args, stages=stages)
 
 
-def _run_echoes(command: str, line: int, stage: str) -> list[EchoLine]:
-    if command.startswith("["):
-        return []  # exec form: no shell, no markers
-    command = re.sub(r"^(--[a-z]+=\S+\s+)+", "", command)  # RUN --mount=... flags
+def _run_markers(command: str, start: int, end: int, lines: list[str], stage: str, path: str) -> list[EchoLine]:
+    """The lines a RUN step prints to the build log, each with the file line it is written on."""
+    try:
+        root = parse_bash(command, path, line_offset=start - 1)
+    except ContractError:
+        return []  # a RUN body we cannot read prints no marker we rely on; BuildKit runs it regardless
     out = []
-    for c in walk([(line, command)]):
-        text = echo_text(c.text)
-        if text is not None:
-            out.append(EchoLine(template=text, guards=c.guards, in_loop=c.in_loop, stage=stage, line=line))
+    for s in statements(root):
+        for p in printed_lines(s):
+            at = next((i for i in range(start, end + 1) if i <= len(lines) and p.source_text[:40] in lines[i - 1]),
+                      start)
+            out.append(EchoLine(template=p.template, guards=s.guards, in_loop=s.in_loop, stage=stage, line=at,
+                                source_text=p.source_text))
     return out
+
+
+def arch_dockerfiles(script: ScriptContract, texts: Mapping[str, str], commit: str) -> dict[str, DockerfileContract]:
+    """Parse the Dockerfile each architecture builds, choosing it where the script leaves it open.
+
+    The arch table may set the Dockerfile (era C); if it does not (era B), the script's DOCKERFILE
+    default is the same file on every host. Building that file on another host is silent and wrong
+    (an x86 wheel MANIFEST under the -arm64 tag), so for such a host the service looks for the file
+    named by convention (`<default><tag suffix>`, `<default>-<arch>`) and passes it explicitly in the
+    job env; when none exists and the default file does not mention the host's platform, the
+    architecture is blocked with the reason. An architecture whose Dockerfile lacks a pin the script
+    checks on every build is blocked too: the script would refuse it (exit 2) after submission.
+    ``texts`` holds every Dockerfile at the commit (path -> text).
+    """
+    parsed: dict[str, DockerfileContract] = {}
+
+    def parse(path: str) -> DockerfileContract:
+        if path not in parsed:
+            if path not in texts:
+                raise ContractError(path, 0, f"the file at commit {commit} (the build script names it)", "no such file")
+            parsed[path] = parse_dockerfile(texts[path], path)
+        return parsed[path]
+
+    for a in script.arches.values():
+        if a.dockerfile_origin == "script default":
+            _choose_by_convention(script, a, texts)
+        if a.blocked:
+            if a.dockerfile in texts:
+                parse(a.dockerfile)
+            continue
+        df = parse(a.dockerfile)
+        missing = [p for p in script.pinned_args if p not in df.pins]
+        if missing:
+            a.blocked = (f"{a.dockerfile} declares no `ARG {missing[0]}=<default>`, which "
+                         f"{script.path}:{script.lines.get('pinned_args', 0)} checks on every build: the script "
+                         f"would refuse (exit 2) to build {a.arch} from this commit")
+    return parsed
+
+
+def _choose_by_convention(script: ScriptContract, a: ArchSpec, texts: Mapping[str, str]) -> None:
+    default = a.dockerfile
+    at = f"{script.path}:{a.lines.get('dockerfile', 0)}"
+    candidates = [c for c in dict.fromkeys([default + a.tag_suffix, f"{default}-{a.arch}", f"{default}.{a.arch}"])
+                  if c != default]
+    found = next((c for c in candidates if c in texts), None)
+    if found is not None:
+        if script.dockerfile_var is None:
+            a.blocked = (f"{found} exists for {a.arch}, but the script builds {default} ({at}) and reads no "
+                         "Dockerfile variable the job could set")
+            return
+        a.dockerfile = found
+        a.dockerfile_origin = "naming convention"
+        a.dockerfile_env = script.dockerfile_var
+        a.dockerfile_why = (f"{at} defaults {script.dockerfile_var} to {default} on every host and the arch table "
+                            f"sets no Dockerfile; {found} exists at the build commit ({default} + the {a.arch} "
+                            f"suffix), so the job passes {script.dockerfile_var}={found} explicitly")
+        a.lines["dockerfile"] = a.lines.get("dockerfile", 0)
+        return
+    mark = a.manifest_platform or a.kaniko_platform
+    if default in texts and mark in texts[default]:
+        return  # the shared default names this host's platform: it is built for it
+    a.blocked = (f"{at} builds {default} on every host, and neither a {a.arch} Dockerfile "
+                 f"({', '.join(candidates) or 'none by convention'}) exists nor does {default} mention {mark}: "
+                 f"refusing to guess which Dockerfile an {a.uname} host should build")

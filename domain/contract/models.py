@@ -17,38 +17,80 @@ from pydantic import BaseModel, Field
 
 
 class Condition(BaseModel):
-    """One `[ "$VAR" = value ]` test from a shell `if`."""
+    """One test from a shell `if`/`&&`/`case`: `"$VAR" = value`, `!= value`, `-n "$VAR"`, `-z "$VAR"`.
+
+    ``default`` is the `${VAR:-default}` the test itself supplies for an unset or empty VAR.
+    """
 
     var: str
-    op: Literal["=", "!="]
-    value: str
+    op: Literal["=", "!=", "-n", "-z"]
+    value: str = ""
+    default: str | None = None
 
     def holds(self, env: Mapping[str, str]) -> bool | None:
         """True/False, or None when ``var`` is not known."""
-        if self.var not in env:
+        v = env.get(self.var)
+        if (v is None or v == "") and self.default is not None:
+            v = self.default
+        if v is None:
             return None
-        equal = env[self.var] == self.value
+        if self.op == "-n":
+            return v != ""
+        if self.op == "-z":
+            return v == ""
+        equal = v == self.value
         return equal if self.op == "=" else not equal
 
+    def negated(self) -> Condition:
+        flip = {"=": "!=", "!=": "=", "-n": "-z", "-z": "-n"}[self.op]
+        return self.model_copy(update={"op": flip})
+
     def __str__(self) -> str:
+        if self.op == "-n":
+            return f"{self.var} non-empty"
+        if self.op == "-z":
+            return f"{self.var} empty"
         return f"{self.var}{self.op}{self.value}"
 
 
 class Guard(BaseModel):
-    """All of ``all_of`` (negated for an `else` branch); ``opaque`` holds an unparsed test."""
+    """A branch condition: ``all_of`` (a conjunction), or ``any_of`` (`||` of conjunctions) when set;
+    negated for an `else` branch; ``opaque`` holds a test that is not decidable from variables.
+    ``text`` is the test as written (shown to operators)."""
 
     all_of: list[Condition] = Field(default_factory=list)
+    any_of: list[list[Condition]] = Field(default_factory=list)
     negated: bool = False
     opaque: str | None = None
+    text: str | None = None
+
+    @classmethod
+    def from_dnf(cls, dnf: list[list[Condition]], text: str | None = None) -> Guard:
+        if len(dnf) == 1:
+            return cls(all_of=dnf[0], text=text)
+        return cls(any_of=dnf, text=text)
+
+    def dnf(self) -> list[list[Condition]]:
+        return self.any_of if self.any_of else [self.all_of]
 
     def holds(self, env: Mapping[str, str]) -> bool | None:
         if self.opaque is not None:
             return None
-        results = [c.holds(env) for c in self.all_of]
-        if any(r is None for r in results):
+        clauses: list[bool | None] = []
+        for clause in self.dnf():
+            results = [c.holds(env) for c in clause]
+            clauses.append(False if False in results else (None if None in results else True))
+        value = True if True in clauses else (None if None in clauses else False)
+        if value is None:
             return None
-        value = all(results)
         return (not value) if self.negated else value
+
+    def __str__(self) -> str:
+        if self.opaque is not None:
+            return self.opaque
+        clauses = [" and ".join(map(str, c)) for c in self.dnf()]
+        body = clauses[0] if len(clauses) == 1 else " or ".join(f"({c})" if " and " in c else c for c in clauses)
+        return f"not ({body})" if self.negated else body
 
 
 def guards_hold(guards: list[Guard], env: Mapping[str, str]) -> bool | None:
@@ -67,15 +109,20 @@ def guards_hold(guards: list[Guard], env: Mapping[str, str]) -> bool | None:
 
 
 class RequiredVar(BaseModel):
-    """A `: "${VAR:?...}"` abort; ``when`` empty means always required."""
+    """A `: "${VAR:?...}"` abort; ``when`` (all must hold) empty means always required."""
 
     name: str
-    when: list[Condition] = Field(default_factory=list)
+    when: list[Guard] = Field(default_factory=list)
     line: int
 
     @property
     def always(self) -> bool:
         return not self.when
+
+    @property
+    def condition(self) -> str:
+        """The condition as a readable expression ("always" when unconditional)."""
+        return " and ".join(str(g) for g in self.when) if self.when else "always"
 
 
 class Knob(BaseModel):
@@ -88,24 +135,39 @@ class Knob(BaseModel):
 
 
 class ArchSpec(BaseModel):
-    """One arm of the script's `uname -m` case table."""
+    """One arm of the script's `uname -m` case table, interpreted for what the service needs.
+
+    ``settings`` is the whole arm (every assignment, raw); ``lines`` records the source line of each
+    interpreted field (and of each setting) for `file:line` provenance.
+    """
 
     arch: str  # kaniko arch: "amd64", "arm64" (from linux/<arch>)
     uname: str  # "x86_64", "aarch64"
     dockerfile: str
     kaniko_platform: str  # "linux/amd64"
-    manifest_platform: str  # wheel MANIFEST platform, "linux_x86_64"
+    manifest_platform: str | None = None  # wheel MANIFEST platform, "linux_x86_64"
     crane_asset: str | None = None
     tag_suffix: str  # "" or "-arm64"
-    cache_name: str  # "cache" / "cache-arm64"
-    cache_repo: str  # template with {repository}: "{repository}/cache"
+    cache_name: str | None = None  # "cache" / "cache-arm64" (the cache repo below the image repository)
+    cache_repo: str | None = None  # template with {repository}: "{repository}/cache"
     default_wheel_source: str
     line: int
+    settings: dict[str, str] = Field(default_factory=dict)  # shell var -> value, as the arm assigns it
+    lines: dict[str, int] = Field(default_factory=dict)  # field or shell var -> source line
+    # How the Dockerfile was chosen: "arch table", "script default" or "naming convention" (see why).
+    dockerfile_origin: str = "arch table"
+    dockerfile_why: str | None = None
+    # Set when the script's own default would pick the wrong Dockerfile on this host: the service passes
+    # ``dockerfile`` explicitly as this env variable of the job.
+    dockerfile_env: str | None = None
+    # Set when this architecture cannot be built from this commit (the reason names file:line).
+    blocked: str | None = None
 
 
 class ConditionalPin(BaseModel):
     name: str
-    when: list[Condition]
+    when: list[Guard]
+    line: int = 0
 
 
 class ScriptContract(BaseModel):
@@ -138,14 +200,31 @@ class ScriptContract(BaseModel):
     locals: dict[str, str] = Field(default_factory=dict)  # other `X="..."` assignments (raw)
     echoes: list[EchoLine] = Field(default_factory=list)  # stdout echo lines (log markers)
     pin_echo: str | None = None  # the pin-loop echo template (uses $pin / $value / $DOCKERFILE)
+    pin_loop_var: str = "pin"  # the loop variable holding the pin name in ``pin_echo``
+    pin_value_var: str | None = "value"  # the loop variable holding the declared value
+    wheel_source_values_line: int = 0
+    lines: dict[str, int] = Field(default_factory=dict)  # field -> source line (provenance)
 
     @property
     def always_required(self) -> list[str]:
         return [r.name for r in self.required if r.always]
 
     def required_when(self, env: Mapping[str, str]) -> list[str]:
-        """Variables the script aborts without, given the job env (conditions decided by ``env``)."""
-        return [r.name for r in self.required if all(c.holds(env) is not False for c in r.when)]
+        """Variables the script aborts without, given the job env (conditions decided by ``env``).
+
+        A variable the job does not set holds its knob default (`HF_WHEEL_REPOSITORY="${...:-}"` is
+        empty), so a condition on it is decided rather than assumed."""
+        values = {k.local: k.default for k in self.knobs.values() if "$" not in k.default}
+        values.update({k.env: k.default for k in self.knobs.values() if "$" not in k.default})
+        for k in self.knobs.values():
+            if k.env in env:
+                values[k.local] = env[k.env]
+        values.update(env)
+        out: list[str] = []
+        for r in self.required:
+            if all(g.holds(values) is not False for g in r.when) and r.name not in out:
+                out.append(r.name)
+        return out
 
     def knob_default(self, env_name: str) -> str | None:
         k = self.knobs.get(env_name)
@@ -163,6 +242,7 @@ class EchoLine(BaseModel):
     in_loop: bool = False
     stage: str | None = None
     line: int
+    source_text: str | None = None  # as written in the file (what a kaniko cache-hit line quotes)
 
 
 class Stage(BaseModel):
@@ -181,6 +261,7 @@ class DockerfileContract(BaseModel):
     pins: dict[str, str]  # global `ARG X=default`
     global_args: dict[str, str | None]
     stages: list[Stage]
+    pin_lines: dict[str, int] = Field(default_factory=dict)  # pin -> source line
 
     def stage(self, name: str) -> Stage:
         for s in self.stages:

@@ -1,0 +1,67 @@
+"""The real MarinSkyRL build-contract files (../shared/real-marinskyrl) as a commit of a temporary git repo.
+
+Why a real repository: the service reads the contract from a commit (every `docker/Dockerfile*` in the
+tree, the script, the prose); the tests read the real files the same way, optionally edited first.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import git
+import pytest
+
+from domain.contract import BuildContract, load_contract
+
+REAL = Path(__file__).resolve().parents[3] / "shared" / "real-marinskyrl"
+SCRIPT = "docker/build_gpu_rl_kaniko.sh"
+DF_AMD = "docker/Dockerfile.gpu-rl"
+DF_ARM = "docker/Dockerfile.gpu-rl-arm64"
+
+
+def real_tree(era: str) -> Path:
+    path = REAL / era
+    if not path.is_dir():
+        pytest.skip(f"real MarinSkyRL files not present at {path}")
+    return path
+
+
+def commit_tree(tmp_path: Path, era: str, edits: dict[str, Callable[[str], str]] | None = None) -> tuple[git.Repo, str]:
+    """Copy ``era`` into a fresh repository, apply ``edits`` (path -> text edit; None deletes), commit."""
+    dest = tmp_path / f"marinskyrl-{era}"
+    shutil.copytree(real_tree(era), dest)
+    for path, edit in (edits or {}).items():
+        f = dest / path
+        if edit is None:
+            f.unlink()
+            continue
+        new = edit(f.read_text())
+        assert new != f.read_text(), f"edit did not change {path}"
+        f.write_text(new)
+    repo = git.Repo.init(dest, initial_branch="main")
+    repo.git.add(A=True)
+    repo.index.commit("real files", author=git.Actor("t", "t@example.invalid"),
+                      committer=git.Actor("t", "t@example.invalid"))
+    return repo, repo.head.commit.hexsha
+
+
+def files_at(repo: git.Repo, sha: str) -> dict[str, str]:
+    """Every file of the commit, as the service reads the contract from it."""
+    tree = repo.commit(sha).tree
+    return {b.path: b.data_stream.read().decode() for b in tree.traverse() if b.type == "blob"}
+
+
+def real_contract(tmp_path: Path, era: str, edits: dict[str, Callable[[str], str] | None] | None = None
+                  ) -> BuildContract:
+    repo, sha = commit_tree(tmp_path, era, edits)
+    return load_contract(files_at(repo, sha), sha)
+
+
+def line_in(era: str, path: str, needle: str) -> int:
+    """The line of ``needle`` in the real file (tests state the text they mean, not a bare number)."""
+    for i, text in enumerate((real_tree(era) / path).read_text().splitlines(), 1):
+        if needle in text:
+            return i
+    raise AssertionError(f"{needle!r} not in {era}/{path}")
