@@ -7,3 +7,6 @@ in docs/versioning.md retire it (``workflow.deprecate_patch`` first, then remova
 
 # TargetBuildWorkflow publishes each evidence file (store URI + sha256) in its memo, for the UI.
 EVIDENCE_MEMO = "target-evidence-memo-2026-12"
+
+# BuildPipelineWorkflow runs the preflight activity before the first side effect (publishing the branch).
+PREFLIGHT = "preflight"

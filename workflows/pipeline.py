@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         target_workflow_id,
     )
     from runtime import search_attributes as sa
+    from workflows import patches
     from workflows.target import TargetBuildWorkflow
 
 WATCH_RETURN_S = 300.0  # an idle PR costs one short activity per 5 minutes of history
@@ -184,7 +185,7 @@ class BuildPipelineWorkflow:
         if not inp.plan_only:
             # Every check before the first side effect: credentials, permissions, tools, Iris, script.
             # (patched: runs started before preflight existed replay without it)
-            if workflow.patched("preflight"):
+            if workflow.patched(patches.PREFLIGHT):
                 self._step = "preflight: proving credentials, permissions, tools, Iris and the build script"
                 rep.preflight = await workflow.execute_activity_method(
                     PreflightActivities.preflight,

@@ -77,6 +77,11 @@ async def test_two_workers_build_four_targets_with_every_side_effect_once(servic
         comments = (await gh.get(f"/repos/{MARINSKYRL_SLUG}/issues/7/comments")).json()
     assert [p["number"] for p in pulls if p["head"]["ref"] == final.source.branch] == [final.pull_request.number]
     assert len(pulls) == 1 and len(comments) == 1
+    # The PR carries each build log's evidence-store URI and digest (not a worker-local path).
+    body = pulls[0]["body"]
+    for t in final.targets:
+        assert t.log_check.log.uri in body and t.log_check.log.sha256[:16] in body
+    assert s.config.work_dir not in body
 
 
 async def _waiting_on_visibility(client, wid, key):
