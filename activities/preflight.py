@@ -32,9 +32,9 @@ from clients.registry import (
     scheme_for,
     split_image_repository,
 )
-from domain.buildset import issue_number
 from domain.config import CredentialSource
 from domain.contract.bash_syntax import bash_syntax_errors
+from domain.issue_ref import parse_issue_ref
 from domain.models import PreflightCheck, PreflightInput, PreflightReport
 from domain.redact import redact
 
@@ -162,13 +162,13 @@ class PreflightActivities(ActivityGroup):
                     detail=f"the token may push to {slug} and open PRs" if can_push else
                     f"the token may not push to {slug} (permissions: "
                     f"{', '.join(k for k, v in perms.items() if v) or 'none'}); use a token with write access"))
-                number = issue_number(inp.issue_url)
-                if number is not None:
-                    issue = await client.issue(number)
-                    ok = not issue["locked"] or bool(can_push)
+                if inp.issue_url:
+                    repo, number = parse_issue_ref(inp.issue_url).in_repo(slug)
+                    issue = await client.for_repo(repo).issue(number)
+                    ok = not issue["locked"] or (repo.lower() == slug.lower() and bool(can_push))
                     out.append(PreflightCheck(name="github issue comment", config_key="request.issue_url", ok=ok,
-                                              detail=f"issue #{number} of {slug} accepts comments" if ok else
-                                              f"issue #{number} of {slug} is locked to collaborators"))
+                                              detail=f"issue #{number} of {repo} accepts comments" if ok else
+                                              f"issue #{number} of {repo} is locked to collaborators"))
             except (GitHubUnavailable, RateLimited) as e:
                 out.append(PreflightCheck(name="github", config_key="github.api_url", ok=False, transient=True,
                                           detail=f"GitHub did not answer: {e}"))

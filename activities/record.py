@@ -17,12 +17,13 @@ from activities.common import ActivityGroup, Heartbeater, input_error
 from clients.credentials import CredentialError, fetch_secret
 from clients.git_source import GitSourceError, commit_build_change, create_worktree, push_branch
 from clients.github import GitHubClient, HeadMoved, NotMergeable, checks_state, comment_marker
-from domain.buildset import issue_number
 from domain.config import GitHubSettings
 from domain.contract import ContractError, load_contract
+from domain.issue_ref import parse_issue_ref
 from domain.models import MergeInput, PullRequestInfo, RecordInput, ReviewState, WatchInput
 from domain.pins import PinEntry, PinTableError, update_pin_table
 from domain.redact import redact
+from domain.render import inert_markdown
 from domain.report import evidence_lines, target_rows
 from runtime.temporal import workflow_ui_url
 
@@ -56,12 +57,17 @@ class RecordActivities(ActivityGroup):
         async with gh:
             pull = await gh.ensure_pull(src.branch, base_branch, title, body)
             comment_url = None
-            issue = issue_number(inp.request.issue_url)
-            if issue is not None:
-                c = await gh.upsert_comment(issue, comment_marker(f"build-{inp.request_id}"), body)
-                comment_url = c.html_url
+            if inp.request.issue_url:
+                comment_url = await self._comment_on_issue(gh, inp, body)
         return PullRequestInfo(number=pull.number, url=pull.html_url or f"#{pull.number}", head_sha=pull.head_sha,
                                state=pull.state, pin_commit=pin_commit, issue_comment_url=comment_url)
+
+    @staticmethod
+    async def _comment_on_issue(gh: GitHubClient, inp: RecordInput, body: str) -> str:
+        """One comment per build on the issue ``--issue-url`` names, in the repository it names."""
+        repo, number = parse_issue_ref(inp.request.issue_url).in_repo(gh.repo)
+        target = gh if repo.lower() == gh.repo.lower() else gh.for_repo(repo)
+        return (await target.upsert_comment(number, comment_marker(f"build-{inp.request_id}"), body)).html_url
 
     def _commit_pins(self, inp: RecordInput, gh: GitHubSettings) -> tuple[str, str]:
         src = inp.source
@@ -115,9 +121,9 @@ class RecordActivities(ActivityGroup):
         url = workflow_ui_url(self.config, inp.request_id)
         lines = ["Automated GPU-RL image build by gpu-rl-builder.", ""]
         if req.compatibility_request:
-            cr = req.compatibility_request
-            lines += [f"Compatibility image requested by **{cr.requested_by}**: {cr.reason}"
-                      + (f" ({cr.link})" if cr.link else ""), ""]
+            cr = req.compatibility_request  # operator text: rendered inert (no HTML, mentions, closing keywords)
+            lines += [f"Compatibility image requested by **{inert_markdown(cr.requested_by)}**: "
+                      f"{inert_markdown(cr.reason)}" + (f" ({inert_markdown(cr.link)})" if cr.link else ""), ""]
         lines += [f"- source revision: `{src.build_commit}`", f"- Harbor revision: `{src.harbor_commit}`",
                   f"- Temporal workflow: {url or inp.request_id}",
                   f"- legacy image path, tracked for removal in {self.config.github.tracking_issue_url}"
@@ -178,4 +184,3 @@ async def _review_state(gh: GitHubClient, number: int) -> ReviewState:
                        changes_requested="CHANGES_REQUESTED" in latest.values(),
                        approvals=sum(1 for s in latest.values() if s == "APPROVED"),
                        merged=pull.merged, merge_commit=pull.merge_commit_sha)
-

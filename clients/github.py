@@ -7,6 +7,7 @@ leak into an error, repr or log line. Temporal-free; activities wrap it.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -272,6 +273,16 @@ class GitHubClient:
 
     def __repr__(self) -> str:
         return f"GitHubClient(api_url={self.api_url!r}, repo={self.repo!r})"
+
+    def for_repo(self, repo: str) -> GitHubClient:
+        """The same connection and token bound to another repository (a cross-repo issue comment).
+
+        The returned client borrows this one's connection: close this one, not it."""
+        if not _REPO_RE.match(repo):
+            raise ValueError(f"repo must be 'owner/name', got {repo!r}")
+        other = copy.copy(self)
+        other.repo, other.owner = repo, repo.split("/", 1)[0]
+        return other
 
     async def __aenter__(self) -> GitHubClient:
         return self

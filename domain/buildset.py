@@ -9,10 +9,11 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from domain.contract import BuildContract, LayerCeiling, render
 from domain.contract.reconcile import credential_renames, script_inputs
+from domain.issue_ref import parse_issue_ref
 from domain.markers import Marker, expected_markers, variant_env
 
 VARIANTS = ("standard", "megatron")
@@ -43,13 +44,14 @@ class BuildRequest(BaseModel):
     push_floating: bool = False
     issue_url: str | None = None
 
-
-def issue_number(url: str | None) -> int | None:
-    """The issue a build reports to: ``…/issues/123``, ``#123`` or ``123``; None when none is given."""
-    if not url:
+    @field_validator("issue_url")
+    @classmethod
+    def _issue_url_names_an_issue(cls, value: str | None) -> str | None:
+        """Refused at input time: an unclear value must not silently post nothing after the build."""
+        if value is not None and value.strip():
+            parse_issue_ref(value)
+            return value.strip()
         return None
-    m = re.search(r"/issues/(\d+)", url) or re.fullmatch(r"#?(\d+)", url)
-    return int(m.group(1)) if m else None
 
 
 class JobResources(BaseModel):
