@@ -31,22 +31,37 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from domain.buildset import BuildRequest, CompatibilityRequest
+from clients.credentials import CredentialError
 from domain.config import ConfigError, ServiceConfig, load_config
 from domain.models import (
     MergeAuthorization,
     OperatorDecision,
     PipelineInput,
     PipelineReport,
-    TargetStatus,
+    RebuildCheckInput,
+    Stage,
     pipeline_id,
+    target_workflow_id,
 )
-from domain.outcome import waiting_line
+from domain.operator_input import (
+    MAX_NAME,
+    OperatorInputError,
+    build_request,
+    clean_text,
+    operator_name,
+    request_differences,
+)
 from domain.report import report_markdown
+from domain.terminal_text import printable
+from runtime import operator_client as oc
 from runtime import search_attributes as sa
+from runtime.operator_client import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CommandError
 from runtime.temporal import connect, connection_options, flags_from, resolve_config, workflow_ui_url
+from workflows.pipeline import BuildPipelineWorkflow
+from workflows.rebuild import RebuildCheckWorkflow
+from workflows.target import TargetBuildWorkflow
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+PLANNING_STAGES = {None, Stage.QUEUED.value, Stage.LOADING.value, Stage.PREPARING_SOURCE.value, Stage.PLANNING.value}
 
 
 def ls_remote_head(url: str, ref: str | None = None) -> str:
@@ -60,7 +75,8 @@ def ls_remote_head(url: str, ref: str | None = None) -> str:
         sha, _, name = line.partition("\t")
         if ref is None or name in (f"refs/heads/{ref}", f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}"):
             return sha
-    raise ValueError(f"{ref or 'HEAD'} not found in {url}")
+    raise OperatorInputError(f"--harbor-ref {ref}: no such branch, tag or commit in {url}" if ref
+                             else f"{url}: no HEAD (empty repository?)")
 
 
 def _fail(msg: str, code: int = EXIT_USAGE) -> None:
@@ -79,6 +95,8 @@ def _config(ctx: click.Context) -> ServiceConfig:
 async def _client(config: ServiceConfig) -> Client:
     try:
         return await connect(config)
+    except (ConfigError, CredentialError) as e:  # e.g. an unset API-key variable: bad input, not unreachable
+        _fail(f"Temporal connection settings: {e}", EXIT_USAGE)
     except RuntimeError as e:
         _fail(f"cannot reach Temporal at {config.temporal.address}: {e}", EXIT_UNREACHABLE)
     raise AssertionError
@@ -121,64 +139,99 @@ def cli(ctx: click.Context, config_path: str | None, **connection) -> None:
 @click.pass_context
 def build(ctx, architectures, variants, requested_by, reason, link, clusters, priority, harbor_ref,
           push_floating, issue_url, plan_only, follow_, as_json):
-    """Start (or attach to) the build pipeline for the latest MarinSkyRL + Harbor commits."""
-    if not requested_by or not reason:
-        _fail("a compatibility image must be explicitly requested: pass --requested-by and --reason "
-              "(maintained Iris training uses the standard task image and must not use this build path)")
-    overrides = {}
-    for item in clusters:
-        if "=" not in item:
-            _fail(f"--cluster {item!r}: expected ARCH=CLUSTER")
-        a, c = item.split("=", 1)
-        overrides[a.strip()] = c.strip()
+    """Start (or attach to) the build pipeline for the latest MarinSkyRL + Harbor commits.
+
+    Returns once the request is planned (every check done before any job is submitted): exit 2 when
+    the request or the build contract is refused, 0 when the build runs; --follow waits for the end."""
     try:
-        request = BuildRequest(
-            architectures=list(architectures), variants=list(variants),
-            compatibility_request=CompatibilityRequest(requested_by=requested_by, reason=reason, link=link),
-            clusters=overrides, priority=priority, harbor_ref=harbor_ref, push_floating=push_floating,
+        request = build_request(
+            architectures=architectures, variants=variants, requested_by=requested_by, reason=reason, link=link,
+            clusters=clusters, priority=priority, harbor_ref=harbor_ref, push_floating=push_floating,
             issue_url=issue_url)
-    except ValueError as e:
-        _fail(f"invalid build request: {e}")
+    except OperatorInputError as e:
+        _fail(str(e))
     config = _config(ctx)
     _run(_build(config, request, plan_only, follow_, as_json))
 
 
-async def _build(config, request, plan_only, follow_, as_json):
+def _heads(config: ServiceConfig, request) -> tuple[str, str]:
     try:
-        src = ls_remote_head(config.repos.marinskyrl_url)
-        harbor = ls_remote_head(config.repos.harbor_url, request.harbor_ref)
-    except Exception as e:  # noqa: BLE001 - report any git failure as unreachable
-        _fail(f"cannot read the default branches: {e}", EXIT_UNREACHABLE)
+        return ls_remote_head(config.repos.marinskyrl_url), ls_remote_head(config.repos.harbor_url, request.harbor_ref)
+    except OperatorInputError as e:
+        _fail(str(e))
+    except Exception as e:  # noqa: BLE001 - git could not reach a remote
+        _fail(f"cannot read the default branches: {str(e).strip().splitlines()[-1][:300]}", EXIT_UNREACHABLE)
+    raise AssertionError
+
+
+async def _build(config, request, plan_only, follow_, as_json):
+    src, harbor = _heads(config, request)
     wid = pipeline_id(src, harbor) + ("-plan" if plan_only else "")
     client = await _client(config)
     running = await _is_running(client, wid)
+    if running:
+        # Attach only to the same request: another architecture set (or cluster, priority, ...) for the
+        # same commits would otherwise be silently dropped.
+        differences = request_differences((await oc.started_input(client, wid)).request, request)
+        if differences:
+            _fail(f"{wid} is already running for these commits with a different request ({'; '.join(differences)}); "
+                  f"wait for it (`python starter.py follow {wid}`) or cancel it, then build again")
     try:
         handle = await _start(client, config, request, plan_only, src, harbor, wid)
     except WorkflowAlreadyStartedError:
-        click.echo(f"workflow: {wid} already completed for source {src[:12]} + harbor {harbor[:12]}; "
-                   "not starting a duplicate. Its report:")
+        _out(f"workflow: {wid} already completed for source {src[:12]} + harbor {harbor[:12]}; "
+             "not starting a duplicate. Its report:", as_json)
         sys.exit(await _print_result(client, wid, as_json))
-    click.echo(f"workflow: {handle.id}{' (attached to the running pipeline)' if running else ''}")
+    except RPCError as e:
+        raise oc.service_error(e, f"start {wid}") from None
+    _out(f"workflow: {handle.id}{' (attached to the running pipeline)' if running else ''}", as_json)
     url = workflow_ui_url(config, wid)
     if url:
-        click.echo(f"ui: {url}")
+        _out(f"ui: {url}", as_json)
     if plan_only or follow_:
         if follow_ and not plan_only:
-            await _follow(client, wid, interval=10.0)
+            await _follow(client, wid, interval=10.0, as_json=as_json)
         code = await _print_result(client, wid, as_json)
         sys.exit(code)
+    sys.exit(await _until_planned(client, config, wid, as_json))
+
+
+def _out(line: str, as_json: bool) -> None:
+    """Progress and notes: on stdout, except under --json where stdout carries JSON only."""
+    click.echo(line, err=as_json)
+
+
+async def _until_planned(client: Client, config: ServiceConfig, wid: str, as_json: bool,
+                         timeout_s: float = 600.0) -> int:
+    """Wait until the pipeline has passed planning, so a refused request exits 2 (not 0) without --follow."""
+    if not await oc.has_workers(client, config.temporal.task_queue):
+        _out(f"no worker polls task queue {config.temporal.task_queue} yet: the build starts when one does; "
+             f"follow it with `python starter.py follow {wid}`", as_json)
+        return EXIT_OK
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        desc = await oc.describe(client, wid)
+        stage = desc.typed_search_attributes.get(sa.STAGE)
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            return await _print_result(client, wid, as_json)
+        if stage not in PLANNING_STAGES:
+            _out(f"planned; building ({stage}). Follow: python starter.py follow {wid}", as_json)
+            return EXIT_OK
+        await asyncio.sleep(1.0)
+    _out(f"still planning after {timeout_s:.0f}s; follow it with `python starter.py follow {wid}`", as_json)
+    return EXIT_OK
 
 
 async def _is_running(client: Client, wid: str) -> bool:
     try:
         return (await client.get_workflow_handle(wid).describe()).status == WorkflowExecutionStatus.RUNNING
-    except RPCError:
-        return False
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise oc.service_error(e, wid) from None
 
 
 async def _start(client, config, request, plan_only, src, harbor, wid):
-    from workflows.pipeline import BuildPipelineWorkflow
-
     return await client.start_workflow(
         BuildPipelineWorkflow.run,
         PipelineInput(request=request, request_id=wid, plan_only=plan_only, source_commit=src, harbor_commit=harbor),
@@ -191,16 +244,27 @@ async def _start(client, config, request, plan_only, src, harbor, wid):
 
 
 async def _print_result(client: Client, wid: str, as_json: bool) -> int:
-    handle = client.get_workflow_handle(wid)
+    """Wait for the pipeline to end, print its report (read from history) and return the exit code."""
+    handle = client.get_workflow_handle_for(BuildPipelineWorkflow.run, wid)
     try:
-        rep = await handle.result(rpc_timeout=None)
-        rep = rep if isinstance(rep, PipelineReport) else PipelineReport.model_validate(rep)
-        code = EXIT_OK
+        await handle.result(rpc_timeout=None)
     except WorkflowFailureError:
-        rep = await handle.query("report", result_type=PipelineReport)
-        code = EXIT_FAILED
-    click.echo(rep.model_dump_json(indent=2) if as_json else report_markdown(rep))
-    return code
+        pass  # the report says how it ended
+    rep = await oc.read_report(client, wid)
+    _print_report(rep, as_json)
+    return oc.exit_code(rep)
+
+
+def _print_report(rep: PipelineReport, as_json: bool) -> None:
+    if as_json:
+        click.echo(rep.model_dump_json(indent=2))
+        return
+    click.echo(printable(report_markdown(rep), multiline=True))
+    if rep.failure:  # the reason, once more, where scripts and eyes look for errors
+        f = rep.failure
+        where = f" at {f.location}" if f.location else ""
+        click.echo(printable(f"{rep.status}: {f.failure_class} ({f.error_type}{where}): {f.message}")
+                   + "\n" + printable(f"next step: {f.next_step}"), err=True)
 
 
 # --------------------------------------------------------------------------------------- follow
@@ -214,61 +278,43 @@ def follow(ctx, workflow_id, interval):
 
     async def go():
         client = await _client(config)
-        await _follow(client, workflow_id, min(interval, 60.0))
+        await _follow(client, workflow_id, max(min(interval, 60.0), 0.5))
         sys.exit(await _print_result(client, workflow_id, False))
 
     _run(go())
 
 
-async def _follow(client: Client, wid: str, interval: float) -> None:
-    handle = client.get_workflow_handle(wid)
-    last, printed_at = None, 0.0
-    while True:
-        try:
-            desc = await handle.describe()
-        except RPCError as e:
-            _fail(f"{wid}: {e.message}", EXIT_FAILED)
-        stage = await _safe_query(handle, "stage", str)
-        rep = await _safe_query(handle, "report", PipelineReport)
-        lines = [f"[{stage or desc.status.name.lower()}] {wid}"]
-        for t in (rep.plan if rep else []):
-            st = await _safe_query(client.get_workflow_handle(f"{wid}/{t.key}"), "status", TargetStatus)
-            lines.append("  " + _status_line(t.key, st))
-        text = "\n".join(lines)
-        now = asyncio.get_running_loop().time()
-        if text != last or now - printed_at >= 55:  # a line at least once a minute, even when idle
-            head, _, rest = text.partition("\n")
-            click.echo(f"{head}  ({time.strftime('%H:%M:%S')})" + (f"\n{rest}" if rest else ""))
-            last, printed_at = text, now
-        if desc.status != WorkflowExecutionStatus.RUNNING:
-            return
-        await asyncio.sleep(interval)
+async def _follow(client: Client, wid: str, interval: float, as_json: bool = False) -> None:
+    """Show progress until the pipeline ends: a live table on a TTY, short lines otherwise (on stderr
+    under --json, so stdout stays pure JSON)."""
+    from runtime import progress
 
-
-def _status_line(key: str, st: TargetStatus | None) -> str:
-    if st is None:
-        return f"{key}: not started"
-    p = st.progress
-    bits = [f"{key}: {st.stage.value}"]
-    if p:
-        bits.append(f"job {p.job_id} {p.state} attempt {p.attempt} preemptions {p.preemptions} "
-                    f"elapsed {int(p.elapsed_s)}s")
-        if p.last_marker:
-            bits.append(f"last marker: {p.last_marker!r}")
-        if not p.controller_reachable:
-            bits.append("(controller unreachable; still polling)")
-    if st.failure_class:
-        bits.append(f"failure class: {st.failure_class}")
-    if st.validation_ok is not None:
-        bits.append("validated" if st.validation_ok else "validation failed")
-    if st.waiting:
-        bits.append(f"WAITING: {waiting_line(st.waiting)}")
-    return " | ".join(bits)
-
-
-async def _safe_query(handle, name, result_type):
+    await oc.pipeline(client, wid)  # unknown or foreign ids are refused before anything is printed
+    handle = client.get_workflow_handle_for(BuildPipelineWorkflow.run, wid)
+    stream = sys.stderr if as_json else sys.stdout
+    view = (progress.LiveView() if stream.isatty() and not as_json
+            else progress.PlainView(lambda line: click.echo(line, err=as_json)))
     try:
-        return await handle.query(name, result_type=result_type)
+        while True:
+            desc = await oc.describe(client, wid)
+            rep = await _safe_query(handle, BuildPipelineWorkflow.report)
+            stage = desc.typed_search_attributes.get(sa.STAGE) or desc.status.name.lower()
+            statuses = {}
+            for t in (rep.plan if rep else []):
+                child = client.get_workflow_handle_for(TargetBuildWorkflow.run, target_workflow_id(wid, t.key))
+                statuses[t.key] = await _safe_query(child, TargetBuildWorkflow.status)
+            view.update(wid, stage, progress.rows(rep, statuses), progress.waits(rep, statuses))
+            if desc.status != WorkflowExecutionStatus.RUNNING:
+                return
+            await asyncio.sleep(interval)
+    finally:
+        view.close()
+
+
+async def _safe_query(handle, query):
+    """A typed query (method reference); None when not started yet or no worker answers."""
+    try:
+        return await handle.query(query)
     except Exception:  # noqa: BLE001 - not started yet / no worker: progress simply unknown
         return None
 
@@ -286,12 +332,15 @@ def status(ctx, query, limit):
     async def go():
         client = await _client(config)
         n = 0
-        async for wf in client.list_workflows(query, limit=limit):
-            attrs = wf.typed_search_attributes
-            stage = attrs.get(sa.STAGE) or "-"
-            fclass = attrs.get(sa.FAILURE_CLASS) or ""
-            click.echo(f"{wf.id}\t{wf.status.name.lower()}\tstage={stage}\t{fclass}")
-            n += 1
+        try:
+            async for wf in client.list_workflows(query, limit=limit):
+                attrs = wf.typed_search_attributes
+                stage = attrs.get(sa.STAGE) or "-"
+                fclass = attrs.get(sa.FAILURE_CLASS) or ""
+                click.echo(f"{wf.id}\t{wf.status.name.lower()}\tstage={stage}\t{fclass}")
+                n += 1
+        except RPCError as e:
+            raise oc.service_error(e, f"--query {query!r}") from None
         if n == 0:
             click.echo("no matching workflows")
 
@@ -308,23 +357,39 @@ def report(ctx, workflow_id, fmt):
 
     async def go():
         client = await _client(config)
-        rep = await _safe_query(client.get_workflow_handle(workflow_id), "report", PipelineReport)
-        if rep is None:
-            _fail(f"{workflow_id}: no report (unknown workflow, or no worker running)", EXIT_FAILED)
-        click.echo(rep.model_dump_json(indent=2) if fmt == "json" else report_markdown(rep))
+        rep = await oc.read_report(client, workflow_id)  # a finished build: from history, no worker needed
+        _print_report(rep, fmt == "json")
+        sys.exit(oc.exit_code(rep))
 
     _run(go())
 
 
 # --------------------------------------------------------------------------------------- operator decisions
-async def _send_update(config: ServiceConfig, wid: str, update: str, arg) -> None:
-    """Send an operator update; a validator's refusal is printed and exits 1."""
-    client = await _client(config)
+async def _send_update(handle, update, arg) -> None:
+    """Send an operator update (a method reference); a validator's refusal is printed and exits 1."""
     try:
-        msg = await client.get_workflow_handle(wid).execute_update(update, arg, result_type=str)
+        msg = await handle.execute_update(update, arg)
     except WorkflowUpdateFailedError as e:
         _fail(f"refused: {e.cause.message if e.cause else e}", EXIT_FAILED)
+    except RPCError as e:
+        raise oc.service_error(e, handle.id) from None
     click.echo(msg)
+
+
+def _name(value: str, flag: str) -> str:
+    try:
+        return operator_name(value, flag=flag)
+    except OperatorInputError as e:
+        _fail(str(e))
+    raise AssertionError
+
+
+def _note(value: str) -> str:
+    try:
+        return clean_text(value, flag="--note", required=False) or ""
+    except OperatorInputError as e:
+        _fail(str(e))
+    raise AssertionError
 
 
 @cli.command("approve-merge")
@@ -334,9 +399,14 @@ async def _send_update(config: ServiceConfig, wid: str, update: str, arg) -> Non
 @click.pass_context
 def approve_merge(ctx, workflow_id, by, note):
     """Authorize the merge of the pipeline's PR (refused while checks are pending or red)."""
+    auth = MergeAuthorization(by=_name(by, "--by"), note=_note(note))
     config = _config(ctx)
 
-    _run(_send_update(config, workflow_id, "approve_merge", MergeAuthorization(by=by, note=note)))
+    async def go():
+        handle = await oc.pipeline(await _client(config), workflow_id, running=True)
+        await _send_update(handle, BuildPipelineWorkflow.approve_merge, auth)
+
+    _run(go())
 
 
 @cli.command()
@@ -348,10 +418,14 @@ def approve_merge(ctx, workflow_id, by, note):
 @click.pass_context
 def decide(ctx, workflow_id, target, action, by, note):
     """Answer a target waiting on an unknown failure: retry it or abort it."""
+    decision = OperatorDecision(action=action, by=_name(by, "--by"), note=_note(note))
     config = _config(ctx)
 
-    _run(_send_update(config, f"{workflow_id}/{target}", "decide",
-                      OperatorDecision(action=action, by=by, note=note)))
+    async def go():
+        handle = await oc.target(await _client(config), workflow_id, target, running=True)
+        await _send_update(handle, TargetBuildWorkflow.decide, decision)
+
+    _run(go())
 
 
 @cli.command()
@@ -363,8 +437,11 @@ def recheck(ctx, workflow_id, target):
     config = _config(ctx)
 
     async def go():
-        client = await _client(config)
-        await client.get_workflow_handle(f"{workflow_id}/{target}").signal("recheck")
+        handle = await oc.target(await _client(config), workflow_id, target, running=True)
+        try:
+            await handle.signal(TargetBuildWorkflow.recheck)
+        except RPCError as e:
+            raise oc.service_error(e, handle.id) from None
         click.echo(f"re-check requested for {target}")
 
     _run(go())
@@ -378,9 +455,13 @@ def cancel(ctx, workflow_id):
     config = _config(ctx)
 
     async def go():
-        client = await _client(config)
-        await client.get_workflow_handle(workflow_id).cancel()
-        click.echo(f"cancellation requested for {workflow_id}")
+        handle = await oc.pipeline(await _client(config), workflow_id, running=True)
+        try:
+            await handle.cancel()
+        except RPCError as e:
+            raise oc.service_error(e, workflow_id) from None
+        click.echo(f"cancellation requested for {workflow_id}; `python starter.py report {workflow_id}` "
+                   "shows it cancelled once its jobs are terminated")
 
     _run(go())
 
@@ -397,35 +478,88 @@ def schedule():
 @click.option("--cron", help="Cron expression (UTC), e.g. '0 2 * * *'.")
 @click.option("--arch", "architectures", multiple=True, required=True)
 @click.option("--variant", "variants", multiple=True, default=("standard", "megatron"), show_default=True)
+@click.option("--cluster", "clusters", multiple=True, metavar="ARCH=CLUSTER", help="Cluster override per architecture.")
 @click.option("--requested-by", required=True)
 @click.option("--reason", required=True)
 @click.option("--link")
 @click.option("--note", default="")
 @click.pass_context
-def schedule_create(ctx, schedule_id, every_h, cron, architectures, variants, requested_by, reason, link, note):
-    """Create a schedule that runs the rebuild check (overlap policy: skip)."""
-    if bool(every_h) == bool(cron):
+def schedule_create(ctx, schedule_id, every_h, cron, architectures, variants, clusters, requested_by, reason, link,
+                    note):
+    """Create a schedule that runs the rebuild check (overlap policy: skip).
+
+    The request is validated like a build's before the schedule exists: same input rules, and it is
+    planned once on a worker (nothing submitted), so an unknown architecture is refused now rather
+    than by every trigger."""
+    if (every_h is None) == (cron is None):
         _fail("pass exactly one of --every or --cron")
+    if every_h is not None and not 0 < every_h <= 24 * 366:
+        _fail(f"--every {every_h:g}: expected hours between 0 and {24 * 366}")
+    try:
+        schedule_id = clean_text(schedule_id, flag="SCHEDULE_ID", max_len=MAX_NAME)
+        cron = clean_text(cron, flag="--cron", max_len=MAX_NAME, required=False)
+        note = clean_text(note, flag="--note", required=False) or ""
+        request = build_request(architectures=architectures, variants=variants, requested_by=requested_by,
+                                reason=reason, link=link, clusters=clusters)
+    except OperatorInputError as e:
+        _fail(str(e))
     config = _config(ctx)
-    request = BuildRequest(architectures=list(architectures), variants=list(variants),
-                           compatibility_request=CompatibilityRequest(requested_by=requested_by, reason=reason,
-                                                                      link=link))
 
     async def go():
-        from domain.models import RebuildCheckInput
-        from workflows.rebuild import RebuildCheckWorkflow
-
         client = await _client(config)
+        try:
+            if await client.get_schedule_handle(schedule_id).describe():
+                _fail(f"schedule {schedule_id} already exists; delete it first or pick another id")
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                raise oc.service_error(e, f"schedule {schedule_id}") from None
+        await _validate_by_plan(client, config, request, f"schedule-{schedule_id}")
         spec = (ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=every_h))]) if every_h
                 else ScheduleSpec(cron_expressions=[cron], time_zone_name="UTC"))
-        await client.create_schedule(schedule_id, Schedule(
-            action=ScheduleActionStartWorkflow(RebuildCheckWorkflow.run, RebuildCheckInput(request=request),
-                                               id=f"rebuild-check-{schedule_id}", task_queue=config.temporal.task_queue),
-            spec=spec, policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-            state=ScheduleState(note=note or f"rebuild check for {', '.join(architectures)}")))
+        try:
+            await client.create_schedule(schedule_id, Schedule(
+                action=ScheduleActionStartWorkflow(RebuildCheckWorkflow.run, RebuildCheckInput(request=request),
+                                                   id=f"rebuild-check-{schedule_id}",
+                                                   task_queue=config.temporal.task_queue),
+                spec=spec, policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+                state=ScheduleState(note=note or f"rebuild check for {', '.join(request.architectures)}")))
+        except RPCError as e:
+            raise oc.service_error(e, f"schedule {schedule_id}") from None
+        except ValueError as e:  # the SDK's own checks (e.g. a malformed spec)
+            _fail(f"schedule {schedule_id}: {e}")
         click.echo(f"schedule {schedule_id} created")
 
     _run(go())
+
+
+async def _validate_by_plan(client: Client, config: ServiceConfig, request, label: str) -> None:
+    """Plan ``request`` on a worker exactly as ``build --plan`` does (nothing submitted or pushed);
+    a refused plan is a refused command (exit 2 for input, 1 otherwise)."""
+    if not await oc.has_workers(client, config.temporal.task_queue):
+        _fail(f"cannot validate the request: no worker polls task queue {config.temporal.task_queue} "
+              "(start worker.py, then try again)", EXIT_UNREACHABLE)
+    src, harbor = _heads(config, request)
+    wid = f"{pipeline_id(src, harbor)}-plan-{label}"
+    try:
+        handle = await client.start_workflow(
+            BuildPipelineWorkflow.run,
+            PipelineInput(request=request, request_id=wid, plan_only=True, source_commit=src, harbor_commit=harbor),
+            id=wid, task_queue=config.temporal.task_queue, id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+            static_summary=f"validate the request of {label} (plan only)")
+        try:
+            await asyncio.wait_for(handle.result(), 600)
+        except WorkflowFailureError:
+            pass
+        except TimeoutError:
+            _fail(f"cannot validate the request: its plan {wid} did not finish within 600 s", EXIT_UNREACHABLE)
+    except RPCError as e:
+        raise oc.service_error(e, wid) from None
+    rep = await oc.read_report(client, wid)
+    if rep.status != "planned":
+        f = rep.failure
+        _fail(f"request refused by its plan ({wid}): {f.message if f else rep.message}"
+              + (f"; next step: fix {f.location}" if f and f.location else ""), oc.exit_code(rep) or EXIT_FAILED)
 
 
 @schedule.command("list")
@@ -470,7 +604,8 @@ def _schedule_cmd(name: str, doc: str):
                 elif name == "trigger":
                     await h.trigger(overlap=ScheduleOverlapPolicy.SKIP)
             except RPCError as e:
-                _fail(f"schedule {schedule_id}: {e.message}", EXIT_FAILED)
+                code = EXIT_FAILED if e.status == RPCStatusCode.NOT_FOUND else oc.service_error(e, "").code
+                _fail(f"schedule {schedule_id}: {(e.message or str(e)).splitlines()[0][:300]}", code)
             if name != "describe":
                 click.echo(f"schedule {schedule_id}: {name} done")
 
@@ -577,6 +712,13 @@ def main() -> None:
     except click.ClickException as e:
         e.show()
         code = e.exit_code
+    except CommandError as e:  # a command that cannot do what was asked: one line, no traceback
+        click.echo(f"error: {e.message}", err=True)
+        code = e.code
+    except RPCError as e:  # any service error not mapped closer to its command
+        err = oc.service_error(e, "Temporal")
+        click.echo(f"error: {err.message}", err=True)
+        code = err.code
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from domain.buildset import TargetSpec
 from domain.models import FileRef, PipelineReport, TargetResult
+from domain.outcome import waiting_line
 
 
 def _fmt_bytes(n: int | None) -> str:
@@ -82,8 +83,15 @@ def provenance_rows(t: TargetSpec) -> list[str]:
 
 def report_markdown(rep: PipelineReport) -> str:
     out = [f"# GPU-RL build `{rep.workflow_id}` — {rep.status}", ""]
-    if rep.message:
+    if rep.failure:
+        f = rep.failure
+        out += [f"**{'Cancelled' if f.failure_class == 'cancelled' else 'Failed'}** ({f.failure_class}, "
+                f"{f.error_type}" + (f", `{f.location}`" if f.location else "") + f"): {f.message}", "",
+                f"**Next step:** {f.next_step}", ""]
+    elif rep.message:
         out += [rep.message, ""]
+    for w in rep.waiting:
+        out += [f"**Waiting** — {waiting_line(w)}", ""]
     if rep.workflow_url:
         out += [f"Temporal: {rep.workflow_url}", ""]
     req = rep.request

@@ -111,6 +111,7 @@ async def test_operator_drives_one_build_end_to_end_through_the_cli(service_stac
 async def _schedule_lifecycle(s, cfg) -> None:
     sid = f"cli-test-{uuid.uuid4().hex[:8]}"
     created = await starter(cfg, "schedule", "create", sid, "--every", "24", "--arch", "amd64",
+                            "--cluster", "amd64=sandbox-amd64",
                             "--variant", "standard", "--requested-by", "tester", "--reason", "nightly check")
     assert created.code == 0 and f"schedule {sid} created" in created.out, created.text
     try:

@@ -28,11 +28,6 @@ async def _workflows_on(client, queue: str) -> list[str]:
     return [wf.id async for wf in client.list_workflows(f"TaskQueue = '{queue}'")]
 
 
-def _report_json(stdout: str) -> PipelineReport:
-    """The command prints ``workflow: ...`` (and ``ui: ...``) lines, then the report."""
-    return PipelineReport.model_validate(json.loads(stdout[stdout.index("{"):]))
-
-
 async def test_build_without_request_flags_is_refused_and_starts_nothing(service_stack):
     s = service_stack
     refused = await starter(s.config_path, "build", "--arch", "amd64", "--variant", "standard")
@@ -56,8 +51,8 @@ async def test_plan_uses_the_new_build_commit_and_submits_nothing(service_stack)
     finally:
         await _terminate_running(s.client, s.task_queue)
     assert plan.code == 0, plan.text
-    assert plan.out.startswith("workflow: gpu-rl-build-")
-    rep = _report_json(plan.out)
+    assert plan.err.startswith("workflow: gpu-rl-build-")  # notes go to stderr: stdout is pure JSON
+    rep = PipelineReport.model_validate(json.loads(plan.out))
     assert rep.status == "planned" and rep.workflow_id.endswith("-plan")
     src = rep.source
     assert src.base_commit == base

@@ -1,4 +1,5 @@
-"""``schedule list`` shows a created schedule and its paused state (no worker or build needed)."""
+"""``schedule list`` shows a created schedule and its paused state (creation plans the request once on the
+stack's worker, nothing submitted)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,17 @@ import uuid
 import pytest
 
 from tests.cli.starter_cli import starter
-from tests.cli.test_cli_attach import _idle_queue_config
 from tests.e2e.helpers import wait_until
 
 pytestmark = pytest.mark.stack
 
 
 
-async def test_schedule_list_shows_created_and_paused_schedules(service_stack, tmp_path):
-    cfg = _idle_queue_config(service_stack, tmp_path)
+async def test_schedule_list_shows_created_and_paused_schedules(service_stack):
+    cfg = service_stack.config_path
     sid = f"cli-list-{uuid.uuid4().hex[:8]}"
     created = await starter(cfg, "schedule", "create", sid, "--cron", "0 2 * * *", "--arch", "amd64",
+                            "--cluster", "amd64=sandbox-amd64",
                             "--requested-by", "tester", "--reason", "list test")
     assert created.code == 0, created.text
     try:

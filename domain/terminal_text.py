@@ -1,0 +1,28 @@
+"""Text that reaches an operator's terminal: no escape sequences or control characters.
+
+Why: reports and progress print operator-supplied strings (reasons, names) and log-derived ones
+(markers, failure reasons); an ``ESC[2J`` or an OSC title sequence in a build log must not repaint or
+retitle the operator's terminal. Newlines and tabs survive only where a caller allows them.
+"""
+
+from __future__ import annotations
+
+import re
+
+# CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), other two-byte ESC sequences, and C1 CSI/OSC.
+_ESCAPES = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|(?:\x1b\]|\x9d).*?(?:\x07|\x1b\\|\x9c)|\x1b[@-_]?")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str | None, *, multiline: bool = False) -> str:
+    """``text`` without escape sequences and control characters (``\\n``/``\\t`` kept if ``multiline``)."""
+    if not text:
+        return ""
+    out = _CONTROLS.sub("", _ESCAPES.sub("", text))
+    return out if multiline else out.replace("\n", " ").replace("\t", " ")
+
+
+def shorten(text: str | None, width: int) -> str:
+    """One printable line of at most ``width`` characters (an ellipsis marks a cut)."""
+    line = printable(text)
+    return line if len(line) <= width else line[: max(width - 1, 0)] + "…"

@@ -1,0 +1,170 @@
+"""The starter's typed view of Temporal: handles by workflow type, reports from history, and service
+errors turned into one-line messages with the CLI's exit codes.
+
+Why a module: every ``starter.py`` command needs the same three things (is this id one of our
+pipelines or targets, is it still running, what did it end as) and must never print a traceback.
+Handles are typed (``get_workflow_handle_for``) and queries/updates/signals are method references,
+so a renamed handler breaks here at import, not at an operator's terminal.
+"""
+
+from __future__ import annotations
+
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from domain import outcome
+from domain.models import FailureInfo, PipelineInput, PipelineReport, target_workflow_id
+from workflows.pipeline import BuildPipelineWorkflow
+from workflows.target import TargetBuildWorkflow
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+
+class CommandError(Exception):
+    """A command cannot do what was asked: one line for the operator and the exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def service_error(e: RPCError, what: str) -> CommandError:
+    """Map a Temporal service error to a message naming ``what`` and an exit code."""
+    msg = (e.message or str(e)).splitlines()[0][:300]
+    match e.status:
+        case RPCStatusCode.NOT_FOUND:
+            return CommandError(f"{what}: not found ({msg})", EXIT_USAGE)
+        case RPCStatusCode.ALREADY_EXISTS:
+            return CommandError(f"{what}: already exists ({msg})", EXIT_USAGE)
+        case RPCStatusCode.INVALID_ARGUMENT | RPCStatusCode.OUT_OF_RANGE:
+            return CommandError(f"{what}: refused by Temporal as invalid: {msg}", EXIT_USAGE)
+        case RPCStatusCode.FAILED_PRECONDITION:
+            return CommandError(f"{what}: {msg}", EXIT_FAILED)
+        case RPCStatusCode.UNAVAILABLE | RPCStatusCode.DEADLINE_EXCEEDED:
+            return CommandError(f"{what}: Temporal is unreachable ({msg})", EXIT_UNREACHABLE)
+        case RPCStatusCode.PERMISSION_DENIED | RPCStatusCode.UNAUTHENTICATED:
+            return CommandError(f"{what}: not allowed ({msg}); check the Temporal credentials", EXIT_USAGE)
+    return CommandError(f"{what}: {msg}", EXIT_FAILED)
+
+
+async def describe(client: Client, wid: str) -> WorkflowExecutionDescription:
+    try:
+        return await client.get_workflow_handle(wid).describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise CommandError(f"{wid}: no such workflow in namespace {client.namespace}", EXIT_USAGE) from None
+        raise service_error(e, wid) from None
+
+
+async def _typed(client: Client, wid: str, workflow_type: str, kind: str, *, running: bool) -> None:
+    desc = await describe(client, wid)
+    if desc.workflow_type != workflow_type:
+        raise CommandError(f"{wid} is a {desc.workflow_type} workflow, not a {kind}", EXIT_USAGE)
+    if running and desc.status != WorkflowExecutionStatus.RUNNING:
+        raise CommandError(f"{wid} has already finished ({desc.status.name.lower()}); nothing to do", EXIT_FAILED)
+
+
+async def pipeline(client: Client, wid: str, *, running: bool = False) -> WorkflowHandle:
+    """A typed handle on one of our build pipelines (refused: unknown id, another workflow type)."""
+    await _typed(client, wid, "BuildPipelineWorkflow", "GPU-RL build pipeline", running=running)
+    return client.get_workflow_handle_for(BuildPipelineWorkflow.run, wid)
+
+
+async def target(client: Client, wid: str, key: str, *, running: bool = False) -> WorkflowHandle:
+    """A typed handle on one target of a pipeline, addressed as (pipeline id, target key)."""
+    await pipeline(client, wid)
+    child = target_workflow_id(wid, key)
+    try:
+        await _typed(client, child, "TargetBuildWorkflow", "build target", running=running)
+    except CommandError as e:
+        if "no such workflow" in e.message:
+            raise CommandError(f"{wid} has no target {key!r} (or it has not started yet)", EXIT_USAGE) from None
+        raise
+    return client.get_workflow_handle_for(TargetBuildWorkflow.run, child)
+
+
+async def started_input(client: Client, wid: str) -> PipelineInput:
+    """The pipeline's input, read from the first history event (no worker needed)."""
+    handle = client.get_workflow_handle(wid)
+    try:
+        async for event in handle.fetch_history_events(page_size=1):
+            payloads = event.workflow_execution_started_event_attributes.input.payloads
+            return (await client.data_converter.decode(payloads, [PipelineInput]))[0]
+    except RPCError as e:
+        raise service_error(e, wid) from None
+    raise CommandError(f"{wid}: empty history", EXIT_FAILED)
+
+
+async def read_report(client: Client, wid: str) -> PipelineReport:
+    """The report of a pipeline, running or finished; a finished one is read from its history, so no
+    worker has to be running."""
+    desc = await describe(client, wid)
+    if desc.workflow_type != "BuildPipelineWorkflow":
+        raise CommandError(f"{wid} is a {desc.workflow_type} workflow, not a GPU-RL build pipeline", EXIT_USAGE)
+    handle = client.get_workflow_handle_for(BuildPipelineWorkflow.run, wid)
+    status = desc.status
+    if status == WorkflowExecutionStatus.RUNNING:
+        try:
+            return await handle.query(BuildPipelineWorkflow.report)
+        except RPCError as e:
+            if e.status in (RPCStatusCode.UNAVAILABLE,):
+                raise service_error(e, wid) from None
+            inp = await started_input(client, wid)
+            return PipelineReport(workflow_id=wid, status="running", request=inp.request,
+                                  message=f"no worker answered ({e.message.splitlines()[0][:120]}); "
+                                          "showing the request only")
+    if status == WorkflowExecutionStatus.COMPLETED:
+        return await handle.result()
+    if status == WorkflowExecutionStatus.FAILED:
+        error_type, message = "Failed", "the workflow failed"
+        try:
+            await handle.result()
+        except WorkflowFailureError as e:
+            cause = e.cause
+            if isinstance(cause, ApplicationError) and cause.details:
+                detail = cause.details[0]
+                return detail if isinstance(detail, PipelineReport) else PipelineReport.model_validate(detail)
+            error_type, message = type(cause).__name__, str(cause or e)
+        inp = await started_input(client, wid)
+        info = outcome.step_failure(error_type, message, step="run", request=inp.request)
+        return PipelineReport(workflow_id=wid, status="failed", request=inp.request, failure=info,
+                              message=info.message)
+    inp = await started_input(client, wid)
+    if status == WorkflowExecutionStatus.CANCELED:
+        info = outcome.cancelled(inp.request)
+    else:  # terminated, timed out
+        info = FailureInfo(failure_class=status.name.lower(), error_type=status.name.title(),
+                           message=f"the workflow was {status.name.lower().replace('_', ' ')} outside the service",
+                           next_step=f"to build again run `{outcome.build_command(inp.request)}`")
+    memo = await desc.memo_value("summary", default="")
+    return PipelineReport(workflow_id=wid, status="cancelled" if info.failure_class == "cancelled" else "failed",
+                          request=inp.request, failure=info, message=f"{info.message}; last state: {memo}")
+
+
+def exit_code(rep: PipelineReport) -> int:
+    """0 for a build that did what was asked (or is on its way), 2 for bad input, 1 otherwise."""
+    if rep.status in ("failed", "cancelled"):
+        return EXIT_USAGE if rep.failure and rep.failure.failure_class == "input" else EXIT_FAILED
+    return EXIT_OK
+
+
+async def has_workers(client: Client, task_queue: str) -> bool:
+    """Whether any worker polled the workflow task queue recently (the server's own poller list)."""
+    try:
+        resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+            namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
+    except RPCError as e:
+        raise service_error(e, f"task queue {task_queue}") from None
+    return bool(resp.pollers)

@@ -1,0 +1,140 @@
+"""Live build progress for ``starter.py follow`` / ``build --follow``, like ``gh run watch``.
+
+A compact table (target, stage, job, elapsed, last marker, waiting for) redrawn in place with
+``rich`` on a TTY; short plain lines otherwise (logs, pipes, tests), printed on change and at least
+once a minute. Every wait is followed by the exact command that unblocks it. Why ``rich``: it owns
+cursor movement and terminal width, so this module only says what to show.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from domain.models import PipelineReport, TargetStatus, WaitingReason
+from domain.terminal_text import printable, shorten
+
+HEARTBEAT_S = 55.0  # plain mode prints at least this often, even when nothing changes
+
+
+@dataclass(frozen=True)
+class Row:
+    target: str
+    stage: str
+    job: str
+    elapsed: str
+    marker: str
+    waiting: str
+
+
+def _elapsed(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def rows(rep: PipelineReport | None, statuses: dict[str, TargetStatus | None]) -> list[Row]:
+    out = []
+    for key in [t.key for t in rep.plan] if rep else list(statuses):
+        st = statuses.get(key)
+        if st is None:
+            out.append(Row(key, "not started", "-", "-", "-", ""))
+            continue
+        p = st.progress
+        job = (st.job_ids[-1].rsplit("/", 1)[-1] if st.job_ids else "-") + (f" ({p.state})" if p else "")
+        if p and p.preemptions:
+            job += f" preempted×{p.preemptions}"
+        if p and not p.controller_reachable:
+            job += " controller unreachable"
+        stage = st.stage.value + (f" [{st.failure_class}]" if st.failure_class else "")
+        out.append(Row(key, stage, shorten(job, 48), _elapsed(p.elapsed_s if p else None),
+                       shorten(p.last_marker if p else None, 40) or "-",
+                       shorten(st.waiting.detail, 60) if st.waiting else ""))
+    return out
+
+
+def waits(rep: PipelineReport | None, statuses: dict[str, TargetStatus | None]) -> list[WaitingReason]:
+    found = [st.waiting for st in statuses.values() if st and st.waiting]
+    known = {(w.kind, w.target) for w in found}
+    found += [w for w in (rep.waiting if rep else []) if (w.kind, w.target) not in known]
+    return found
+
+
+def wait_lines(reasons: list[WaitingReason]) -> list[str]:
+    out = []
+    for w in reasons:
+        who = f"{w.target}: " if w.target else ""
+        out.append(f"WAITING {who}{shorten(w.detail, 160)}")
+        if w.command:
+            out.append(f"  run: {printable(w.command)}")
+    return out
+
+
+class PlainView:
+    """Short lines, on change and at least every HEARTBEAT_S seconds."""
+
+    def __init__(self, echo: Callable[[str], None], clock: Callable[[], float] = time.monotonic):
+        self.echo, self.clock = echo, clock
+        self._last: dict[str, str] = {}
+        self._head = ""
+        self._printed_at = float("-inf")
+        self._waits: list[str] = []
+
+    def update(self, wid: str, stage: str, table: list[Row], reasons: list[WaitingReason]) -> None:
+        now = self.clock()
+        beat = now - self._printed_at >= HEARTBEAT_S
+        head = f"[{stage}] {wid}"
+        lines = []
+        if head != self._head or beat:
+            lines.append(f"{head}  ({time.strftime('%H:%M:%S')})")
+        for r in table:
+            text = (f"  {r.target}: {r.stage} | job {r.job} | {r.elapsed} | marker {r.marker}"
+                    + (f" | waiting: {r.waiting}" if r.waiting else ""))
+            if self._last.get(r.target) != text or beat:
+                lines.append(text)
+                self._last[r.target] = text
+        wl = wait_lines(reasons)
+        if wl != self._waits or (beat and wl):
+            lines += wl
+            self._waits = wl
+        if lines:
+            self._head = head
+            self._printed_at = now
+            for line in lines:
+                self.echo(line)
+
+    def close(self) -> None:
+        pass
+
+
+class LiveView:
+    """A table redrawn in place on a TTY (rich), with the unblocking commands under it."""
+
+    def __init__(self, console=None):
+        from rich.console import Console
+        from rich.live import Live
+
+        self.console = console or Console()
+        self.live = Live(console=self.console, refresh_per_second=2, transient=False, auto_refresh=True)
+        self.live.start()
+
+    def render(self, wid: str, stage: str, table: list[Row], reasons: list[WaitingReason]):
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        t = Table(title=Text(f"{wid} — {stage}  ({time.strftime('%H:%M:%S')})"), title_justify="left",
+                  expand=False)
+        for col in ("target", "stage", "job", "elapsed", "last marker", "waiting for"):
+            t.add_column(col, overflow="fold")
+        for r in table:
+            t.add_row(Text(r.target), Text(r.stage), Text(r.job), Text(r.elapsed), Text(r.marker), Text(r.waiting))
+        return Group(t, *(Text(line) for line in wait_lines(reasons)))
+
+    def update(self, wid: str, stage: str, table: list[Row], reasons: list[WaitingReason]) -> None:
+        self.live.update(self.render(wid, stage, table, reasons), refresh=True)
+
+    def close(self) -> None:
+        self.live.stop()
