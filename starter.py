@@ -259,6 +259,10 @@ def _print_report(rep: PipelineReport, as_json: bool) -> None:
     if as_json:
         click.echo(rep.model_dump_json(indent=2))
         return
+    if oc.exit_code(rep) == EXIT_USAGE and rep.failure:  # refused input: one line, like any other bad input
+        f = rep.failure
+        click.echo(printable(f"error: {f.message} — next step: {f.next_step}"), err=True)
+        return
     click.echo(printable(report_markdown(rep), multiline=True))
     if rep.failure:  # the reason, once more, where scripts and eyes look for errors
         f = rep.failure
@@ -376,7 +380,7 @@ async def _send_update(handle, update, arg) -> None:
     click.echo(msg)
 
 
-def _name(value: str, flag: str) -> str:
+def _checked_name(value: str, flag: str) -> str:
     try:
         return operator_name(value, flag=flag)
     except OperatorInputError as e:
@@ -399,7 +403,7 @@ def _note(value: str) -> str:
 @click.pass_context
 def approve_merge(ctx, workflow_id, by, note):
     """Authorize the merge of the pipeline's PR (refused while checks are pending or red)."""
-    auth = MergeAuthorization(by=_name(by, "--by"), note=_note(note))
+    auth = MergeAuthorization(by=_checked_name(by, "--by"), note=_note(note))
     config = _config(ctx)
 
     async def go():
@@ -418,7 +422,7 @@ def approve_merge(ctx, workflow_id, by, note):
 @click.pass_context
 def decide(ctx, workflow_id, target, action, by, note):
     """Answer a target waiting on an unknown failure: retry it or abort it."""
-    decision = OperatorDecision(action=action, by=_name(by, "--by"), note=_note(note))
+    decision = OperatorDecision(action=action, by=_checked_name(by, "--by"), note=_note(note))
     config = _config(ctx)
 
     async def go():

@@ -37,7 +37,7 @@ def _elapsed(seconds: float | None) -> str:
 
 def rows(rep: PipelineReport | None, statuses: dict[str, TargetStatus | None]) -> list[Row]:
     out = []
-    for key in [t.key for t in rep.plan] if rep else list(statuses):
+    for key in [t.key for t in rep.plan] if rep and rep.plan else list(statuses):
         st = statuses.get(key)
         if st is None:
             out.append(Row(key, "not started", "-", "-", "-", ""))
