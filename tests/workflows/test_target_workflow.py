@@ -190,14 +190,13 @@ async def test_private_package_waits_then_recheck_signal_revalidates_without_reb
         assert "not anonymously pullable" in st.waiting.detail
         assert st.waiting.command == f"python starter.py recheck {wid} {KEY}"
         assert await _search_attribute(handle, sa.FAILURE_CLASS) == "visibility"  # the wait is published
-        before = await time_skipping_env.get_current_time()
         await handle.signal(TargetBuildWorkflow.recheck)
         res: TargetResult = await result(handle)
-        after = await time_skipping_env.get_current_time()
 
     assert res.status == "validated" and res.validation and res.validation.ok
     assert len(s.names("submit_job")) == 1 and len(s.names("validate_image")) == 2
-    assert (after - before).total_seconds() < PolicySettings().visibility_recheck_interval_s
+    # The recheck answered the wait, not the slow timer. (Not measured as elapsed test-server time: after
+    # the workflow completes, the time-skipping server may jump its clock far ahead; observed 10 years.)
     assert not await _timer_fired(handle)
     assert await _search_attribute(handle, sa.FAILURE_CLASS) is None  # cleared once validated
     assert await _search_attribute(handle, sa.STAGE) == "done"
