@@ -232,13 +232,15 @@ def _target(contract, request, arch, variant, cluster, priority, wheel_source, r
         "priority": "flag:--priority" if request.priority else t.provenance["priority"],
         **{f"resources.{k}": t.provenance[k] for k in ("cpu", "memory", "disk", "gpu")},
         "max_retries": t.provenance["max_retries"], "timeout": t.provenance["timeout_s"],
-        "task_image": t.provenance["task_image"], "command": t.provenance["command"],
+        "task_image": t.provenance["task_image"], "no_sync": t.provenance["no_sync"],
+        "enable_extra_resources": t.provenance["enable_extra_resources"], "command": t.provenance["command"],
         "job_name": t.provenance["job_name"],
-        "dockerfile": _at(sp, a.lines.get("dockerfile", a.line) if hasattr(a, "lines") else a.line),
-        "wheel_source": _at(sp, getattr(a, "lines", {}).get("default_wheel_source", a.line)),
+        "dockerfile": _at(sp, a.lines.get("dockerfile", a.line)) + (
+            f" ({a.dockerfile_origin}; passed as {a.dockerfile_env})" if a.dockerfile_env else ""),
+        "wheel_source": _at(sp, a.lines.get("default_wheel_source", a.line)),
         "image_repository": "config:registry.image_repository" if override else
-        _at(sp, getattr(s, "lines", {}).get("image_repository_default")),
-        "tag": _at(sp, getattr(s, "lines", {}).get("tag_pattern")),
+        _at(sp, s.lines.get("image_repository_default")),
+        "tag": _at(sp, s.lines.get("tag_pattern")),
         **{k: v for k, v in contract.provenance.items() if k.startswith("layer_ceiling.")},
     }
     script_var = t.script_env_var
@@ -252,7 +254,7 @@ def _target(contract, request, arch, variant, cluster, priority, wheel_source, r
         inputs[s.floating_var] = ("1", "flag:--push-floating")
     if override:
         inputs[s.image_repository_var] = (override, "config:registry.image_repository")
-    dockerfile_env = getattr(a, "dockerfile_env", None)
+    dockerfile_env = a.dockerfile_env
     if dockerfile_env:  # the script's default would pick another Dockerfile on this host: pass it
         inputs[dockerfile_env] = (a.dockerfile, prov["dockerfile"])
     art = contract.ops.wheel_artifact

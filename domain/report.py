@@ -55,11 +55,12 @@ def _plan_value(t: TargetSpec, field: str) -> str:
         "cluster": j.cluster, "priority": j.priority, "resources.cpu": f"{r.cpu:g}",
         "resources.memory": _fmt_bytes(r.memory_bytes), "resources.disk": _fmt_bytes(r.disk_bytes),
         "resources.gpu": r.gpu or "none", "max_retries": str(j.max_retries_failure), "timeout": f"{j.timeout_s} s",
-        "task_image": j.task_image or "-", "command": " ".join(j.command)[:60], "job_name": j.job_name,
+        "task_image": j.task_image or "-", "no_sync": str(j.no_sync),
+        "enable_extra_resources": str(j.enable_extra_resources), "command": " ".join(j.command)[:60], "job_name": j.job_name,
         "dockerfile": t.dockerfile, "image_repository": t.image_repository, "tag": t.tag,
         "wheel_source": t.wheel_source, "markers": f"{len(t.expected_markers)} markers",
-        "layer_ceiling.max_layer_bytes": _fmt_bytes(c.max_layer_bytes) if c else "-",
-        "layer_ceiling.warn_layer_bytes": _fmt_bytes(c.warn_layer_bytes) if c else "-",
+        "layer_ceiling.max_layer_bytes": f"{c.max_layer_bytes / 1e9:g} GB" if c else "-",
+        "layer_ceiling.warn_layer_bytes": f"{c.warn_layer_bytes / 1e9:g} GB" if c else "-",
         "layer_ceiling.min_layers": str(c.min_layers) if c else "-",
     }
     if field in simple:
@@ -77,7 +78,8 @@ def provenance_rows(t: TargetSpec) -> list[str]:
     """Where each planned value of one target came from (`file:line` at the build commit or `config:<key>`)."""
     rows = [f"`{t.key}` — where each value comes from:", "", "| field | value | from |", "|---|---|---|"]
     for field, source in t.provenance.items():
-        rows.append(f"| {field} | `{_plan_value(t, field)}` | {source} |")
+        value = _plan_value(t, field).replace("|", "\\|")
+        rows.append(f"| {field} | `{value}` | {source} |")
     return rows
 
 
