@@ -56,6 +56,8 @@ from domain.contract.shell import (
 SCRIPT_PATH = "docker/build_gpu_rl_kaniko.sh"
 PARSER = "domain/contract/script.py"
 _UNAME = {"amd64": "x86_64", "arm64": "aarch64"}
+_ARCH_OF = {"x86_64": "amd64", "X86_64": "amd64", "aarch64": "arm64", "AARCH64": "arm64", "arm64": "arm64",
+            "ARM64": "arm64"}
 
 
 def render(pattern: str, values: Mapping[str, str]) -> str:
@@ -190,6 +192,14 @@ class _Reader:
         self.funcs = functions(self.root)
         self.assigns = [a for s in self.stmts for a in _assignments(s)]
         self.assigned = {a.name for a in self.assigns}
+
+    def code_text(self) -> str:
+        """The script without its comments (prose about other hosts is not evidence)."""
+        data = bytearray(self.text.encode())
+        for n in descendants(self.root):
+            if n.type == "comment":
+                data[n.start_byte:n.end_byte] = b" " * (n.end_byte - n.start_byte)
+        return data.decode(errors="replace")
 
     def need(self, line_no: int, field: str, detail: str) -> ParserNeedsAttention:
         return ParserNeedsAttention(self.path, line_no, field, detail, PARSER)
@@ -565,11 +575,16 @@ def _interpret_arches(r: _Reader, table, arch_var, tag: str, ws_knob: Knob, dock
 
     if table is None:
         # No table: one implicit architecture, if the script names exactly one platform.
-        platforms = sorted({m for m in re.findall(r"\blinux/(amd64|arm64|[a-z0-9_]+64)\b", r.text)})
-        if len(platforms) != 1 or dockerfile_knob is None or ws_vars:
-            raise r.need(0, "build architecture", "no `case` table on `uname -m` and not exactly one `linux/<arch>` "
-                         "platform with literal Dockerfile and wheel-source defaults")
-        arch = platforms[0]
+        # Evidence, in the script's own words: a kaniko/crane platform, a wheel MANIFEST platform or a
+        # crane release asset; all must name the same architecture.
+        code = r.code_text()
+        named = set(re.findall(r"\blinux/(amd64|arm64)\b", code))
+        named |= {_ARCH_OF[m] for m in re.findall(r"(?i)\blinux_(x86_64|aarch64|arm64)\b", code)}
+        if len(named) != 1 or dockerfile_knob is None or ws_vars:
+            raise r.need(0, "build architecture", "no `case` table on `uname -m`, and the script does not name "
+                         "exactly one platform (linux/<arch>, linux_<machine>, Linux_<machine>) with literal "
+                         "Dockerfile and wheel-source defaults")
+        arch = named.pop()
         if template_vars(dockerfile_knob.default):
             raise r.need(dockerfile_knob.line, "Dockerfile", f"default {dockerfile_knob.default} is not a path")
         arches[arch] = ArchSpec(
@@ -654,7 +669,11 @@ def _interpret_arches(r: _Reader, table, arch_var, tag: str, ws_knob: Knob, dock
 def _pins(r: _Reader, lines: dict[str, int]):
     found = r.pin_loop()
     if found is None:
-        raise r.need(0, "pinned ARGs", "no loop that reads `ARG NAME=` pins out of the Dockerfile")
+        pin_lists = [a for a in r.assigns if "PIN" in a.name.upper()]
+        if pin_lists:  # a pin list nobody reads: the loop has a shape this reader does not know
+            raise r.need(pin_lists[0].stmt.line, "pinned ARGs",
+                         f"${pin_lists[0].name} is assigned but no loop reads `ARG NAME=` lines for it")
+        return [], [], None, "pin", None  # the script checks no pins against the Dockerfile
     loop, loop_var = found
     items = [c for i, c in enumerate(loop.children) if loop.field_name_for_child(i) == "value"]
     pinned: list[str] = []

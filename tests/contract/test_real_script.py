@@ -238,3 +238,24 @@ def test_unneeded_construct_does_not_block(tmp_path):
     extra = 'declare -A MIRRORS=([ghcr.io]=mirror.example)\nselect opt in a b; do break; done\n'
     s = real_contract(tmp_path, "era-c", {SCRIPT: lambda t: t.replace("set +x\n", "set +x\n" + extra, 1)}).script
     assert s.always_required == ["GITSHA", "REGISTRY_USER", "REGISTRY_TOKEN"]
+
+
+def earlier_era_b(text: str) -> str:
+    """Era B before the `uname -m` table: one amd64 host, literal platform values, no tag suffix."""
+    start = text.index("# ARCH_TAG_SUFFIX keeps")
+    end = text.index("# Registry home is")
+    text = text[:start] + text[end:]
+    return (text.replace("${ARCH_TAG_SUFFIX}", "").replace("$DEFAULT_WHEEL_SOURCE", "prebuilt-wheelhouse")
+            .replace("${WHEEL_PLATFORM_TAG}", "linux_x86_64").replace("${CRANE_ASSET_ARCH}", "x86_64")
+            .replace('crane export --platform "$KANIKO_PLATFORM" ', "crane export "))
+
+
+def test_earlier_era_b_without_arch_table_builds_amd64_only(tmp_path):
+    c = real_contract(tmp_path, "era-b", {SCRIPT: earlier_era_b})
+    s = c.script
+    assert list(s.arches) == ["amd64"]
+    amd = s.arches["amd64"]
+    assert (amd.uname, amd.kaniko_platform, amd.tag_suffix, amd.dockerfile, amd.default_wheel_source) == (
+        "x86_64", "linux/amd64", "", DF_AMD, "prebuilt-wheelhouse")
+    assert s.tag_pattern == "${TAG_PREFIX}-${GITSHA}" and amd.blocked is None
+    assert amd.cache_repo == "{repository}/cache"

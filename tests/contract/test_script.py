@@ -198,3 +198,9 @@ def test_missing_destination_fails():
 
 def test_empty_script_fails():
     assert _error("").line == 0
+
+
+def test_script_without_any_pin_check_has_no_pins():
+    text = re.sub(r"PINNED_ARGS=.*?\ndone\n", "", script_text(), flags=re.S)
+    s = parse_script(text)
+    assert s.pinned_args == [] and s.conditional_pinned_args == [] and s.pin_echo is None
