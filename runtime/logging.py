@@ -66,6 +66,11 @@ def configure_logging(level: str = "INFO", *, json: bool = True, stream=None) ->
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                     structlog.processors.format_exc_info, _redact, renderer]))
     logging.basicConfig(level=level, handlers=[handler], force=True)
+    # One line per state change, not per HTTP call: httpx logs every request at INFO (a poll loop is
+    # a wall of them). Their failures still surface as our errors; DEBUG brings the requests back.
+    quiet = logging.DEBUG if logging.getLevelName(level) == logging.DEBUG else logging.WARNING
+    for name in ("httpx", "httpcore", "git.cmd"):
+        logging.getLogger(name).setLevel(quiet)
 
 
 def _flatten_temporal_extras(_logger, _name, event_dict):

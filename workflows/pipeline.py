@@ -8,7 +8,7 @@ runbook says a human decides (merge authorization).
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -52,7 +52,7 @@ with workflow.unsafe.imports_passed_through():
         target_workflow_id,
     )
     from runtime import search_attributes as sa
-    from workflows import patches
+    from workflows import metrics, patches
     from workflows.target import TargetBuildWorkflow
 
 WATCH_RETURN_S = 300.0  # an idle PR costs one short activity per 5 minutes of history
@@ -78,6 +78,7 @@ class BuildPipelineWorkflow:
         self._targets: dict[str, TargetBrief] = {}  # as last told by each target child
         self._step = "start"  # the step running now, named in a failure
         self._memo_sent = ""
+        self._merge_wait_since: datetime | None = None
 
     @workflow.signal
     def target_changed(self, brief: TargetBrief) -> None:
@@ -322,12 +323,26 @@ class BuildPipelineWorkflow:
                                 message=f"{target.key}: child workflow failed: {cause or e}")
 
     async def _set_stage(self, stage: Stage) -> None:
+        old = self._stage
         self._stage = stage
         self._step = stage.value
         if stage == Stage.RUNNING and self._target_waits():
             stage = self._stage = Stage.WAITING
+        if stage != old:
+            self._observe(old, stage)
         workflow.upsert_search_attributes([sa.STAGE.value_set(stage.value)])
         self._refresh()
+
+    def _observe(self, old: Stage, new: Stage) -> None:
+        """One log line and the domain metrics per real stage change; the merge wait is operator time."""
+        now = workflow.now()
+        if old == Stage.AWAITING_MERGE and self._merge_wait_since is not None:
+            metrics.operator_wait("pipeline", "merge", (now - self._merge_wait_since).total_seconds())
+            self._merge_wait_since = None
+        if new == Stage.AWAITING_MERGE and self._merge_wait_since is None:
+            self._merge_wait_since = now
+        metrics.stage_entered("pipeline", new.value)
+        workflow.logger.info("pipeline: %s -> %s", old.value, new.value)
 
     def _refresh(self) -> None:
         """Memo and UI details follow every change, so a closed build still says how it ended."""

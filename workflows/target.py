@@ -8,7 +8,7 @@ out and collects. All I/O is in activities; this file only decides.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.outcome import decide_command, details_markdown, recheck_command
     from domain.validation import ValidationReport
     from runtime import search_attributes as sa
-    from workflows import patches
+    from workflows import metrics, patches
 
 # Iris/registry calls are transient-failure-prone: retry them forever with backoff, bounded per call.
 IO_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60),
@@ -59,6 +59,8 @@ class TargetBuildWorkflow:
         self._recheck = False
         self._classification = None
         self._evidence: dict[str, str] = {}
+        self._waiting_since: datetime | None = None
+        self._waiting_reason = "decision"
 
     # ------------------------------------------------------------------ operator surface
     @workflow.query
@@ -307,6 +309,8 @@ class TargetBuildWorkflow:
     async def _set_stage(self, stage: Stage, *, failure_class: str | None = None) -> None:
         """Record a stage everywhere operators look: query, search attributes, UI details, the pipeline."""
         changed = stage != self._status.stage
+        if changed:
+            self._observe(self._status.stage, stage, failure_class)
         self._status.stage = stage
         self._status.updated_at = workflow.now().isoformat()
         updates = [sa.STAGE.value_set(stage.value)]
@@ -321,6 +325,18 @@ class TargetBuildWorkflow:
         workflow.set_current_details(self._details())
         if changed or failure_class or stage == Stage.WAITING:
             await self._tell_pipeline()
+
+    def _observe(self, old: Stage, new: Stage, failure_class: str | None) -> None:
+        """One log line and the domain metrics per real stage change (replay-safe, never per poll)."""
+        now = workflow.now()
+        if old == Stage.WAITING and self._waiting_since is not None:
+            metrics.operator_wait("target", self._waiting_reason, (now - self._waiting_since).total_seconds())
+            self._waiting_since = None
+        if new == Stage.WAITING:
+            self._waiting_since, self._waiting_reason = now, failure_class or "decision"
+        metrics.stage_entered("target", new.value, failure_class=failure_class if new == Stage.FAILED else None)
+        workflow.logger.info("%s: %s -> %s%s", self._inp.target.key, old.value, new.value,
+                             f" ({failure_class})" if failure_class else "")
 
     def _details(self) -> str:
         st = self._status
