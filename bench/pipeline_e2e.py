@@ -25,6 +25,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from domain.models import target_workflow_id
+from workflows.pipeline import BuildPipelineWorkflow
+from workflows.target import TargetBuildWorkflow
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -35,7 +39,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
 from clients.iris import IrisClient  # noqa: E402
 from domain.config import load_config  # noqa: E402
-from domain.models import MergeAuthorization, PipelineReport, TargetStatus  # noqa: E402
+from domain.models import MergeAuthorization, PipelineReport  # noqa: E402
 from sandbox.git_remotes import commit_to_remote  # noqa: E402
 from sandbox.stack import IMAGE_REPO_PATH, MARINSKYRL_SLUG, SandboxStack  # noqa: E402
 
@@ -206,27 +210,27 @@ async def _operate(stack: SandboxStack, client: Client, wid: str, keys: list[str
             break
         for key in keys:
             try:
-                st = await client.get_workflow_handle(f"{wid}/{key}").query("status", result_type=TargetStatus)
+                st = await client.get_workflow_handle(target_workflow_id(wid, key)).query(TargetBuildWorkflow.status)
             except Exception:  # noqa: BLE001 - the target has not started yet
                 continue
             if st.waiting and st.waiting.kind == "package_visibility" and key not in rechecked:
                 # Every waiting target gets its own recheck; else it sits out its own re-check timer.
                 stack.token_registry.set_public(IMAGE_REPO_PATH, True)
-                await client.get_workflow_handle(f"{wid}/{key}").signal("recheck")
+                await client.get_workflow_handle(target_workflow_id(wid, key)).signal(TargetBuildWorkflow.recheck)
                 rechecked.add(key)
         try:
-            rep = await handle.query("report", result_type=PipelineReport)
+            rep = await handle.query(BuildPipelineWorkflow.report)
         except Exception:  # noqa: BLE001 - first workflow task not processed yet
             rep = None
         if rep and rep.status == "awaiting_merge" and rep.pull_request:
             stack.github.set_check(MARINSKYRL_SLUG, rep.pull_request.head_sha, "ci")
             try:
-                await handle.execute_update("approve_merge", MergeAuthorization(by="bench-operator"), result_type=str)
+                await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="bench-operator"))
             except WorkflowUpdateFailedError:
                 pass  # checks not yet seen green by the workflow; ask again next round
         await asyncio.sleep(1.0)
     try:
-        return (await handle.query("report", result_type=PipelineReport)).status
+        return (await handle.query(BuildPipelineWorkflow.report)).status
     except Exception:  # noqa: BLE001
         return "unknown"
 
@@ -244,13 +248,13 @@ async def run_one(i: int, stack: SandboxStack, client: Client, archs: list[str],
     status = await _operate(stack, client, wid, keys, give_up_s)
     res = RunResult(run=i, workflow_id=wid, status=status, wall_s=time.monotonic() - t0, report=None)
     try:
-        res.report = await client.get_workflow_handle(wid).query("report", result_type=PipelineReport)
+        res.report = await client.get_workflow_handle(wid).query(BuildPipelineWorkflow.report)
     except Exception:  # noqa: BLE001
         pass
     res.pipeline = analyse(wid, await client.get_workflow_handle(wid).fetch_history())
     for key in keys:
         try:
-            res.targets[key] = analyse(f"{wid}/{key}", await client.get_workflow_handle(f"{wid}/{key}").fetch_history())
+            res.targets[key] = analyse(target_workflow_id(wid, key), await client.get_workflow_handle(target_workflow_id(wid, key)).fetch_history())
         except Exception:  # noqa: BLE001 - the target never started
             pass
     config = load_config(stack.config_path)

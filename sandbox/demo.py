@@ -22,6 +22,9 @@ from pathlib import Path
 
 import click
 
+from domain.models import target_workflow_id
+from workflows.target import TargetBuildWorkflow
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
@@ -38,18 +41,17 @@ def _query(config: Path, wid: str) -> dict:
 
 def _target_status(stack, wid: str, key: str) -> dict:
     """A target's status as the Temporal UI/CLI shows it (the child workflow's ``status`` query)."""
-    return asyncio.run(_query_child(stack.temporal.address, f"{wid}/{key}"))
+    return asyncio.run(_query_child(stack.temporal.address, target_workflow_id(wid, key)))
 
 
 async def _query_child(address: str, child_id: str) -> dict:
     from temporalio.client import Client
     from temporalio.contrib.pydantic import pydantic_data_converter
 
-    from domain.models import TargetStatus
 
     client = await Client.connect(address, data_converter=pydantic_data_converter)
     try:
-        st = await client.get_workflow_handle(child_id).query("status", result_type=TargetStatus)
+        st = await client.get_workflow_handle(child_id).query(TargetBuildWorkflow.status)
         return st.model_dump(mode="json")
     except Exception:  # noqa: BLE001 - not started yet
         return {}

@@ -12,6 +12,7 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 
 from clients.iris import IrisClient, JobState
+from domain.models import target_workflow_id
 from sandbox.git_remotes import commit_to_remote
 from tests.cli.starter_cli import starter
 from tests.e2e.helpers import target_status, wait_until
@@ -74,7 +75,7 @@ async def _terminal(iris, job_id):
 
 
 async def _terminate_if_running(client, wid):
-    for workflow_id in (wid, f"{wid}/{KEY}"):
+    for workflow_id in (wid, target_workflow_id(wid, KEY)):
         try:
             await client.get_workflow_handle(workflow_id).terminate(reason="test cleanup")
         except Exception:  # noqa: BLE001 - already closed

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from domain.models import PipelineReport, RebuildCheckResult
+from domain.models import PipelineReport, RebuildCheckResult, target_workflow_id
 from sandbox.stack import MARINSKYRL_SLUG
 from tests.cli.starter_cli import Follower, starter
 from tests.e2e.helpers import report, target_status, wait_until
@@ -63,7 +63,7 @@ async def test_operator_drives_one_build_end_to_end_through_the_cli(service_stac
 
         # Green build, private package: the target waits; status finds it by its search attribute.
         await wait_until(lambda: _waiting_on_visibility(s, wid), what="visibility wait")
-        line = await wait_until(lambda: _status_line(cfg, f"{wid}/{KEY}"), what="status lists the waiting target")
+        line = await wait_until(lambda: _status_line(cfg, target_workflow_id(wid, KEY)), what="status lists the waiting target")
         assert "\trunning\tstage=waiting\tvisibility" in line
 
         refused = await starter(cfg, "decide", wid, KEY, "retry")

@@ -10,9 +10,10 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy
 
 from domain.buildset import BuildRequest, CompatibilityRequest
-from domain.models import PipelineInput, PipelineReport, TargetStatus
+from domain.models import PipelineInput, PipelineReport, TargetStatus, target_workflow_id
 from starter import ls_remote_head, pipeline_id
 from workflows.pipeline import BuildPipelineWorkflow
+from workflows.target import TargetBuildWorkflow
 
 
 def request(archs=("amd64",), variants=("standard",), **kw) -> BuildRequest:
@@ -34,13 +35,13 @@ async def start_pipeline(stack, req: BuildRequest, *, plan_only: bool = False):
 
 async def target_status(client: Client, wid: str, key: str) -> TargetStatus | None:
     try:
-        return await client.get_workflow_handle(f"{wid}/{key}").query("status", result_type=TargetStatus)
+        return await client.get_workflow_handle(target_workflow_id(wid, key)).query(TargetBuildWorkflow.status)
     except Exception:  # noqa: BLE001 - the child may not exist yet
         return None
 
 
 async def report(client: Client, wid: str) -> PipelineReport:
-    return await client.get_workflow_handle(wid).query("report", result_type=PipelineReport)
+    return await client.get_workflow_handle(wid).query(BuildPipelineWorkflow.report)
 
 
 async def wait_until(predicate, timeout: float = 240.0, interval: float = 0.5, what: str = "condition"):

@@ -12,11 +12,13 @@ from temporalio.client import WorkflowUpdateFailedError
 
 from clients.github import GitHubClient
 from clients.iris import IrisClient
-from domain.models import MergeAuthorization, PipelineReport
+from domain.models import MergeAuthorization, PipelineReport, target_workflow_id
 from sandbox.demo import skopeo_digest
 from sandbox.git_remotes import remote_head
 from sandbox.stack import MARINSKYRL_SLUG
 from tests.e2e.helpers import git_show, is_closed, report, request, start_pipeline, target_status, wait_until
+from workflows.pipeline import BuildPipelineWorkflow
+from workflows.target import TargetBuildWorkflow
 
 pytestmark = pytest.mark.stack
 
@@ -37,16 +39,16 @@ async def test_build_to_merged_pr_with_visibility_gate_and_no_secret_leak(servic
         jobs_before[key] = list(waiting.job_ids)
     s.token_registry.set_public(s.image_repo_path, True)
     for key in keys:
-        await s.client.get_workflow_handle(f"{wid}/{key}").signal("recheck")
+        await s.client.get_workflow_handle(target_workflow_id(wid, key)).signal(TargetBuildWorkflow.recheck)
 
     # PR opened; merge is refused while CI is pending, accepted once it is green.
     rep = await wait_until(lambda: _awaiting_merge(s.client, wid), what="awaiting_merge")
     with pytest.raises(WorkflowUpdateFailedError) as refused:
-        await handle.execute_update("approve_merge", MergeAuthorization(by="tester"), result_type=str)
+        await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="tester"))
     assert "required checks are pending" in str(refused.value.cause)
     s.github.set_check(MARINSKYRL_SLUG, rep.pull_request.head_sha, "ci")
     await wait_until(lambda: _checks_green(s.client, wid), what="checks green seen by the workflow")
-    await handle.execute_update("approve_merge", MergeAuthorization(by="tester"), result_type=str)
+    await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="tester"))
     final: PipelineReport = await handle.result()
 
     assert final.status == "merged" and final.merge_commit
@@ -86,7 +88,7 @@ async def test_build_to_merged_pr_with_visibility_gate_and_no_secret_leak(servic
 
     # Sentinel: the registry push token and the GitHub token appear nowhere we write or keep.
     secrets = [s.token_registry.push_token, s.github.token]
-    histories = [await s.client.get_workflow_handle(w).fetch_history() for w in [wid, *(f"{wid}/{k}" for k in keys)]]
+    histories = [await s.client.get_workflow_handle(w).fetch_history() for w in [wid, *(target_workflow_id(wid, k) for k in keys)]]
     kept = [h.to_json() for h in histories] + [final.model_dump_json()]
     for path in [*Path(s.config.work_dir).rglob("*"), *Path(s.config.evidence_url()).rglob("*")]:
         if path.is_file() and path.suffix in (".json", ".log", ".md", ".txt"):

@@ -13,7 +13,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 
 from clients.iris import IrisClient
-from domain.models import MergeAuthorization, PipelineReport
+from domain.models import MergeAuthorization, PipelineReport, target_workflow_id
 from sandbox.stack import MARINSKYRL_SLUG
 from tests.e2e.helpers import (
     report,
@@ -24,6 +24,8 @@ from tests.e2e.helpers import (
     wait_until,
     worker_process,
 )
+from workflows.pipeline import BuildPipelineWorkflow
+from workflows.target import TargetBuildWorkflow
 
 pytestmark = pytest.mark.stack
 KEYS = ["amd64-standard", "amd64-megatron", "arm64-standard", "arm64-megatron"]
@@ -40,13 +42,13 @@ async def test_two_workers_build_four_targets_with_every_side_effect_once(servic
             await wait_until(lambda k=key: _waiting_on_visibility(s.client, wid, k), timeout=400, what=f"{key} waiting")
         s.token_registry.set_public(s.image_repo_path, True)
         for key in KEYS:
-            await s.client.get_workflow_handle(f"{wid}/{key}").signal("recheck")
+            await s.client.get_workflow_handle(target_workflow_id(wid, key)).signal(TargetBuildWorkflow.recheck)
         rep = await wait_until(lambda: _awaiting_merge(s.client, wid), timeout=300, what="PR opened")
         s.github.set_check(MARINSKYRL_SLUG, rep.pull_request.head_sha, "ci")
         await wait_until(lambda: _checks_green(s.client, wid), what="checks green")
-        await handle.execute_update("approve_merge", MergeAuthorization(by="tester"), result_type=str)
+        await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="tester"))
         final: PipelineReport = await handle.result()
-        histories = [await s.client.get_workflow_handle(w).fetch_history() for w in [wid, *(f"{wid}/{k}" for k in KEYS)]]
+        histories = [await s.client.get_workflow_handle(w).fetch_history() for w in [wid, *(target_workflow_id(wid, k) for k in KEYS)]]
     finally:
         codes = [stop_process(w) for w in workers]
     assert codes == [0, 0]

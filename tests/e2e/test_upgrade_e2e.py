@@ -14,7 +14,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from clients.iris import IrisClient
-from domain.models import MergeAuthorization, PipelineReport
+from domain.models import MergeAuthorization, PipelineReport, target_workflow_id
 from sandbox.git_remotes import commit_to_remote
 from sandbox.stack import MARINSKYRL_SLUG
 from tests.e2e.helpers import (
@@ -50,13 +50,13 @@ async def test_a_build_started_on_version_a_finishes_on_version_b(service_config
         b = worker(s.config_path, s.state_dir / "worker-b.log")
         await wait_until(lambda: _waiting_on_visibility(s.client, wid), timeout=300, what="visibility wait on B")
         s.token_registry.set_public(s.image_repo_path, True)
-        await s.client.get_workflow_handle(f"{wid}/{KEY}").signal("recheck")
+        await s.client.get_workflow_handle(target_workflow_id(wid, KEY)).signal(TargetBuildWorkflow.recheck)
         rep = await wait_until(lambda: _awaiting_merge(s.client, wid), timeout=300, what="PR opened")
         s.github.set_check(MARINSKYRL_SLUG, rep.pull_request.head_sha, "ci")
         await wait_until(lambda: _checks_green(s.client, wid), what="checks green")
-        await handle.execute_update("approve_merge", MergeAuthorization(by="tester"), result_type=str)
+        await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="tester"))
         final: PipelineReport = await handle.result()
-        child = s.client.get_workflow_handle(f"{wid}/{KEY}")
+        child = s.client.get_workflow_handle(target_workflow_id(wid, KEY))
         history = await child.fetch_history()
         memo = await (await child.describe()).memo_value("evidence", type_hint=dict)
     finally:

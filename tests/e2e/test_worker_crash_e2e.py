@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from clients.iris import IrisClient
+from domain.models import target_workflow_id
 from sandbox.git_remotes import commit_to_remote
 from tests.e2e.helpers import request, start_pipeline, target_status, wait_until
+from workflows.target import TargetBuildWorkflow
 
 pytestmark = pytest.mark.stack
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +48,7 @@ async def test_build_survives_worker_sigkill(service_config):
         second = _worker(s.config_path, logs[1])
         await wait_until(lambda: _waiting(s.client, handle.id, key), timeout=300, what="visibility wait")
         s.token_registry.set_public(s.image_repo_path, True)
-        await s.client.get_workflow_handle(f"{handle.id}/{key}").signal("recheck")
+        await s.client.get_workflow_handle(target_workflow_id(handle.id, key)).signal(TargetBuildWorkflow.recheck)
         rep = await wait_until(lambda: _awaiting_merge(s.client, handle.id), timeout=300, what="PR opened")
         t = rep.targets[0]
         assert t.status == "validated" and t.job_ids == st.job_ids

@@ -9,7 +9,7 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from domain.models import PipelineInput, Stage
+from domain.models import PipelineInput, Stage, target_workflow_id
 from tests.contract.helpers import COMMIT
 from tests.workflows.standins import (
     UNKNOWN,
@@ -85,7 +85,7 @@ async def test_cancelling_the_pipeline_cancels_its_targets_which_terminate_their
         handle = await time_skipping_env.client.start_workflow(
             BuildPipelineWorkflow.run, PipelineInput(request=request(), request_id=wid, source_commit=COMMIT),
             id=wid, task_queue=tq)
-        child = time_skipping_env.client.get_workflow_handle(f"{wid}/{KEY}")
+        child = time_skipping_env.client.get_workflow_handle(target_workflow_id(wid, KEY))
         await eventually(lambda: _child_waiting(child), what="target waiting for operator")
         await handle.cancel()
         await _cancelled(handle)
