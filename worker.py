@@ -23,7 +23,7 @@ from activities.build import BuildActivities
 from activities.preflight import PreflightActivities
 from activities.record import RecordActivities
 from activities.source import SourceActivities
-from domain.config import load_config
+from domain.config import ConfigError, load_config
 from runtime import health
 from runtime.logging import configure_logging, get_logger
 from runtime.temporal import (
@@ -34,6 +34,7 @@ from runtime.temporal import (
     flags_from,
     resolve_config,
 )
+from runtime.tools import missing_tools
 from workflows.pipeline import BuildPipelineWorkflow
 from workflows.rebuild import RebuildCheckWorkflow
 from workflows.target import TargetBuildWorkflow
@@ -61,6 +62,8 @@ async def run_worker(config_path: str | None, graceful_shutdown_s: float, metric
                      flags: ConnectionFlags | None = None, health_bind: str | None = None) -> None:
     config = resolve_config(load_config(config_path), flags)
     log = get_logger("worker")
+    if missing := missing_tools(config):
+        raise ConfigError("cannot run this configuration here: " + "; ".join(missing))
     if metrics_bind:
         from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
@@ -77,6 +80,14 @@ async def run_worker(config_path: str | None, graceful_shutdown_s: float, metric
         await stop.wait()
         log.info("shutdown requested: draining in-flight activities", grace_s=graceful_shutdown_s)
     log.info("worker stopped")
+
+
+def _check_tools(config_path: str | None) -> None:
+    config = load_config(config_path)
+    if missing := missing_tools(config):
+        raise ConfigError("; ".join(missing))
+    for tool, why in config.required_tools().items():
+        click.echo(f"ok {tool} ({why})")
 
 
 @contextlib.asynccontextmanager
@@ -103,12 +114,21 @@ async def _health(bind: str | None, client, worker: Worker, task_queue: str, int
 @click.option("--metrics", "metrics_bind", default=None, help="Expose Prometheus metrics on HOST:PORT.")
 @click.option("--health", "health_bind", default=None, metavar="HOST:PORT",
               help="Serve /livez, /readyz (Temporal reachable, pollers seen by the server) and /healthz.")
+@click.option("--check-tools", is_flag=True,
+              help="Only check that every tool the configuration runs (git, gh, uv, kubectl, ...) is on PATH.")
 @click.option("--log-level", default="INFO", show_default=True)
 @connection_options
-def main(config_path, graceful_shutdown, metrics_bind, health_bind, log_level, **connection) -> None:
+def main(config_path, graceful_shutdown, metrics_bind, health_bind, check_tools, log_level, **connection) -> None:
     """Run a gpu-rl-builder worker until SIGTERM/SIGINT, then drain gracefully."""
     configure_logging(log_level)
-    asyncio.run(run_worker(config_path, graceful_shutdown, metrics_bind, flags_from(connection), health_bind))
+    try:
+        if check_tools:
+            _check_tools(config_path)
+            return
+        asyncio.run(run_worker(config_path, graceful_shutdown, metrics_bind, flags_from(connection), health_bind))
+    except ConfigError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # the Temporal runtime can abort a normal interpreter exit (sdk-python#300)

@@ -221,6 +221,25 @@ class ServiceConfig(_Model):
         """The evidence store's root URL (``[evidence] url``, else ``<work_dir>/evidence``)."""
         return self.evidence.url or str(Path(self.work_dir).expanduser() / "evidence")
 
+    def required_tools(self) -> dict[str, str]:
+        """Every executable the worker runs, each with the configuration key that asks for it.
+
+        The worker checks them at start (and the image build against the example configuration), so
+        a missing ``uv`` or ``gh`` stops it at once instead of retrying a recording activity forever.
+        """
+        tools = {"git": "repos (source, build commit and PR branch)"}
+        sources = {"registry.user": self.registry.user, "registry.token": self.registry.token,
+                   "github.token": self.github and self.github.token, "temporal.api_key": self.temporal.api_key}
+        for key, source in sources.items():
+            if source and source.kind == "command" and source.argv:
+                tools.setdefault(source.argv[0], f"config:{key}")
+        if self.github and self.github.lint_command:
+            tools.setdefault(self.github.lint_command[0], "config:github.lint_command")
+        for name, c in sorted(self.clusters.items()):
+            if c.port_forward or c.kubeconfig or c.kube_context:
+                tools.setdefault(c.kubectl, f"config:clusters.{name}.kubectl")
+        return tools
+
     def cluster(self, name: str) -> ClusterSettings:
         try:
             return self.clusters[name]

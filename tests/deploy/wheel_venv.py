@@ -1,22 +1,31 @@
-"""Build the project's wheel and install it into a fresh venv, once per test session.
+"""Run the worker image's install steps outside a container, once per test session.
 
-The venv never sees the source folder: commands run from an empty directory, so anything missing
-from the wheel (a package, an entry point) fails here as it would in the worker image.
+The steps are read from ``docker/Dockerfile`` itself (every RUN that calls ``docker/install.py`` or the
+worker) and run with the container paths mapped to a temporary directory, so a tool or package the
+Dockerfile forgets is missing here too. Differences, on purpose: kubectl comes from a local mirror with
+its checksum overridden (the tests have no route to dl.k8s.io; ``test_image`` checks the pinned sums
+separately), and pip may use its cache. Commands run from an empty directory: the source folder is
+never on sys.path, so anything left out of the wheel fails as it would in the image.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
-import venv
 from dataclasses import dataclass
 from pathlib import Path
 
+import dockerfile
+
 ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
 _SKIP = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", "build", "dist", "tests",
                                ".state", ".pytest_cache", ".ruff_cache", "bench", "docs")
+FAKE_KUBECTL = "#!/bin/sh\necho 'Client Version: v0.0.0-test'\n"
 
 
 @dataclass
@@ -24,6 +33,8 @@ class WheelVenv:
     wheel: Path
     prefix: Path
     workdir: Path  # an empty directory: the source folder is not on sys.path
+    git_only: Path  # a PATH entry with git alone (the image's apt layer)
+    steps: list[str]  # the Dockerfile commands that were run, after path mapping
 
     @property
     def bin(self) -> Path:
@@ -32,7 +43,7 @@ class WheelVenv:
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("TEMPORAL_", "GPU_RL_BUILDER_", "PYTHON", "VIRTUAL_ENV"))}
-        env["PATH"] = f"{self.bin}{os.pathsep}{env.get('PATH', '')}"
+        env["PATH"] = f"{self.bin}{os.pathsep}{self.git_only}"
         env.update(extra)
         return env
 
@@ -41,23 +52,69 @@ class WheelVenv:
                               timeout=timeout)
 
 
-def _pip(python: Path, *args: str, timeout: float = 600) -> None:
-    out = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", *args],
-                         capture_output=True, text=True, timeout=timeout)
-    if out.returncode != 0:
-        raise RuntimeError(f"pip {' '.join(args)} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+def dockerfile_stages() -> list[list[dockerfile.Command]]:
+    stages: list[list[dockerfile.Command]] = []
+    for command in dockerfile.parse_file(str(DOCKERFILE)):
+        if command.cmd == "FROM":
+            stages.append([])
+        stages[-1].append(command)
+    return stages
+
+
+def install_steps() -> list[tuple[str, str]]:
+    """(WORKDIR, shell command) of every RUN that installs or checks the service, in Dockerfile order."""
+    steps, workdir = [], "/"
+    for stage in dockerfile_stages():
+        for command in stage:
+            if command.cmd == "WORKDIR":
+                workdir = command.value[0]
+            elif command.cmd == "RUN" and re.search(r"install\.py|gpu-rl-builder-worker ", command.value[0]):
+                steps.append((workdir, command.value[0]))
+    return steps
+
+
+def _mapped(command: str, paths: dict[str, str]) -> str:
+    command = command.replace("PIP_NO_CACHE_DIR=1 ", "")  # the image keeps no cache; the tests may
+    command = re.sub(r"(^|&&\s*)python ", lambda m: f"{m.group(1)}{sys.executable} ", command)
+    for container, local in sorted(paths.items(), key=lambda kv: -len(kv[0])):
+        command = re.sub(rf"(?<![\w/.-]){re.escape(container)}(?![\w.-])", local, command)
+    return command
+
+
+def kubectl_mirror(base: Path) -> dict[str, str]:
+    """A local kubectl download tree and the overrides that make install.py use it."""
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+    binary = base / "v0.0.0-test" / "bin" / "linux" / arch / "kubectl"
+    binary.parent.mkdir(parents=True)
+    binary.write_text(FAKE_KUBECTL)
+    return {"TARGETARCH": arch, "KUBECTL_BASE_URL": base.as_uri(), "KUBECTL_VERSION": "v0.0.0-test",
+            "KUBECTL_SHA256": hashlib.sha256(FAKE_KUBECTL.encode()).hexdigest()}
 
 
 def build_wheel_venv(base: Path) -> WheelVenv:
-    """Copy the source (so the build leaves nothing in the worktree), build the wheel, install it."""
-    src, dist, prefix, workdir = base / "src", base / "dist", base / "venv", base / "work"
+    src, dist, prefix, workdir, git_only = (base / n for n in ("src", "dist", "venv", "work", "git-only"))
     shutil.copytree(ROOT, src, ignore=_SKIP)
     workdir.mkdir()
-    _pip(Path(sys.executable), "wheel", "--no-deps", "--wheel-dir", str(dist), str(src))
+    git_only.mkdir()
+    (git_only / "git").symlink_to(shutil.which("git"))
+    paths = {"/src": str(src), "/dist": str(dist), "/opt/gpu-rl-builder/install": str(src / "docker"),
+             "/opt/gpu-rl-builder/venv": str(prefix), "/opt/gpu-rl-builder/dist": str(dist),
+             "/opt/gpu-rl-builder/config.example.toml": str(src / "deploy" / "config.example.toml")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "GPU_RL_BUILDER_", "VIRTUAL_ENV"))}
+    env.update(kubectl_mirror(base / "kubectl-mirror"))
+    env["PATH"] = f"{prefix / 'bin'}{os.pathsep}{git_only}{os.pathsep}/usr/bin:/bin"
+    ran = []
+    for container_workdir, command in install_steps():
+        local = _mapped(command, paths)
+        cwd = paths.get(container_workdir, str(workdir))
+        out = subprocess.run(["bash", "-o", "pipefail", "-c", local], cwd=cwd, env=env, capture_output=True,
+                             text=True, timeout=900)
+        if out.returncode != 0:
+            raise RuntimeError(f"Dockerfile step failed ({out.returncode}): {local}\n{out.stdout[-3000:]}\n"
+                               f"{out.stderr[-3000:]}")
+        ran.append(local)
     (wheel,) = dist.glob("gpu_rl_builder-*.whl")
-    venv.EnvBuilder(with_pip=True, clear=True).create(prefix)
-    _pip(prefix / "bin" / "python", "install", str(wheel))
-    return WheelVenv(wheel=wheel, prefix=prefix, workdir=workdir)
+    return WheelVenv(wheel=wheel, prefix=prefix, workdir=workdir, git_only=git_only, steps=ran)
 
 
 def minimal_config(tmp: Path, task_queue: str) -> Path:

@@ -1,0 +1,115 @@
+"""Every install step of the worker image, shared by docker/Dockerfile and tests/deploy (outside a container).
+
+Standard library only: it runs on the bare base image before any venv exists.
+
+  python docker/install.py wheel SRC DIST            build the service wheel from a source tree
+  python docker/install.py venv PREFIX DIST [EXTRAS]  venv + pinned tools (docker/tools.txt) + DIST's wheel
+  python docker/install.py kubectl BINDIR ARCH        kubectl for amd64|arm64, checked against a pinned sha256
+
+kubectl is pinned here, not trusted from the download server's own .sha256 file (same host, same TLS
+connection: that proves only an untruncated transfer). To bump, set KUBECTL_VERSION and both sums from
+https://dl.k8s.io/release/<version>/bin/linux/<arch>/kubectl.sha256. KUBECTL_VERSION, KUBECTL_SHA256 and
+KUBECTL_BASE_URL may be overridden together from the environment (a mirror; the tests' local copy).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+KUBECTL_VERSION = "v1.31.14"
+KUBECTL_SHA256 = {
+    "amd64": "8791ec7c8966b61420d55103a5fb948de9f0ca3d7306d789734975ad9704bdb0",
+    "arm64": "3abb0c2d7121e1833831f56fd857a93de386e76d14b64baf86220d0afe495209",
+}
+KUBECTL_BASE_URL = "https://dl.k8s.io/release"
+
+
+class InstallError(RuntimeError):
+    pass
+
+
+def _run(*argv: str) -> None:
+    print("+", " ".join(argv), flush=True)
+    subprocess.run(argv, check=True)
+
+
+def _pip(python: Path | str, *args: str) -> None:
+    _run(str(python), "-m", "pip", "--disable-pip-version-check", *args)
+
+
+def build_wheel(src: Path, dist: Path) -> None:
+    _pip(sys.executable, "wheel", "--no-deps", "--wheel-dir", str(dist), str(src))
+
+
+def build_venv(prefix: Path, dist: Path, extras: str = "") -> None:
+    wheels = sorted(dist.glob("gpu_rl_builder-*.whl"))
+    if len(wheels) != 1:
+        raise InstallError(f"expected one gpu_rl_builder wheel in {dist}, found {[w.name for w in wheels]}")
+    _run(sys.executable, "-m", "venv", str(prefix))
+    python = prefix / "bin" / "python"
+    _pip(python, "install", "--require-hashes", "--only-binary=:all:", "-r", str(HERE / "tools.txt"))
+    _pip(python, "install", f"{wheels[0]}[{extras}]" if extras else str(wheels[0]))
+
+
+def install_kubectl(bindir: Path, arch: str, env: dict[str, str] | None = None) -> Path:
+    env = dict(os.environ if env is None else env)
+    overridden = [k for k in ("KUBECTL_VERSION", "KUBECTL_SHA256") if env.get(k)]
+    if len(overridden) == 1:
+        raise InstallError(f"{overridden[0]} is set alone: override KUBECTL_VERSION and KUBECTL_SHA256 together")
+    if not arch:
+        raise InstallError("no target architecture: build with BuildKit (docker buildx), which sets TARGETARCH")
+    if not overridden and arch not in KUBECTL_SHA256:
+        raise InstallError(f"no pinned kubectl sha256 for architecture {arch!r} (have: {', '.join(KUBECTL_SHA256)})")
+    version = env.get("KUBECTL_VERSION") or KUBECTL_VERSION
+    expected = env.get("KUBECTL_SHA256") or KUBECTL_SHA256[arch]
+    url = f"{env.get('KUBECTL_BASE_URL') or KUBECTL_BASE_URL}/{version}/bin/linux/{arch}/kubectl"
+    bindir.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=bindir, delete=False) as tmp:
+        try:
+            digest = hashlib.sha256()
+            with urllib.request.urlopen(url, timeout=120) as resp:
+                while chunk := resp.read(1 << 20):
+                    digest.update(chunk)
+                    tmp.write(chunk)
+            tmp.close()
+            if digest.hexdigest() != expected:
+                raise InstallError(f"kubectl {version} {arch} from {url}: sha256 {digest.hexdigest()} "
+                                   f"!= pinned {expected}")
+            os.chmod(tmp.name, 0o755)
+            os.replace(tmp.name, bindir / "kubectl")
+        finally:
+            if os.path.exists(tmp.name):
+                os.unlink(tmp.name)
+    print(f"kubectl {version} {arch}: sha256 {expected} ok -> {bindir / 'kubectl'}", flush=True)
+    return bindir / "kubectl"
+
+
+def main(argv: list[str]) -> int:
+    try:
+        match argv:
+            case ["wheel", src, dist]:
+                build_wheel(Path(src), Path(dist))
+            case ["venv", prefix, dist]:
+                build_venv(Path(prefix), Path(dist))
+            case ["venv", prefix, dist, extras]:
+                build_venv(Path(prefix), Path(dist), extras)
+            case ["kubectl", bindir, arch]:
+                install_kubectl(Path(bindir), arch)
+            case _:
+                print(__doc__, file=sys.stderr)
+                return 2
+    except (InstallError, subprocess.CalledProcessError, OSError) as e:
+        print(f"install.py: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
