@@ -20,6 +20,7 @@ import click
 from temporalio.worker import Worker
 
 from activities.build import BuildActivities
+from activities.common import HEARTBEAT_EVERY_S
 from activities.preflight import PreflightActivities
 from activities.record import RecordActivities
 from activities.source import SourceActivities
@@ -54,6 +55,9 @@ def build_worker(client, config, *, graceful_shutdown_s: float = 30.0) -> Worker
         workflows=WORKFLOWS,
         activities=activities_for(config),
         graceful_shutdown_timeout=timedelta(seconds=graceful_shutdown_s),
+        # Send activity heartbeats as they come (every HEARTBEAT_EVERY_S), not batched up to 80% of the
+        # heartbeat timeout: a slow event loop then never looks like a dead worker.
+        max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_S),
         identity=f"gpu-rl-builder@{socket.gethostname()}:{os.getpid()}",
     )
 

@@ -9,32 +9,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
+from activities.errors import InputError, boundary
 from clients.evidence import EvidenceStore
 from clients.git_source import FetchedRepo, MirrorCache, list_files_at, read_blobs_at
 from clients.iris import IrisClient, KubectlPortForward
 from clients.registry import RegistryPool
 from domain.config import ServiceConfig
 from domain.models import FileRef
-from domain.redact import redact
 
 CONTRACT_PATHS = ("AGENTS.md", ".agents/ops/gpu-rl-image-build.md", "docker/build_gpu_rl_kaniko.sh")
+# Every activity heartbeats this often while it runs (workflows/options.py sizes heartbeat timeouts to it),
+# so a step whose worker died is retried within seconds, not after its start-to-close timeout.
+HEARTBEAT_EVERY_S = 2.0
 
 
 def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:120]
 
 
-def input_error(message: str) -> ApplicationError:
+def input_error(message: str) -> InputError:
     """Bad input or contract: never retried; the message names the file/field/flag."""
-    return ApplicationError(redact(message), type="InputError", non_retryable=True)
+    return InputError(message)
 
 
 class Paths:
@@ -90,7 +93,21 @@ class SourceRepos:
 
 
 class ActivityGroup:
-    """Activities that share the configuration, the work-dir layout and the source mirrors."""
+    """Activities that share the configuration, the work-dir layout and the source mirrors.
+
+    Every ``@activity.defn`` method of a subclass is re-defined (same name) to run behind the error
+    boundary (activities/errors.py) and to heartbeat in the background, so no activity can forget either.
+    """
+
+    def __init_subclass__(cls, **kw) -> None:
+        super().__init_subclass__(**kw)
+        for attr, value in list(vars(cls).items()):
+            defn = getattr(value, "__temporal_activity_definition", None)
+            if defn is None or getattr(value, "__activity_boundary__", False):
+                continue
+            wrapped = boundary(_heartbeating(value))
+            wrapped.__dict__.pop("__temporal_activity_definition", None)  # copied by functools.wraps
+            setattr(cls, attr, activity.defn(name=defn.name)(wrapped))
 
     def __init__(self, config: ServiceConfig):
         self.config = config
@@ -122,6 +139,14 @@ async def iris_client(config: ServiceConfig, cluster_name: str) -> AsyncIterator
         yield client
 
 
+def _heartbeating(fn):
+    @functools.wraps(fn)
+    async def run(*args, **kwargs):
+        async with Heartbeater(HEARTBEAT_EVERY_S):
+            return await fn(*args, **kwargs)
+    return run
+
+
 class Heartbeater:
     """Heartbeat in the background while a long step runs (PostHog's pattern), with the latest details."""
 
@@ -132,7 +157,8 @@ class Heartbeater:
 
     async def _loop(self) -> None:
         while True:
-            activity.heartbeat(self.details)
+            if activity.in_activity():
+                activity.heartbeat(self.details)
             await asyncio.sleep(self.every_s)
 
     async def __aenter__(self) -> Heartbeater:

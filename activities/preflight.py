@@ -18,9 +18,9 @@ import os
 import shutil
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from activities.common import ActivityGroup, Heartbeater, iris_client, safe_name
+from activities.errors import PreflightFailed, PreflightUnavailable
 from clients.credentials import CredentialError, fetch_secret
 from clients.git_source import GitSourceError, check_push_access, git_version, read_files_at
 from clients.github import GitHubClient, GitHubError, GitHubUnavailable, RateLimited
@@ -36,7 +36,6 @@ from domain.config import CredentialSource
 from domain.contract.bash_syntax import bash_syntax_errors
 from domain.issue_ref import parse_issue_ref
 from domain.models import PreflightCheck, PreflightInput, PreflightReport
-from domain.redact import redact
 
 
 def fingerprint(value: str) -> str:
@@ -74,9 +73,7 @@ class PreflightActivities(ActivityGroup):
         if failed:
             activity.logger.warning(report.message())
             transient_only = all(c.transient for c in failed)
-            raise ApplicationError(redact(report.message()), report,
-                                   type="PreflightUnavailable" if transient_only else "PreflightFailed",
-                                   non_retryable=not transient_only)
+            raise (PreflightUnavailable if transient_only else PreflightFailed)(report.message(), report)
         return report
 
     # ------------------------------------------------------------------ credentials

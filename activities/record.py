@@ -8,14 +8,23 @@ merge is done with the expected head SHA, so a moved head is never merged blindl
 from __future__ import annotations
 
 import asyncio
+import shutil
 import subprocess
 import time
 
+import git
 from temporalio import activity
 
 from activities.common import ActivityGroup, Heartbeater, input_error
 from clients.credentials import CredentialError, fetch_secret
-from clients.git_source import GitSourceError, commit_build_change, create_worktree, push_branch
+from clients.git_source import (
+    DirtyWorktree,
+    DivergedWorktree,
+    GitSourceError,
+    commit_build_change,
+    create_worktree,
+    push_branch,
+)
 from clients.github import GitHubClient, HeadMoved, NotMergeable, checks_state, comment_marker
 from domain.config import GitHubSettings
 from domain.contract import ContractError, load_contract
@@ -72,7 +81,15 @@ class RecordActivities(ActivityGroup):
     def _commit_pins(self, inp: RecordInput, gh: GitHubSettings) -> tuple[str, str]:
         src = inp.source
         repo = self.repos.marinskyrl()
-        wt = create_worktree(repo, src.build_commit, self.paths.worktree(f"{inp.request_id}-record"))
+        dest = self.paths.worktree(f"{inp.request_id}-record")
+        try:
+            wt = create_worktree(repo, src.build_commit, dest)
+        except (DirtyWorktree, DivergedWorktree) as e:
+            # Our scratch clone, left half-edited by a failed attempt: start again from the build commit
+            # (the pin commit is reproducible, so nothing is lost).
+            activity.logger.warning(f"recreating the record worktree: {e}")
+            shutil.rmtree(dest, ignore_errors=True)
+            wt = create_worktree(repo, src.build_commit, dest)
         path = wt / gh.pin_table_path
         # Configured and repository policy (AGENTS.md, e.g. the Iris training launcher) both protect files.
         protected = set(gh.do_not_touch) | set(self._policy_protected(repo, src.build_commit))
@@ -106,7 +123,10 @@ class RecordActivities(ActivityGroup):
                         f"Validated digests for {', '.join(t.key for t in inp.targets)}; "
                         f"Harbor {src.harbor_commit}.",
             request_id=f"{inp.request_id}-pins",
-            author=f"{self.config.repos.git_author_name} <{self.config.repos.git_author_email}>")
+            author=f"{self.config.repos.git_author_name} <{self.config.repos.git_author_email}>",
+            # Fixed date (one second after the build commit), like the build commit: a retry on any worker,
+            # in an empty work directory, makes the same sha, so the push finds its own commit.
+            date=f"{git.Repo(wt).commit(src.build_commit).committed_date + 1} +0000")
         push_branch(wt, self.config.repos.marinskyrl_url, src.branch, result.sha)
         return result.sha, repo.default_branch
 

@@ -8,10 +8,9 @@ runbook says a human decides (merge authorization).
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -52,17 +51,10 @@ with workflow.unsafe.imports_passed_through():
         target_workflow_id,
     )
     from runtime import search_attributes as sa
-    from workflows import metrics, patches
+    from workflows import metrics, options, patches
     from workflows.target import TargetBuildWorkflow
 
 WATCH_RETURN_S = 300.0  # an idle PR costs one short activity per 5 minutes of history
-
-# A service that did not answer during preflight is retried a few times, then the build stops with the
-# cause (nothing was done yet); a missing credential, permission or tool is final at once.
-PREFLIGHT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=30),
-                              maximum_attempts=6, non_retryable_error_types=["PreflightFailed"])
-IO_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60),
-                       non_retryable_error_types=["InputError", "ContractError", "BundleError", "SourceError"])
 
 
 @workflow.defn
@@ -159,7 +151,7 @@ class BuildPipelineWorkflow:
             SourceActivities.load_build_state,
             LoadStateInput(request_id=inp.request_id, source_commit=inp.source_commit,
                            harbor_ref=inp.harbor_commit or inp.request.harbor_ref),
-            start_to_close_timeout=timedelta(minutes=10), retry_policy=IO_RETRY,
+            **options.LOAD_STATE,
             summary="fetch MarinSkyRL and Harbor, read AGENTS.md, the ops file, the build script and Dockerfiles")
         rep.state = state
 
@@ -168,7 +160,7 @@ class BuildPipelineWorkflow:
                                      harbor_commit=state.harbor_commit, push=False)
         source: SourceSnapshot = await workflow.execute_activity_method(
             SourceActivities.prepare_source,
-            prepare, start_to_close_timeout=timedelta(minutes=15), retry_policy=IO_RETRY,
+            prepare, **options.PREPARE_SOURCE,
             summary="re-pin Harbor in every Dockerfile, commit locally, check the Iris bundle")
         rep.source = source
         workflow.upsert_search_attributes([sa.SOURCE_COMMIT.value_set(source.build_commit),
@@ -180,7 +172,7 @@ class BuildPipelineWorkflow:
             PlanTargetsInput(request=inp.request, build_commit=source.build_commit,
                              harbor_commit=source.harbor_commit, request_id=inp.request_id,
                              base_commit=state.base_commit),
-            start_to_close_timeout=timedelta(minutes=5), retry_policy=IO_RETRY,
+            **options.PLAN_TARGETS,
             summary="resolve clusters and job specs for every (architecture, variant) from the build contract")
         self._refresh()
         if not inp.plan_only:
@@ -193,14 +185,13 @@ class BuildPipelineWorkflow:
                     PreflightInput(request_id=inp.request_id, base_commit=state.base_commit,
                                    build_commit=source.build_commit, changed_files=source.changed_files,
                                    targets=rep.plan, issue_url=inp.request.issue_url),
-                    start_to_close_timeout=timedelta(minutes=5), heartbeat_timeout=timedelta(seconds=60),
-                    retry_policy=PREFLIGHT_RETRY,
+                    **options.PREFLIGHT,
                     summary="prove credentials, permissions, tools, Iris and the build script before any side effect")
             self._step = "publishing the build branch"
             # Only a fully planned build publishes its commit: a bad request leaves no stray branch.
             rep.source = source = await workflow.execute_activity_method(
-                SourceActivities.publish_source, prepare, start_to_close_timeout=timedelta(minutes=15),
-                retry_policy=IO_RETRY, summary=f"push the build branch at {source.build_commit[:12]}")
+                SourceActivities.publish_source, prepare, **options.PUBLISH_SOURCE,
+                summary=f"push the build branch at {source.build_commit[:12]}")
         if inp.plan_only:
             rep.status = "planned"
             rep.message = f"plan for {source.build_commit[:12]}: {len(rep.plan)} target(s); nothing submitted"
@@ -227,7 +218,7 @@ class BuildPipelineWorkflow:
             RecordActivities.record_artifact,
             RecordInput(request_id=inp.request_id, request=inp.request, source=source, targets=rep.targets,
                         workflow_url=None),
-            start_to_close_timeout=timedelta(minutes=15), retry_policy=IO_RETRY,
+            **options.RECORD,
             summary="update the pin table, commit, open or update the PR and post the evidence")
         rep.pull_request = pr
         rep.status = "awaiting_merge"
@@ -239,8 +230,7 @@ class BuildPipelineWorkflow:
                 RecordActivities.watch_pull_request,
                 WatchInput(pr_number=pr.number, last=None if self._merge_auth else self._review,
                            return_after_s=WATCH_RETURN_S),
-                start_to_close_timeout=timedelta(seconds=WATCH_RETURN_S + 300), heartbeat_timeout=timedelta(seconds=60),
-                retry_policy=IO_RETRY, summary=f"watch checks and reviews on PR #{pr.number}"))
+                **options.watch_pull_request(WATCH_RETURN_S), summary=f"watch checks and reviews on PR #{pr.number}"))
             if self._merge_auth is None:
                 authorized = asyncio.ensure_future(workflow.wait_condition(lambda: self._merge_auth is not None))
                 await workflow.wait([watch, authorized], return_when=asyncio.FIRST_COMPLETED)
@@ -259,7 +249,7 @@ class BuildPipelineWorkflow:
                 merged = await workflow.execute_activity_method(
                     RecordActivities.merge_pull_request,
                     MergeInput(pr_number=pr.number, head_sha=self._review.head_sha),
-                    start_to_close_timeout=timedelta(minutes=5), retry_policy=IO_RETRY,
+                    **options.MERGE,
                     summary=f"merge PR #{pr.number} at {self._review.head_sha[:12]} "
                             f"(authorized by {self._merge_auth.by})")
                 self._review = rep.review = merged

@@ -7,10 +7,8 @@ trigger for the same commits starts nothing.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from temporalio import workflow
-from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
+from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
@@ -23,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
         RebuildDecision,
         pipeline_id,
     )
+    from workflows import options
     from workflows.pipeline import BuildPipelineWorkflow
 
 
@@ -31,9 +30,7 @@ class RebuildCheckWorkflow:
     @workflow.run
     async def run(self, inp: RebuildCheckInput) -> RebuildCheckResult:
         decision: RebuildDecision = await workflow.execute_activity_method(
-            SourceActivities.rebuild_decision, inp, start_to_close_timeout=timedelta(minutes=10),
-            retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=1),
-                                     non_retryable_error_types=["InputError"]),
+            SourceActivities.rebuild_decision, inp, **options.REBUILD_DECISION,
             summary="compare the latest default branches with the last validated image's commits")
         result = RebuildCheckResult(decision=decision)
         if not decision.needed:

@@ -11,7 +11,6 @@ import asyncio
 from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
@@ -40,11 +39,8 @@ with workflow.unsafe.imports_passed_through():
     from domain.outcome import decide_command, details_markdown, recheck_command
     from domain.validation import ValidationReport
     from runtime import search_attributes as sa
-    from workflows import metrics, patches
+    from workflows import metrics, options, patches
 
-# Iris/registry calls are transient-failure-prone: retry them forever with backoff, bounded per call.
-IO_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60),
-                       non_retryable_error_types=["InputError", "ContractError", "ClientTooOld"])
 MAX_ROUNDS = 10  # hard stop on resubmissions, whatever the per-class budgets say
 
 
@@ -96,7 +92,7 @@ class TargetBuildWorkflow:
                 await workflow.execute_activity_method(
                     BuildActivities.terminate_jobs,
                     TerminateInput(cluster=inp.target.cluster, job_ids=list(self._status.job_ids)),
-                    start_to_close_timeout=timedelta(minutes=2), retry_policy=IO_RETRY,
+                    **options.TERMINATE,
                     summary=f"terminate {', '.join(self._status.job_ids)} (pipeline cancelled)")
             self._status.waiting = None
             self._status.message = (f"{inp.target.key}: cancelled; terminated "
@@ -175,7 +171,7 @@ class TargetBuildWorkflow:
     # ------------------------------------------------------------------ steps
     async def _policy(self):
         return await workflow.execute_activity_method(
-            BuildActivities.policy, start_to_close_timeout=timedelta(seconds=30), retry_policy=IO_RETRY,
+            BuildActivities.policy, **options.POLICY,
             summary="read the retry policy from the service configuration")
 
     async def _submit(self, round_: int) -> str:
@@ -186,7 +182,7 @@ class TargetBuildWorkflow:
             SubmitInput(request_id=inp.request_id, target=inp.target, build_commit=inp.build_commit,
                         branch=inp.branch, round=round_,
                         generation=generation_of(workflow.info().first_execution_run_id)),
-            start_to_close_timeout=timedelta(minutes=5), retry_policy=IO_RETRY,
+            **options.SUBMIT,
             summary=f"submit the Iris job for {inp.target.key} (round {round_})")
         self._status.job_ids.append(job.job_id)
         return job.job_id
@@ -200,8 +196,7 @@ class TargetBuildWorkflow:
                 MonitorInput(job_id=job_id, cluster=self._inp.target.cluster,
                              return_after_s=policy.progress_interval_s, log_cursor=cursor, last_marker=marker,
                              markers=[m.text for m in self._inp.target.expected_markers if m.text]),
-                start_to_close_timeout=timedelta(seconds=policy.progress_interval_s + 120),
-                heartbeat_timeout=timedelta(seconds=60), retry_policy=IO_RETRY,
+                **options.monitor_job(policy.progress_interval_s),
                 summary=f"poll Iris for {job_id}")
             cursor, marker = progress.log_cursor, progress.last_marker
             self._status.progress = progress
@@ -217,8 +212,7 @@ class TargetBuildWorkflow:
             BuildActivities.check_build_log,
             LogCheckInput(request_id=self._inp.request_id, job_id=job_id, cluster=self._inp.target.cluster,
                           target=self._inp.target),
-            start_to_close_timeout=timedelta(minutes=10), heartbeat_timeout=timedelta(seconds=60),
-            retry_policy=IO_RETRY, summary=f"fetch the full log of {job_id} and check the assertion markers")
+            **options.CHECK_LOG, summary=f"fetch the full log of {job_id} and check the assertion markers")
         self._publish_evidence(f"{job_id} build log", check.log)
         return check
 
@@ -228,8 +222,7 @@ class TargetBuildWorkflow:
             BuildActivities.capture_failure,
             CaptureInput(request_id=self._inp.request_id, job_id=job_id, cluster=self._inp.target.cluster,
                          target_key=self._inp.target.key, missing_markers=list(check.missing) if check else []),
-            start_to_close_timeout=timedelta(minutes=10), heartbeat_timeout=timedelta(seconds=60),
-            retry_policy=IO_RETRY, summary=f"capture summary, logs, pod reason and events for {job_id}")
+            **options.CAPTURE, summary=f"capture summary, logs, pod reason and events for {job_id}")
         c = self._classification = captured.classification
         self._status.failure_class = str(c.failure_class)
         self._publish_evidence(f"{job_id} diagnostics", captured.diagnostics)
@@ -271,7 +264,7 @@ class TargetBuildWorkflow:
         return await workflow.execute_activity_method(
             BuildActivities.validate_image,
             ValidateInput(target=inp.target, build_commit=inp.build_commit, harbor_commit=inp.harbor_commit),
-            start_to_close_timeout=timedelta(minutes=10), retry_policy=IO_RETRY,
+            **options.VALIDATE,
             summary=f"validate {inp.target.image_repository}:{inp.target.tag}")
 
     async def _validate_until_settled(self, policy) -> ValidationReport:
