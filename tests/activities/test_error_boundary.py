@@ -140,7 +140,7 @@ def test_every_step_has_a_heartbeat_timeout_and_a_bounded_budget():
         assert opts["heartbeat_timeout"] <= timedelta(seconds=20), name
         policy = opts["retry_policy"]
         assert policy.non_retryable_error_types == errors.NON_RETRYABLE_TYPES, name
-        assert 10 <= policy.maximum_attempts <= 200, name
+        assert 3 <= policy.maximum_attempts <= 200, name
     # ~30 minutes of backoff: 2+4+8+16+32 s (6 attempts), then one attempt a minute (28 more).
     assert options.IO_RETRY.maximum_attempts == options.attempts_within(timedelta(minutes=30)) == 34
 
