@@ -163,6 +163,25 @@ def seed_remotes(root: Path) -> SeededRemotes:
     )
 
 
+def seed_tree_remote(path: Path, tree: Path, files: dict[str, str | None] | None = None,
+                     message: str = "MarinSkyRL tree") -> tuple[str, str]:
+    """A bare remote at ``path`` holding one commit of ``tree`` (e.g. a real MarinSkyRL checkout) plus ``files``.
+
+    Why: the service must plan from the real upstream files, not only from the fixture; this seeds a
+    remote the configuration can point ``repos.marinskyrl_url`` at. Returns (file URL, head SHA).
+    """
+    path = Path(path)
+    _init_bare(path)
+    with tempfile.TemporaryDirectory(prefix="seed-tree-") as tmp:
+        work = Path(tmp) / "tree"
+        repo = git.Repo.init(work, initial_branch=DEFAULT_BRANCH)
+        _copy_tree(Path(tree), work)
+        _write_files(work, files or {})
+        head = _commit_all(repo, message, FIRST_DATE + timedelta(days=1))
+        repo.git.push(str(path), f"{DEFAULT_BRANCH}:{DEFAULT_BRANCH}")
+    return _file_url(path), head
+
+
 def commit_to_remote(
     url: str, files: dict[str, str | None], message: str, *, branch: str = DEFAULT_BRANCH
 ) -> str:

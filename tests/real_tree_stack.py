@@ -1,0 +1,56 @@
+"""The service pointed at a real MarinSkyRL tree (../shared/real-marinskyrl/<era>) instead of the fixture.
+
+Why: the sandbox remotes hold the fixture repository; planning from the real upstream files is what a
+new user does. This seeds a bare remote with one commit of the real tree (plus a per-test marker file,
+so workflow ids never collide), writes a copy of the test's configuration whose
+``repos.marinskyrl_url`` points at it, and runs an in-process worker with that configuration on the
+test's own task queue. Everything else (Temporal, Iris, registries, Harbor remote) is the test's stack.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from domain.config import load_config
+from sandbox.git_remotes import seed_tree_remote
+from worker import build_worker
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "real-marinskyrl"
+
+
+def real_tree(era: str) -> Path:
+    path = REAL / era
+    if not path.is_dir():
+        pytest.skip(f"real MarinSkyRL files not present at {path}")
+    return path
+
+
+@contextlib.asynccontextmanager
+async def real_tree_service(stack, era: str, tag: str, *,
+                            edits: dict[str, Callable[[str], str] | None] | None = None) -> AsyncIterator:
+    """``stack`` (a ServiceStack from ``service_config``) re-pointed at a remote seeded from ``era``."""
+    tree = stack.state_dir / f"tree-{era}"
+    shutil.copytree(real_tree(era), tree)
+    for rel, edit in (edits or {}).items():
+        f = tree / rel
+        if edit is None:
+            f.unlink()
+        else:
+            f.write_text(edit(f.read_text()))
+    url, head = seed_tree_remote(stack.state_dir / "remotes" / f"real-{era}.git", tree,
+                                 {"tests/nodeid.txt": tag + "\n"}, f"real {era} tree")
+    path = stack.state_dir / f"config-{era}.toml"
+    text = stack.config_path.read_text()
+    assert stack.remotes.marinskyrl_url in text
+    path.write_text(text.replace(stack.remotes.marinskyrl_url, url))
+    config = load_config(path)
+    remotes = stack.remotes.model_copy(update={"marinskyrl_url": url, "marinskyrl_head": head})
+    real = dataclasses.replace(stack, config=config, config_path=path, remotes=remotes)
+    async with build_worker(stack.client, config, graceful_shutdown_s=5):
+        yield real
