@@ -1,0 +1,169 @@
+"""deploy/k8s: strictly valid for two Kubernetes versions, and consistent with the image and the worker
+(UID/GID, probes on the health port, grace period above the drain, every mounted secret path the
+configuration names exists in a Secret template, tools of the ConfigMap's configuration in the image)."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from domain.config import load_config
+from runtime.temporal import resolve_settings
+from tests.deploy.wheel_venv import ROOT, dockerfile_stages
+
+K8S = ROOT / "deploy" / "k8s"
+VERSIONS = ("1.30.0", "1.37.0")
+LABELS = {"app.kubernetes.io/name": "gpu-rl-builder", "app.kubernetes.io/component": "worker"}
+
+
+def _docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _manifests() -> dict[str, dict]:
+    """kind/name -> resource, for the base, the Secret templates and the optional resources."""
+    out = {}
+    for path in [*sorted((K8S / "base").glob("*.yaml")), K8S / "secrets.example.yaml",
+                 *sorted((K8S / "optional").glob("*.yaml"))]:
+        for doc in _docs(path):
+            if doc["kind"] != "Kustomization":
+                out[f"{doc['kind']}/{doc['metadata']['name']}"] = doc
+    return out
+
+
+def _rendered_overlay() -> list[dict]:
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        pytest.skip("kubectl (for its built-in kustomize) is not installed; the base is validated on its own")
+    out = subprocess.run([kubectl, "kustomize", str(K8S / "overlays" / "production")], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_manifest_is_strictly_valid(version):
+    manifests = _manifests()
+    assert {"Deployment/gpu-rl-builder-worker", "PodDisruptionBudget/gpu-rl-builder-worker",
+            "ServiceAccount/gpu-rl-builder-worker", "ConfigMap/gpu-rl-builder-config",
+            "Secret/gpu-rl-builder-secrets", "Secret/gpu-rl-builder-temporal",
+            "Secret/gpu-rl-builder-iris-kubeconfig", "PersistentVolumeClaim/gpu-rl-builder-evidence"} <= set(manifests)
+    for doc in manifests.values():
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_rendered_overlay_is_strictly_valid_and_namespaced(version):
+    docs = _rendered_overlay()
+    assert {d["kind"] for d in docs} == {"ServiceAccount", "ConfigMap", "Deployment", "PodDisruptionBudget"}
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)
+        assert doc["metadata"]["namespace"] == "gpu-rl-builder"
+
+
+def test_strict_validation_rejects_a_misspelled_field():
+    bad = copy.deepcopy(_manifests()["Deployment/gpu-rl-builder-worker"])
+    bad["spec"]["template"]["spec"]["containers"][0]["livenessProbes"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, VERSIONS[0], strict=True)
+
+
+def test_kustomization_lists_every_base_manifest_and_no_secret():
+    kustomization = _docs(K8S / "base" / "kustomization.yaml")[0]
+    files = {p.name for p in (K8S / "base").glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kustomization["resources"]) == files
+    assert not any(d["kind"] == "Secret" for f in files for d in _docs(K8S / "base" / f))
+
+
+def _flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def test_deployment_matches_the_image_and_the_worker():
+    m = _manifests()
+    deployment = m["Deployment/gpu-rl-builder-worker"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    final = dockerfile_stages()[-1]
+    image_args = dict(a.value[0].split("=", 1) for a in final if a.cmd == "ARG" and "=" in a.value[0])
+    security = pod["securityContext"]
+    assert security["runAsNonRoot"] is True
+    assert security["runAsUser"] == int(image_args["UID"]) and security["runAsGroup"] == int(image_args["GID"])
+    assert security["fsGroup"] == int(image_args["GID"])
+    args = container["args"]
+    assert pod["terminationGracePeriodSeconds"] > float(_flag(args, "--graceful-shutdown"))
+    health_port = int(_flag(args, "--health").rsplit(":", 1)[1])
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["health"] == health_port and ports["metrics"] == int(_flag(args, "--metrics").rsplit(":", 1)[1])
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert container["startupProbe"]["httpGet"]["path"] == "/livez"
+    assert pod["serviceAccountName"] in {k.split("/", 1)[1] for k in m if k.startswith("ServiceAccount/")}
+    pdb = m["PodDisruptionBudget/gpu-rl-builder-worker"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert deployment["spec"]["replicas"] > pdb["spec"]["minAvailable"]
+    assert deployment["spec"]["template"]["metadata"]["labels"] == LABELS
+
+
+def _mounted_files() -> dict[str, tuple[str, str]]:
+    """Mounted file path -> (kind/name, key) for every key of every Secret/ConfigMap volume."""
+    m = _manifests()
+    pod = m["Deployment/gpu-rl-builder-worker"]["spec"]["template"]["spec"]
+    mounts = {v["name"]: v["mountPath"] for v in pod["containers"][0]["volumeMounts"]}
+    files = {}
+    for volume in pod["volumes"]:
+        if "secret" in volume:
+            ref = f"Secret/{volume['secret']['secretName']}"
+        elif "configMap" in volume:
+            ref = f"ConfigMap/{volume['configMap']['name']}"
+        else:
+            continue
+        assert ref in m, f"volume {volume['name']} refers to {ref}, which no manifest or template defines"
+        source = m[ref]
+        for key in (source.get("stringData") or source.get("data") or {}):
+            files[f"{mounts[volume['name']]}/{key}"] = (ref, key)
+    return files
+
+
+def test_every_path_the_configuration_names_is_mounted():
+    files = _mounted_files()
+    config_map = _manifests()["ConfigMap/gpu-rl-builder-config"]["data"]
+    named = []
+    config = tomllib.loads(config_map["config.toml"])
+    for section in ("registry", "github"):
+        for source in config[section].values():
+            if isinstance(source, dict) and source.get("kind") == "file":
+                named.append(source["path"])
+    named += [c["kubeconfig"] for c in config["clusters"].values()]
+    for profile in tomllib.loads(config_map["temporal.toml"])["profile"].values():
+        named += [p for k, p in profile.get("tls", {}).items() if k.endswith("_path")]
+    env = {e["name"]: e for e in _manifests()["Deployment/gpu-rl-builder-worker"]["spec"]["template"]["spec"]
+           ["containers"][0]["env"]}
+    named += [env["GPU_RL_BUILDER_CONFIG"]["value"], env["TEMPORAL_CONFIG_FILE"]["value"]]
+    assert len(named) >= 8
+    for path in named:
+        assert path in files, f"{path} is named by the configuration but no volume provides it"
+    ref = env["TEMPORAL_API_KEY"]["valueFrom"]["secretKeyRef"]
+    assert ref["key"] in _manifests()[f"Secret/{ref['name']}"]["stringData"]
+
+
+def test_configmap_configuration_loads_and_its_profiles_resolve(tmp_path, wheel_venv):
+    data = _manifests()["ConfigMap/gpu-rl-builder-config"]["data"]
+    (tmp_path / "config.toml").write_text(data["config.toml"])
+    (tmp_path / "temporal.toml").write_text(data["temporal.toml"])
+    config = load_config(tmp_path / "config.toml")
+    env = {"TEMPORAL_CONFIG_FILE": str(tmp_path / "temporal.toml"), "TEMPORAL_API_KEY": "k"}
+    cloud = resolve_settings(config.temporal, env={**env, "TEMPORAL_PROFILE": "cloud"})
+    assert cloud.address.endswith(".tmprl.cloud:7233") and cloud.tls and cloud.api_key.name == "TEMPORAL_API_KEY"
+    team = resolve_settings(config.temporal, env={"TEMPORAL_CONFIG_FILE": env["TEMPORAL_CONFIG_FILE"],
+                                                  "TEMPORAL_PROFILE": "team"})
+    assert team.tls_client_cert_path == "/var/run/secrets/temporal/tls.crt" and team.api_key is None
+    ran = wheel_venv.run("gpu-rl-builder-worker", "--config", str(tmp_path / "config.toml"), "--check-tools")
+    assert ran.returncode == 0, ran.stderr
