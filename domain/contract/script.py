@@ -438,9 +438,11 @@ def parse_script(text: str, path: str = SCRIPT_PATH) -> ScriptContract:
     # Architecture table.
     table = r.arch_table(arch_var)
     dockerfile_knob = None
+    dockerfile_word_vars: list[str] = []  # variables of the executor's `--dockerfile` word
     for s in r.stmts:
         if s.node.type == "command":
             for _w, text in _arg_after(s.node, "--dockerfile"):
+                dockerfile_word_vars = dockerfile_word_vars or template_vars(text)
                 refs = [v for v in template_vars(text) if v in knob_by_local]
                 if refs:
                     dockerfile_knob = knob_by_local[refs[-1]]
@@ -449,7 +451,8 @@ def parse_script(text: str, path: str = SCRIPT_PATH) -> ScriptContract:
             break
     if dockerfile_knob is not None:
         lines["dockerfile"] = dockerfile_knob.line
-    arches, field_vars = _interpret_arches(r, table, arch_var, tag, ws_knob, dockerfile_knob, lines)
+    arches, field_vars = _interpret_arches(r, table, arch_var, tag, ws_knob, dockerfile_knob, lines,
+                                           dockerfile_word_vars)
     if table is not None:
         lines["arch_table"] = line(table[0])
 
@@ -565,11 +568,13 @@ def parse_script(text: str, path: str = SCRIPT_PATH) -> ScriptContract:
 
 
 def _interpret_arches(r: _Reader, table, arch_var, tag: str, ws_knob: Knob, dockerfile_knob: Knob | None,
-                      lines: dict[str, int]) -> tuple[dict[str, ArchSpec], dict[str, str]]:
+                      lines: dict[str, int], dockerfile_word_vars: list[str] = ()
+                      ) -> tuple[dict[str, ArchSpec], dict[str, str]]:
     """Each arm of the `uname -m` table, read by meaning (see the module docstring)."""
     tag_vars = template_vars(tag)
     ws_vars = template_vars(ws_knob.default)
-    df_vars = template_vars(dockerfile_knob.default) if dockerfile_knob else []
+    # the table may set the knob's default (DEFAULT_DOCKERFILE) or the executor's variable itself
+    df_vars = (template_vars(dockerfile_knob.default) if dockerfile_knob else []) + list(dockerfile_word_vars)
     field_vars: dict[str, str] = {}
     arches: dict[str, ArchSpec] = {}
 
@@ -597,17 +602,23 @@ def _interpret_arches(r: _Reader, table, arch_var, tag: str, ws_knob: Knob, dock
         return arches, field_vars
 
     case_node, arms = table
-    for pattern, _pats, arm_line, settings in arms:
+    for pattern, pats, arm_line, settings in arms:
         values = {k: v for k, (v, _) in settings.items()}
         at = {k: ln for k, (_, ln) in settings.items()}
         plat = [(k, v) for k, v in values.items() if re.fullmatch(r"linux/[a-z0-9_]+(/v[0-9]+)?", v)]
-        if not plat:
-            raise r.need(arm_line, "build platform", f"no setting of the `{pattern})` arm has a `linux/<arch>` value")
-        pvar, platform = plat[0]
-        field_vars[pvar] = "kaniko_platform"
-        arch = platform.split("/")[1]
         spec_lines = dict(at)
-        spec_lines["kaniko_platform"] = at[pvar]
+        if plat:
+            pvar, platform = plat[0]
+            field_vars[pvar] = "kaniko_platform"
+            spec_lines["kaniko_platform"] = at[pvar]
+        elif any(p in _ARCH_OF for p in pats):
+            # kaniko builds for the host it runs on: the arm's `uname -m` value is the platform
+            platform = f"linux/{_ARCH_OF[next(p for p in pats if p in _ARCH_OF)]}"
+            spec_lines["kaniko_platform"] = arm_line
+        else:
+            raise r.need(arm_line, "build platform", f"no setting of the `{pattern})` arm has a `linux/<arch>` value "
+                         "and its `uname -m` value is not a known machine")
+        arch = platform.split("/")[1]
         manifest = next(((k, v) for k, v in values.items() if re.fullmatch(r"linux_[a-z0-9_]+", v)), None)
         if manifest:
             field_vars[manifest[0]] = "manifest_platform"
@@ -646,7 +657,7 @@ def _interpret_arches(r: _Reader, table, arch_var, tag: str, ws_knob: Knob, dock
             field_vars[table_df[0]] = "dockerfile"
             spec_lines["dockerfile"] = at[table_df[0]]
             why = f"the `{pattern})` arm sets {table_df[0]}={dockerfile} ({r.path}:{at[table_df[0]]})"
-        elif dockerfile_knob is not None and not df_vars:
+        elif dockerfile_knob is not None and not template_vars(dockerfile_knob.default):
             dockerfile, origin = dockerfile_knob.default, "script default"
             spec_lines["dockerfile"] = dockerfile_knob.line
             why = (f"the arch table sets no Dockerfile; {dockerfile_knob.env} defaults to {dockerfile} on every "

@@ -259,3 +259,14 @@ def test_earlier_era_b_without_arch_table_builds_amd64_only(tmp_path):
         "x86_64", "linux/amd64", "", DF_AMD, "prebuilt-wheelhouse")
     assert s.tag_pattern == "${TAG_PREFIX}-${GITSHA}" and amd.blocked is None
     assert amd.cache_repo == "{repository}/cache"
+
+
+def test_arch_table_that_sets_the_executor_dockerfile_variable_itself(tmp_path):
+    """A revision whose table assigns DOCKERFILE directly (no DEFAULT_DOCKERFILE knob) still chooses per arch."""
+    def edit(t: str) -> str:
+        return (t.replace("DEFAULT_DOCKERFILE=docker/Dockerfile.gpu-rl ;;", "DOCKERFILE=docker/Dockerfile.gpu-rl ;;")
+                .replace("DEFAULT_DOCKERFILE=docker/Dockerfile.gpu-rl-arm64 ;;", "DOCKERFILE=docker/Dockerfile.gpu-rl-arm64 ;;")
+                .replace('DOCKERFILE="${DOCKERFILE:-$DEFAULT_DOCKERFILE}"\n', ""))
+    s = real_contract(tmp_path, "era-c", {SCRIPT: edit}).script
+    assert (s.arches["amd64"].dockerfile, s.arches["arm64"].dockerfile) == (DF_AMD, DF_ARM)
+    assert (s.arches["arm64"].dockerfile_origin, s.arches["arm64"].lines["dockerfile"]) == ("arch table", 42)

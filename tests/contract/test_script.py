@@ -154,10 +154,17 @@ def test_arch_table_without_reject_arm_still_reads():
     assert set(parse_script(text).arches) == {"amd64", "arm64"}
 
 
-def test_arch_arm_without_platform_fails_closed_naming_the_field():
+def test_arch_arm_without_platform_column_takes_it_from_the_uname_value():
     text = script_text().replace("    KANIKO_PLATFORM=linux/arm64\n", "")
+    arm = parse_script(text).arches["arm64"]
+    assert (arm.kaniko_platform, arm.lines["kaniko_platform"]) == ("linux/arm64", line_of(text, "  aarch64)"))
+
+
+def test_arch_arm_with_unknown_machine_and_no_platform_fails_closed_naming_the_field():
+    arm = RISCV_ARM.replace("    KANIKO_PLATFORM=linux/riscv64\n", "")
+    text = script_text().replace("  *)\n    echo \"unsupported build host", arm + "    echo \"unsupported build host", 1)
     err = _error(text)
-    assert err.line == line_of(text, "  aarch64)") and "build platform" in str(err)
+    assert err.line == line_of(text, "  riscv64)") and "build platform" in str(err)
     assert "parser" in str(err) and "needs attention" in str(err)
 
 
