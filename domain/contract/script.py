@@ -521,6 +521,10 @@ def parse_script(text: str, path: str = SCRIPT_PATH) -> ScriptContract:
     pinned, conditional, pin_echo, loop_var, value_var = _pins(r, lines)
     user_var, token_var = _credentials(r, required, lines)
 
+    def env_of(local: str | None) -> str | None:
+        """The input a shell variable reads (`PUSH_FLOATING` for `${PUSH_FLOATING:-0}`)."""
+        return knob_by_local[local].env if local in knob_by_local else local
+
     echoes: list[EchoLine] = []
     for s in r.stmts:
         if s.in_loop:
@@ -533,7 +537,7 @@ def parse_script(text: str, path: str = SCRIPT_PATH) -> ScriptContract:
         required=required,
         credential_user_var=user_var,
         credential_token_var=token_var,
-        arch_var=arch_var or "BUILD_ARCH",
+        arch_var=arch_var or "",
         uname_override_var=uname_override,
         task_guard_var=_task_guard(r),
         arches=arches,
@@ -547,13 +551,11 @@ def parse_script(text: str, path: str = SCRIPT_PATH) -> ScriptContract:
         image_repository_var=repo_knob.env,
         image_repository_default=repo_knob.default,
         repository_local=repo_local,
-        tag_prefix_var=next((v for v in template_vars(tag) if v in knob_by_local
-                             and knob_by_local[v].env.endswith("TAG_PREFIX")), None)
-        and knob_by_local[next(v for v in template_vars(tag) if v in knob_by_local
-                               and knob_by_local[v].env.endswith("TAG_PREFIX"))].env,
+        tag_prefix_var=next((knob_by_local[v].env for v in template_vars(tag)
+                             if v in knob_by_local and knob_by_local[v].env.endswith("TAG_PREFIX")), None),
         megatron_var=next((k.env for k in knobs.values() if "MEGATRON" in k.env), None),
-        floating_var=floating_var and knob_by_local[floating_var].env if floating_var in knob_by_local else floating_var,
-        preserve_wheels_var=preserve_var and knob_by_local[preserve_var].env if preserve_var in knob_by_local else preserve_var,
+        floating_var=env_of(floating_var),
+        preserve_wheels_var=env_of(preserve_var),
         dockerfile_var=dockerfile_knob.env if dockerfile_knob else None,
         tag_pattern=tag,
         wheels_tag_pattern=wheels_tag,

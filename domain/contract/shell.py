@@ -23,7 +23,7 @@ from itertools import product
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-from domain.contract.errors import ContractError, ParserNeedsAttention
+from domain.contract.errors import ContractError
 from domain.contract.models import Condition, Guard
 
 WILDCARD = "$(…)"  # a runtime value in a marker template (markers turn it into `.*?`)
@@ -549,7 +549,7 @@ def _py_text(node: ast.expr) -> str:
     return WILDCARD
 
 
-__all__ = ["WILDCARD", "ParserNeedsAttention", "Printed", "Stmt", "command_args", "command_name", "descendants",
+__all__ = ["WILDCARD", "Printed", "Stmt", "command_args", "command_name", "descendants",
            "expansion_parts", "functions", "guard_of", "heredoc_body", "is_literal", "line", "negate",
            "negated_guard", "parse_bash", "printed_lines", "python_prints", "referenced_vars", "src", "statements",
            "template_vars", "word_text"]
