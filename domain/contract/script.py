@@ -188,6 +188,7 @@ class _Reader:
         self.path = path
         self.text = text
         self.root = parse_bash(text, path)
+        self.nodes = list(descendants(self.root))  # walked by several readers: materialize once
         self.stmts = list(statements(self.root))
         self.funcs = functions(self.root)
         self.assigns = [a for s in self.stmts for a in _assignments(s)]
@@ -196,7 +197,7 @@ class _Reader:
     def code_text(self) -> str:
         """The script without its comments (prose about other hosts is not evidence)."""
         data = bytearray(self.text.encode())
-        for n in descendants(self.root):
+        for n in self.nodes:
             if n.type == "comment":
                 data[n.start_byte:n.end_byte] = b" " * (n.end_byte - n.start_byte)
         return data.decode(errors="replace")
@@ -256,7 +257,7 @@ class _Reader:
                 var, op, operand = expansion_parts(n)
                 if var and op in (":-", "-") and var not in knobs and var not in self.assigned and var not in skip:
                     knobs[var] = Knob(env=var, local=var, default=operand or "", line=s.line)
-        for node in descendants(self.root):
+        for node in self.nodes:
             if node.type in ("if_statement", "elif_clause", "while_statement"):
                 for i, c in enumerate(node.children):
                     if node.field_name_for_child(i) != "condition":
@@ -277,7 +278,7 @@ class _Reader:
 
     # ------------------------------------------------------------------ architecture table
     def arch_table(self, arch_var: str | None) -> tuple[Node, list[tuple[str, list[str], int, dict[str, tuple[str, int]]]]] | None:
-        for node in descendants(self.root):
+        for node in self.nodes:
             if node.type != "case_statement" or self._in_function(node):
                 continue
             value = node.child_by_field_name("value")
@@ -334,7 +335,7 @@ class _Reader:
 
     # ------------------------------------------------------------------ pins
     def pin_loop(self) -> tuple[Node, str] | None:
-        for node in descendants(self.root):
+        for node in self.nodes:
             if node.type != "for_statement" or self._in_function(node):
                 continue
             body = node.child_by_field_name("body")
@@ -374,7 +375,7 @@ def parse_script(text: str, path: str = SCRIPT_PATH) -> ScriptContract:
         if v and v != "*" and "$" not in v and v not in wheel_sources:
             wheel_sources.append(v)
 
-    for node in descendants(r.root):
+    for node in r.nodes:
         if node.type == "binary_expression":
             left, right, op = (node.child_by_field_name(x) for x in ("left", "right", "operator"))
             if left is not None and right is not None and op is not None and src(op) in ("=", "==", "!="):
@@ -500,7 +501,7 @@ def parse_script(text: str, path: str = SCRIPT_PATH) -> ScriptContract:
     # Artifact URI schemes the script accepts.
     schemes: list[str] = []
     uri_vars = {x.name for x in required if x.name.endswith("_URI")}
-    for node in descendants(r.root):
+    for node in r.nodes:
         vals: list[str] = []
         if node.type == "binary_expression":
             left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
@@ -736,7 +737,7 @@ def _pins(r: _Reader, lines: dict[str, int]):
 def _credentials(r: _Reader, required: list[RequiredVar], lines: dict[str, int]) -> tuple[str | None, str]:
     always = [x.name for x in required if x.always]
     user = token = None
-    for n in descendants(r.root):
+    for n in r.nodes:
         if n.type == "command" and command_name(n) == "printf" and not r._in_function(n):
             args = command_args(n)
             if len(args) >= 3 and word_text(args[0]) == "%s:%s":
@@ -765,7 +766,7 @@ def _credentials(r: _Reader, required: list[RequiredVar], lines: dict[str, int])
 
 def _task_guard(r: _Reader) -> str | None:
     """The variable whose absence makes the script refuse to run outside an Iris task (`-z "${IRIS_TASK_ID:-}"`)."""
-    for node in descendants(r.root):
+    for node in r.nodes:
         if node.type != "if_statement":
             continue
         if not re.search(r"\bexit\s+[1-9]", src(node)):
