@@ -85,3 +85,31 @@ def test_agents_policy_is_read_under_any_heading_that_says_policy():
     policy = parse_agents(text)
     assert [(p.text, p.line) for p in policy.policy] == [("Skills must not contain run identifiers.", 5)]
     assert policy.do_not_touch == ["cloud/iris/launch_rl_iris.py"]
+
+
+
+BUILDKIT_SHAPES = """\
+# syntax=docker/dockerfile:1.7
+ARG A=1 B="two words"
+FROM ubuntu:22.04 AS base
+RUN --mount=type=cache,target=/root/.cache \\
+    apt-get update && \\
+    # a comment inside a continued RUN (BuildKit drops it)
+    echo "cache mount ${A} OK"
+RUN <<EOF
+set -e
+echo "from a heredoc"
+EOF
+RUN ["echo", "exec form prints no shell marker"]
+RUN python3 -c "import sys; print('python', sys.version_info[0])" > /dev/null || true
+RUN python3 -c "import json; print('json', json.__name__, f'ok {json.__name__}')"
+"""
+
+
+def test_buildkit_shapes_read_as_buildkit_reads_them():
+    df = parse_dockerfile(BUILDKIT_SHAPES, "docker/Dockerfile.shapes")
+    assert df.pins == {"A": "1", "B": "two words"} and df.pin_lines == {"A": 2, "B": 2}
+    (stage,) = df.stages
+    assert stage.layer_steps == 5
+    echoes = [(e.template, e.line) for e in stage.echoes]
+    assert echoes == [("cache mount ${A} OK", 7), ("from a heredoc", 10), ("json $(…) ok $(…)", 14)]
