@@ -1,8 +1,7 @@
 """Custom search attributes: what operators filter on in the Temporal UI.
 
 Registered automatically by the sandbox; for a production namespace run
-``temporal operator search-attribute create --namespace <ns> --name <Name> --type Keyword`` for each
-(see deploy/README.md).
+``gpu-rl-builder-setup-namespace`` (runtime/namespace_setup.py, also sets retention; see deploy/README.md).
 """
 
 from temporalio.common import SearchAttributeKey
