@@ -327,10 +327,17 @@ class _Reader:
                     holders.append((a.value, False))
             for holder, target in holders:
                 for w, text in _arg_after(holder, "--destination"):
+                    where = line(w)
+                    ref = _var_ref(text)
+                    if ref is not None:  # `--destination "$IMAGE"` with IMAGE="${REPO}:${TAG}" assigned earlier
+                        image = next((a for a in self.assigns if a.name == ref and not a.append), None)
+                        if image is not None:
+                            text, where = image.text, image.stmt.line
                     m = re.fullmatch(r"(\$\{[A-Za-z_][A-Za-z0-9_]*\}|\$[A-Za-z_][A-Za-z0-9_]*):(.+)", text)
                     if not m:
                         raise self.need(s.line, "image repository", f"`--destination {text}` is not `$REPO:TAG`")
-                    out.append(_Dest(repo=_var_ref(m.group(1)) or "", tag=m.group(2), stmt=s, target=target, line=line(w)))
+                    out.append(_Dest(repo=_var_ref(m.group(1)) or "", tag=m.group(2), stmt=s, target=target,
+                                     line=where))
         return out
 
     # ------------------------------------------------------------------ pins

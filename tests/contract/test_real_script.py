@@ -270,3 +270,12 @@ def test_arch_table_that_sets_the_executor_dockerfile_variable_itself(tmp_path):
     s = real_contract(tmp_path, "era-c", {SCRIPT: edit}).script
     assert (s.arches["amd64"].dockerfile, s.arches["arm64"].dockerfile) == (DF_AMD, DF_ARM)
     assert (s.arches["arm64"].dockerfile_origin, s.arches["arm64"].lines["dockerfile"]) == ("arch table", 42)
+
+
+def test_destination_through_an_image_variable(tmp_path):
+    def edit(t: str) -> str:
+        return t.replace('DESTINATIONS=(--destination "${IMAGE_REPOSITORY}:${IMAGE_TAG}")',
+                         'IMAGE="${IMAGE_REPOSITORY}:${IMAGE_TAG}"\nDESTINATIONS=(--destination "$IMAGE")')
+    s = real_contract(tmp_path, "era-c", {SCRIPT: edit}).script
+    assert (s.image_repository_var, s.tag_pattern) == ("IMAGE_REPOSITORY", "${TAG_PREFIX}-${GITSHA}${ARCH_TAG_SUFFIX}")
+    assert s.lines["tag_pattern"] == 151
