@@ -175,7 +175,7 @@ class ScriptContract(BaseModel):
     required: list[RequiredVar]
     credential_user_var: str | None
     credential_token_var: str
-    arch_var: str  # HOST_ARCH
+    arch_var: str  # the variable set from `uname -m` (BUILD_ARCH; fixture HOST_ARCH); "" without a table
     uname_override_var: str | None = None  # SANDBOX_UNAME_M (sandbox only)
     task_guard_var: str | None = None  # IRIS_TASK_ID
     arches: dict[str, ArchSpec]  # keyed by kaniko arch
@@ -199,11 +199,13 @@ class ScriptContract(BaseModel):
     arch_field_vars: dict[str, str] = Field(default_factory=dict)  # shell var -> ArchSpec field
     locals: dict[str, str] = Field(default_factory=dict)  # other `X="..."` assignments (raw)
     echoes: list[EchoLine] = Field(default_factory=list)  # stdout echo lines (log markers)
-    pin_echo: str | None = None  # the pin-loop echo template (uses $pin / $value / $DOCKERFILE)
+    pin_echo: str | None = None  # the pin-loop echo template (e.g. `[pin] $_arg=$_declared (from $DOCKERFILE)`)
     pin_loop_var: str = "pin"  # the loop variable holding the pin name in ``pin_echo``
     pin_value_var: str | None = "value"  # the loop variable holding the declared value
-    wheel_source_values_line: int = 0
-    lines: dict[str, int] = Field(default_factory=dict)  # field -> source line (provenance)
+    # Source line per field, for `file:line` provenance: image_repository_default, tag_pattern,
+    # wheels_tag_pattern, floating_tag_pattern, cache_repo, pinned_args, credential_user,
+    # credential_token, dockerfile, wheel_source, arch_table, arch_var (absent: not in the script).
+    lines: dict[str, int] = Field(default_factory=dict)
 
     @property
     def always_required(self) -> list[str]:
