@@ -97,7 +97,8 @@ class SourceActivities(ActivityGroup):
                            if p in {a.dockerfile for a in c.script.arches.values()}},
             architectures=sorted(c.script.arches), policies=[p.text for p in c.agents.policy],
             disagreements=[describe_disagreement(d) for d in c.disagreements],
-            fallbacks=[f"{f.field}: config:{f.config_key} ({f.reason})" for f in c.fallbacks])
+            fallbacks=[f"{f.field}: config:{f.config_key} ({f.reason})" for f in c.fallbacks]
+            + [f"{c.ops.path}: not used: {note}" for note in c.ops.skipped])
 
     # ------------------------------------------------------------------ 2. immutable source
     @activity.defn

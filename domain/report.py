@@ -146,6 +146,11 @@ def report_markdown(rep: PipelineReport) -> str:
                            + (f" (evidence {evidence_ref(f.diagnostics)})" if f.diagnostics else ""))
         out += [f"- {t.key} build log: {evidence_ref(t.log_check.log)}" for t in rep.targets if t.log_check]
         out.append("")
+        if any(t.provenance for t in rep.plan):  # collapsed in the PR body; plain text in a terminal
+            out += ["<details><summary>Where each planned value came from</summary>", ""]
+            for t in rep.plan:
+                out += provenance_rows(t) + [""]
+            out += ["</details>", ""]
     if rep.pull_request:
         pr = rep.pull_request
         out.append(f"PR: {pr.url} (#{pr.number}, head `{pr.head_sha[:12]}`)")

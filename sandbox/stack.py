@@ -221,6 +221,13 @@ def write_service_config(path: Path, state_dir: Path, *, temporal, iris, token_r
             "user": {"kind": "literal_public", "value": token_registry.push_user},
             "token": {"kind": "file", "path": str(token_file)},
         },
+        # What a plan uses when the commit's ops doc does not state it (the sandbox's own clusters).
+        "build": {"architectures": {
+            "amd64": {"cluster": "sandbox-amd64", "cpu": 48, "memory": "512GB", "disk": "400GB", "max_retries": 0,
+                      "timeout_s": 18000},
+            "arm64": {"cluster": "sandbox-arm64", "gpu": "GB200x1", "cpu": 96, "memory": "640GB", "disk": "500GB",
+                      "max_retries": 3, "timeout_s": 28800},
+        }},
         # Short timers so the sandbox and tests see progress and re-checks quickly.
         "policy": {"progress_interval_s": 5.0, "poll_min_interval_s": 0.5, "poll_max_interval_s": 3.0,
                    "visibility_recheck_interval_s": 60},

@@ -255,9 +255,15 @@ def _apply_words(tpl: LaunchTemplate, words: list[tuple[int, str]], skipped: lis
 
 
 def _set(tpl: LaunchTemplate, name: str, value, line: int) -> None:
-    if getattr(tpl, name) is None:
+    """The first statement wins; a later different one is recorded (``conflicts``) for the report."""
+    current = getattr(tpl, name)
+    if current is None:
         setattr(tpl, name, value)
         tpl.lines[name] = line
+    elif current != value and line != tpl.lines.get(name):
+        tpl.flags.setdefault("_conflicts", "")
+        tpl.flags["_conflicts"] = str(tpl.flags["_conflicts"]) + (
+            f"line {line}: {name} {value} ignored; line {tpl.lines.get(name)} states {current}\n")
 
 
 def _is_megatron(pair: EnvPair, megatron_var: str | None) -> bool:
@@ -282,9 +288,12 @@ def _read_fence(b: _Block, arches: set[str], templates: dict[str, LaunchTemplate
         arch = block_arch
         if (m := re.fullmatch(r"([A-Za-z0-9_]+):", words[0][1])) and _arch_in(m.group(1), arches):
             arch, words = _arch_in(m.group(1), arches), words[1:]
-        if words[0][1] == "iris" and arch is None:
+        cluster = next((w.partition("=")[2] or (words[i + 1][1] if i + 1 < len(words) else "")
+                        for i, (_, w) in enumerate(words) if w.partition("=")[0] == "--cluster"), None)
+        if arch is None and (words[0][1] == "iris" or cluster):
             arch = _arch_in(" ".join(w for _, w in words), arches)
-        key = arch or "*"
+        # A template that names only its cluster is placed by the placements table (see parse_ops).
+        key = arch or (f"cluster:{cluster}" if cluster else "*")
         tpl = templates.setdefault(key, LaunchTemplate(arch=key, line=words[0][0]))
         for pair in _apply_words(tpl, words, skipped):
             if megatron_block or _is_megatron(pair, megatron_var):
@@ -356,6 +365,31 @@ def _placements(b: _Block) -> dict[str, Placement]:
         if arch and cluster:
             out[arch] = Placement(arch=arch, cluster=cluster, priority=_first_code(_cell(row, p_col)) or None, line=n)
     return out
+
+
+def _resource_table(b: _Block, arches: set[str], templates: dict[str, LaunchTemplate], skipped: list[str]) -> None:
+    """| arch | cpu | memory | disk | gpu | priority | timeout | retries |: launch values per architecture."""
+    a_col = _col(b.header, "arch")
+    cols = {name: _col(b.header, *words) for name, words in (
+        ("cpu", ("cpu",)), ("memory", ("memory", "ram")), ("disk", ("disk",)), ("gpu", ("gpu", "accelerator")),
+        ("max_retries", ("retries", "retry")), ("timeout_s", ("timeout",)))}
+    if not any(v is not None for v in cols.values()):
+        return
+    for n, row in b.rows:
+        arch = _arch_in(_plain(_cell(row, a_col)), arches)
+        if arch is None:
+            continue
+        tpl = templates.setdefault(arch, LaunchTemplate(arch=arch, line=n))
+        for name, col in cols.items():
+            raw = _first_code(_cell(row, col))
+            if col is None or not raw or raw.lower() in ("-", "none", "no"):
+                continue
+            try:
+                value = {"cpu": float, "max_retries": int, "timeout_s": int}.get(name, str)(raw.split()[0])
+            except ValueError:
+                skipped.append(f"line {n}: {name} {raw!r} is not a number")
+                continue
+            _set(tpl, name, value, n)
 
 
 def _key_values(b: _Block) -> dict[str, tuple[int, str]]:
@@ -468,8 +502,11 @@ def parse_ops(
                 ops.contract_rows += _contract_rows(b, wheel_source_var, wheel_sources or [])
             elif _col(h, "path") is not None:
                 ops.deploy_boundary += _boundary(b, path, skipped)
-            elif _col(h, "arch") is not None and _col(h, "cluster") is not None:
-                ops.placements.update(_placements(b))
+            elif _col(h, "arch") is not None and (_col(h, "cluster") is not None or _col(h, "cpu", "memory")
+                                                  is not None):
+                if _col(h, "cluster") is not None:
+                    ops.placements.update(_placements(b))
+                _resource_table(b, known, ops.templates, skipped)
             elif len(h) == 2 and b.rows:
                 kv = _key_values(b)
                 if any("uri" in k for k in kv):
@@ -485,7 +522,18 @@ def parse_ops(
         else:
             _ceiling_from_sentence(b, ceiling)
             _common_from_sentence(b, ops.templates)
+    for key in [k for k in ops.templates if k.startswith("cluster:")]:
+        tpl = ops.templates.pop(key)
+        hit = [a for a, p in ops.placements.items() if p.cluster == key[8:]]
+        if len(hit) == 1 and hit[0] not in ops.templates:
+            tpl.arch = hit[0]
+            ops.templates[hit[0]] = tpl
+        else:
+            skipped.append(f"line {tpl.line}: a launch template for cluster {key[8:]} that no placement "
+                           "names for exactly one architecture")
     ops.layer_ceiling = ceiling
     ops.wheel_artifact = _artifact(artifact_fields, uri_schemes, path)
+    for tpl in ops.templates.values():
+        skipped += [c for c in str(tpl.flags.pop("_conflicts", "")).splitlines() if c]
     ops.skipped = skipped
     return ops

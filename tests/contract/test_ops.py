@@ -114,3 +114,24 @@ def test_disagreement_on_default_and_missing_row():
     assert fields["build contract: GITSHA"].prose_value == "absent"
     fixed = corrected_ops_doc(c)
     assert "optional (default: gpu-rl)" in fixed and "| `GITSHA` | always |" in fixed
+
+
+def test_template_named_only_by_cluster_is_placed_by_the_placements_table():
+    text = (fixture_files()[OPS].replace("### amd64", "### First template").replace("### arm64", "### Second template")
+            .replace("gpurl-kaniko-amd64-", "gpurl-kaniko-a-").replace("gpurl-kaniko-arm64-", "gpurl-kaniko-b-"))
+    o = parse_ops(text)
+    assert (o.templates["amd64"].cpu, o.templates["arm64"].cpu) == (48.0, 96.0)
+    assert o.templates["arm64"].lines["gpu"] == line_of(text, "--gpu GB200x1")
+    assert "*" not in o.templates or o.templates["*"].cpu is None
+
+
+def test_resource_table_and_a_conflicting_later_statement_is_reported():
+    text = fixture_files()[OPS].replace(
+        "| architecture | cluster | priority |\n|---|---|---|\n| amd64 | cw-rno2a | interactive |",
+        "| architecture | cluster | priority | cpu | memory |\n|---|---|---|---|---|\n| amd64 | cw-rno2a | interactive | 12 | 64GB |")
+    text = text.replace("| arm64 | cw-us-east-08a | interactive |", "| arm64 | cw-us-east-08a | interactive | 96 | 640GB |")
+    o = parse_ops(text)
+    row = line_of(text, "| amd64 | cw-rno2a | interactive | 12 |")
+    assert (o.templates["amd64"].cpu, o.templates["amd64"].lines["cpu"]) == (12.0, row)
+    assert f"line {line_of(text, '--cpu 48')}: cpu 48.0 ignored; line {row} states 12.0" in o.skipped
+    assert not [s for s in o.skipped if "cpu 96" in s]  # the same value stated twice is no conflict

@@ -38,3 +38,13 @@ def test_errors_name_file_and_field(tmp_path, monkeypatch):
         load_config(p)
     assert str(p) in str(e.value)
     assert "clusters.cw-rno2a.client_revision_date" in str(e.value) and "registry.token" in str(e.value)
+
+
+def test_example_config_documents_the_build_fallbacks_as_they_are():
+    """deploy/config.example.toml shows the [build] defaults; it must not drift from BuildSettings."""
+    from pathlib import Path
+
+    from domain.config import BuildSettings, load_config
+
+    example = Path(__file__).resolve().parents[2] / "deploy" / "config.example.toml"
+    assert load_config(example).build == BuildSettings()
