@@ -127,6 +127,11 @@ class PolicySettings(_Model):
     )
     operator_decision_timeout_s: int = 24 * 3600
     visibility_recheck_interval_s: int = 600
+    # An inconclusive validation (registry 5xx/429, network) is validated again with backoff for this
+    # long before the target fails naming the inconclusive checks; only a ``fail`` verdict fails at once.
+    validation_inconclusive_budget_s: int = Field(default=1800, ge=0)
+    validation_retry_initial_s: float = Field(default=10.0, gt=0)
+    validation_retry_max_s: float = Field(default=120.0, gt=0)
     poll_min_interval_s: float = 2.0
     poll_max_interval_s: float = 30.0
     progress_interval_s: float = 50.0

@@ -93,6 +93,19 @@ class ValidationReport(BaseModel):
     def failures(self) -> list[CheckResult]:
         return [c for c in self.checks if c.verdict in ("fail", "inconclusive")]
 
+    @property
+    def awaiting_registry(self) -> bool:
+        """Some check could not be decided (registry 5xx/429, network) and none failed for good: ask again
+        later. A private package (anonymous pull refused) is not a failure for good either."""
+        final = [c for c in self.checks if c.verdict == "fail" and c.name != "anonymous_pull"]
+        return any(c.verdict == "inconclusive" for c in self.checks) and not final
+
+    def failure_summary(self) -> str:
+        """Every failing or inconclusive check, with what was expected and observed."""
+        return "; ".join(f"{c.name} expected {c.expected}, observed {c.observed}"
+                         + (" (inconclusive: no verdict from the registry)" if c.verdict == "inconclusive" else "")
+                         for c in self.failures()) or "no checks ran"
+
 
 # --- platforms ------------------------------------------------------------------------------------
 

@@ -10,3 +10,6 @@ EVIDENCE_MEMO = "target-evidence-memo-2026-12"
 
 # BuildPipelineWorkflow runs the preflight activity before the first side effect (publishing the branch).
 PREFLIGHT = "preflight"
+
+# TargetBuildWorkflow validates again, with backoff, while the registry answers inconclusively.
+VALIDATION_SETTLE = "validation-settle-inconclusive"

@@ -155,8 +155,7 @@ class TargetBuildWorkflow:
         result.digest = report.digest
         result.platform = report.platform
         if not report.ok:
-            result.message = f"{t.key}: validation failed: " + "; ".join(
-                f"{c.name} expected {c.expected}, observed {c.observed}" for c in report.checks if c.verdict == "fail")
+            result.message = f"{t.key}: validation failed: {report.failure_summary()}"
             result.message = self._status.message = (
                 f"{result.message}; next step: fix the image (platform, layers, labels) and build again")
             await self._set_stage(Stage.FAILED, failure_class="validation")
@@ -269,9 +268,19 @@ class TargetBuildWorkflow:
 
     async def _validate_until_settled(self, policy) -> ValidationReport:
         await self._set_stage(Stage.VALIDATING)
+        settle = workflow.patched(patches.VALIDATION_SETTLE)
+        started, delay = workflow.now(), policy.validation_retry_initial_s
         while True:
             self._recheck = False  # before validating: a recheck sent during validation is not lost
             report = await self._validate()
+            if settle and report.awaiting_registry:
+                # The registry could not answer (5xx/429/network): a verdict on nothing. Ask again, bounded.
+                waited = (workflow.now() - started).total_seconds()
+                if waited + delay > policy.validation_inconclusive_budget_s:
+                    return report
+                await self._wait_for_registry(report, delay, waited, policy)
+                delay = min(delay * 2, policy.validation_retry_max_s)
+                continue
             if not report.blocked_on_visibility:
                 return report
             # Green build, private package: never rebuild, wait for the operator to flip visibility.
@@ -289,6 +298,23 @@ class TargetBuildWorkflow:
                 pass
             self._status.waiting = None
             await self._set_stage(Stage.VALIDATING)
+
+    async def _wait_for_registry(self, report: ValidationReport, delay: float, waited: float, policy) -> None:
+        key = self._inp.target.key
+        checks = ", ".join(f"{c.name} ({c.observed})" for c in report.checks if c.verdict == "inconclusive")
+        self._status.waiting = WaitingReason(
+            kind="registry_inconclusive", target=key,
+            detail=(f"the registry gave no verdict on {checks}; validating again in {delay:.0f}s "
+                    f"({waited:.0f}s of {policy.validation_inconclusive_budget_s}s allowed, "
+                    "config:policy.validation_inconclusive_budget_s)"),
+            command=recheck_command(self._inp.request_id, key))
+        await self._set_stage(Stage.WAITING, failure_class="validation_inconclusive")
+        try:
+            await workflow.wait_condition(lambda: self._recheck, timeout=timedelta(seconds=delay))
+        except TimeoutError:
+            pass
+        self._status.waiting = None
+        await self._set_stage(Stage.VALIDATING)
 
     def _publish_evidence(self, what: str, ref: FileRef) -> None:
         """Show the evidence file (store URI + sha256) in the memo, i.e. in the UI's row for this target.

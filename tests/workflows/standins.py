@@ -85,8 +85,15 @@ def target_input(request_id: str, target: TargetSpec | None = None) -> TargetInp
                        harbor_commit=HARBOR, branch=f"gpu-rl-build/{request_id}")
 
 
-def validation(target: TargetSpec, kind: Literal["pass", "blocked", "fail"]) -> ValidationReport:
-    """A report that is ok, blocked only on anonymous pull, or failing on the platform check."""
+def validation(target: TargetSpec, kind: Literal["pass", "blocked", "fail", "inconclusive"]) -> ValidationReport:
+    """A report that is ok, blocked only on anonymous pull, failing on the platform check, or inconclusive
+    (the registry answered 503 for the tag, as ``clients.image_validator`` reports it)."""
+    if kind == "inconclusive":
+        checks = [CheckResult(name="digest", expected=f"digest of tag {target.tag}",
+                              observed="registry error (RegistryUnavailable)", verdict="inconclusive")]
+        return ValidationReport(image_ref=target.image_repository, tag=target.tag, digest=None, platform=None,
+                                layer_count=None, largest_layer_bytes=None, total_bytes=None, anonymous_pull=None,
+                                labels={}, checks=checks)
     platform = target.kaniko_platform
     anon = "not_anonymously_pullable" if kind == "blocked" else "pullable"
     checks = [
