@@ -21,9 +21,12 @@ from clients.git_source import (
     DirtyWorktree,
     DivergedWorktree,
     GitSourceError,
+    adopt_pushed_commit,
     commit_build_change,
     create_worktree,
     push_branch,
+    restore_paths,
+    worktree_changes,
 )
 from clients.github import GitHubClient, HeadMoved, NotMergeable, checks_state, comment_marker
 from domain.config import GitHubSettings
@@ -110,19 +113,23 @@ class RecordActivities(ActivityGroup):
             out = subprocess.run(gh.lint_command, cwd=wt, capture_output=True, text=True, timeout=900)
             if out.returncode != 0:
                 raise input_error(f"lint command {' '.join(gh.lint_command)} failed: {redact(out.stderr[-2000:])}")
-        touched = subprocess.run(["git", "status", "--porcelain"], cwd=wt, capture_output=True, text=True,
-                                 check=True).stdout.split("\n")
-        touched = [line[3:] for line in touched if line.strip()]
-        forbidden = sorted(set(touched) & protected)
+        forbidden = sorted(set(worktree_changes(wt)) & protected)
         if forbidden:
-            subprocess.run(["git", "checkout", "--", *forbidden], cwd=wt, check=False)
+            restore_paths(wt, forbidden)
             raise input_error(f"refusing to modify {', '.join(forbidden)} (github.do_not_touch / AGENTS.md); "
                               "nothing was committed")
+        # A re-run after a failure in recording (or a retry on another worker) finds the pin commit it
+        # already pushed: same content → the same commit, no second one that could only be forced.
+        pins_request = f"{inp.request_id}-pins"
+        existing = adopt_pushed_commit(wt, self.config.repos.marinskyrl_url, src.branch, request_id=pins_request,
+                                       parent=src.build_commit)
+        if existing:
+            return existing, repo.default_branch
         result = commit_build_change(
             wt, message=f"Pin GPU-RL images built from {src.build_commit[:12]}\n\n"
                         f"Validated digests for {', '.join(t.key for t in inp.targets)}; "
                         f"Harbor {src.harbor_commit}.",
-            request_id=f"{inp.request_id}-pins",
+            request_id=pins_request,
             author=f"{self.config.repos.git_author_name} <{self.config.repos.git_author_email}>",
             # Fixed date (one second after the build commit), like the build commit: a retry on any worker,
             # in an empty work directory, makes the same sha, so the push finds its own commit.

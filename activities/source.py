@@ -30,6 +30,7 @@ from clients.git_source import (
     changed_paths,
     commit_build_change,
     create_worktree,
+    diff_names,
     push_branch,
     read_files_at,
     repin_dockerfiles,
@@ -149,7 +150,9 @@ class SourceActivities(ActivityGroup):
         pushed = False
         if inp.push:
             try:
-                push_branch(wt, self.config.repos.marinskyrl_url, branch, result.sha)
+                # A re-run after a failure in recording finds its own pin commit on top: kept, not refused.
+                push_branch(wt, self.config.repos.marinskyrl_url, branch, result.sha,
+                            keep_own=(f"{inp.request_id}-pins",))
             except GitSourceError as e:
                 raise input_error(f"push of {branch}: {e}") from None
             pushed = True
@@ -161,7 +164,7 @@ class SourceActivities(ActivityGroup):
             build_commit=result.sha, base_commit=inp.base_commit, branch=branch, pushed=pushed,
             created_commit=result.sha != inp.base_commit, harbor_commit=inp.harbor_commit, harbor_diff=diff,
             changed_files=changed_paths(repo, inp.base_commit, result.sha) if result.sha != inp.base_commit
-            and self._in_mirror(repo, result.sha) else _worktree_changes(wt, inp.base_commit, result.sha),
+            and self._in_mirror(repo, result.sha) else diff_names(wt, inp.base_commit, result.sha),
             ops_doc_corrected=corrected,
             bundle=BundleSummary(sha256=bundle.sha256, size_bytes=bundle.size_bytes, file_count=bundle.file_count,
                                  largest=[(p, s) for p, s in bundle.largest][:5],
@@ -319,11 +322,3 @@ def _head(wt) -> str | None:
     except (git.exc.GitError, ValueError, OSError):
         return None
 
-
-def _worktree_changes(wt, base: str, sha: str) -> list[str]:
-    import subprocess
-
-    if base == sha:
-        return []
-    out = subprocess.run(["git", "diff", "--name-only", base, sha], cwd=wt, capture_output=True, text=True)
-    return [p for p in out.stdout.splitlines() if p]

@@ -338,6 +338,23 @@ def _dirty_paths(repo: git.Repo) -> list[str]:
     return [e[3:] if len(e) > 3 and e[2] == " " else e for e in entries]
 
 
+def worktree_changes(worktree: Path) -> list[str]:
+    """Paths modified, added or untracked in ``worktree`` (what a commit of it would touch)."""
+    return _dirty_paths(git.Repo(worktree))
+
+
+def restore_paths(worktree: Path, paths: list[str]) -> None:
+    """Undo the working-tree changes to ``paths`` (back to HEAD)."""
+    _run(git.Repo(worktree), "checkout", "--", *paths)
+
+
+def diff_names(worktree: Path, old_sha: str, new_sha: str) -> list[str]:
+    """Paths that differ between two commits of ``worktree``'s repository."""
+    if old_sha == new_sha:
+        return []
+    return [p for p in _run(git.Repo(worktree), "diff", "--name-only", old_sha, new_sha).splitlines() if p]
+
+
 def build_request_of(message: str | bytes) -> str | None:
     """The ``Build-Request`` trailer value of a commit message, if any."""
     text = message.decode() if isinstance(message, bytes) else message
@@ -481,9 +498,14 @@ def remote_branch_sha(worktree: Path, remote_url: str, branch: str, *, git_env: 
 
 
 def push_branch(
-    worktree: Path, remote_url: str, branch: str, sha: str, *, git_env: dict[str, str] | None = None
+    worktree: Path, remote_url: str, branch: str, sha: str, *, git_env: dict[str, str] | None = None,
+    keep_own: tuple[str, ...] = (),
 ) -> None:
-    """Make ``refs/heads/<branch>`` on the remote point at ``sha``; fast-forward only, idempotent."""
+    """Make ``refs/heads/<branch>`` on the remote point at ``sha``; fast-forward only, idempotent.
+
+    ``keep_own``: Build-Request trailers of commits that may already sit on top of ``sha`` (e.g. the
+    pin commit an earlier run of the same request pushed); then the branch already holds ``sha`` and
+    is left as it is, so a re-run continues from it instead of refusing the branch."""
     repo = git.Repo(worktree)
     env = _git_env(git_env)
     current = remote_branch_sha(worktree, remote_url, branch, git_env=git_env)
@@ -492,6 +514,11 @@ def push_branch(
     if current is not None:
         try:
             _run(repo, "fetch", "--quiet", "--no-write-fetch-head", remote_url, f"refs/heads/{branch}", env=env)
+        except GitCommandFailed:
+            raise BranchConflict(branch, current, sha) from None
+        if keep_own and _only_own_commits_on_top(repo, sha, current, keep_own):
+            return
+        try:
             _run(repo, "merge-base", "--is-ancestor", current, sha)
         except GitCommandFailed:
             raise BranchConflict(branch, current, sha) from None
@@ -520,3 +547,42 @@ def check_push_access(fetched: FetchedRepo, remote_url: str, probe_ref: str, sha
     refuse it) authenticates for receive-pack and stops before sending a ref update."""
     _run(_repo(fetched), "push", "--dry-run", "--quiet", "--no-verify", remote_url,
          f"{sha}:refs/heads/{probe_ref}", env=_git_env(git_env))
+
+
+def _only_own_commits_on_top(repo: git.Repo, base: str, head: str, trailers: tuple[str, ...]) -> bool:
+    """``head`` descends from ``base`` through commits that each carry one of ``trailers`` only."""
+    try:
+        _run(repo, "merge-base", "--is-ancestor", base, head)
+        on_top = _run(repo, "rev-list", f"{base}..{head}").split()
+    except GitCommandFailed:
+        return False
+    return bool(on_top) and all(build_request_of(repo.commit(c).message) in trailers for c in on_top)
+
+
+def adopt_pushed_commit(worktree: Path, remote_url: str, branch: str, *, request_id: str, parent: str,
+                        git_env: dict[str, str] | None = None) -> str | None:
+    """The commit an earlier attempt of ``request_id`` already pushed on top of ``parent``, when the
+    worktree's content equals it exactly; the worktree is then moved onto it (clean). None otherwise.
+
+    Why: a re-run (or a retry on another worker) writes the same content again, but a commit made at
+    another time or place can differ in its sha, and the branch only moves fast-forward. Reusing the
+    pushed commit keeps one commit per request and lets the run continue instead of refusing."""
+    current = remote_branch_sha(worktree, remote_url, branch, git_env=git_env)
+    if current is None or current == parent:
+        return None
+    repo = git.Repo(worktree)
+    try:
+        _run(repo, "fetch", "--quiet", "--no-write-fetch-head", remote_url, f"refs/heads/{branch}",
+             env=_git_env(git_env))
+    except GitCommandFailed:
+        return None
+    commit = repo.commit(current)
+    if build_request_of(commit.message) != request_id or [p.hexsha for p in commit.parents] != [parent]:
+        return None
+    _run(repo, "add", "--all")
+    try:
+        _run(repo, "diff", "--cached", "--quiet", current)
+    except GitCommandFailed:
+        return None  # different content: not ours to reuse
+    _run(repo, "reset", "--quiet", "--hard", current)
+    return current

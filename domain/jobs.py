@@ -7,6 +7,8 @@ domain policy, not plumbing. Workflows ask these functions; they never recompute
 
 from __future__ import annotations
 
+import hashlib
+
 from domain.failures import Classification, FailureClass
 from domain.validation import ValidationReport
 
@@ -18,8 +20,11 @@ def generation_of(run_id: str) -> str:
 
     A new pipeline run (after a cancel or a failure) starts new target runs, so it gets a new
     generation and fresh job names; a retried activity, a worker crash or a continue-as-new keeps the
-    first execution's run id, so the same submission keeps its name and attaches."""
-    return run_id.replace("-", "").lower()[:8]
+    first execution's run id, so the same submission keeps its name and attaches.
+
+    Hashed, not a prefix: Temporal run ids are UUIDv7, whose leading digits are a timestamp shared by
+    every run started within the same minute."""
+    return hashlib.sha256(run_id.encode()).hexdigest()[:8]
 
 
 def submission_name(planned: str, *, generation: str, round_: int) -> str:

@@ -11,11 +11,13 @@ LONG = "x" * 63
 
 
 def test_same_submission_same_name_new_generation_or_round_new_name():
-    gen = generation_of("5c7f0a2e-93b1-4d0e-8f1a-111111111111")
-    assert gen == "5c7f0a2e"
+    gen = generation_of("01a22fbd-68db-7bb3-a9d9-4c0704b26167")
+    assert gen == generation_of("01a22fbd-68db-7bb3-a9d9-4c0704b26167") and len(gen) == 8
+    # UUIDv7 run ids of runs started in the same minute share their leading digits; generations do not.
+    assert generation_of("01a22fbd-7000-7bb3-a9d9-4c0704b26168") != gen
     first = submission_name(PLANNED, generation=gen, round_=0)
     assert first == submission_name(PLANNED, generation=gen, round_=0) == f"{PLANNED}-{gen}"
-    other_run = submission_name(PLANNED, generation=generation_of("0b0b0b0b-0000-0000-0000-000000000000"), round_=0)
+    other_run = submission_name(PLANNED, generation=generation_of("01a22fbd-68db-7bb3-a9d9-4c0704b26168"), round_=0)
     resubmit = submission_name(PLANNED, generation=gen, round_=1)
     assert len({first, other_run, resubmit}) == 3
     assert resubmit == f"{PLANNED}-{gen}-r1"
