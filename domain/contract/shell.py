@@ -546,6 +546,13 @@ def _py_text(node: ast.expr) -> str:
         return str(node.value)
     if isinstance(node, ast.JoinedStr):
         return "".join(str(v.value) if isinstance(v, ast.Constant) else WILDCARD for v in node.values)
+    if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant)
+            and isinstance(node.left.value, str)):  # 'torch %s' % v
+        return re.sub(r"%[-#0 +]*[0-9.*]*[a-zA-Z]", lambda _m: WILDCARD, node.left.value.replace("%%", "\0")
+                      ).replace("\0", "%")
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"
+            and isinstance(node.func.value, ast.Constant) and isinstance(node.func.value.value, str)):
+        return re.sub(r"\{[^{}]*\}", lambda _m: WILDCARD, node.func.value.value)  # 'torch {}'.format(v)
     return WILDCARD
 
 
