@@ -38,7 +38,7 @@ from domain.contract.models import (
     WheelArtifact,
 )
 from domain.contract.ops import OPS_PATH, parse_bytes, parse_ops
-from domain.contract.reconcile import corrected_ops_text, find_disagreements
+from domain.contract.reconcile import corrected_ops_text, find_disagreements, tag_form_disagreements
 from domain.contract.resolve import resolve_launch
 from domain.contract.script import SCRIPT_PATH, parse_script, render
 
@@ -108,7 +108,8 @@ def load_contract(files: Mapping[str, str | bytes], commit: str, defaults: Build
                                                                 else "does not exist at the build commit")))
     return BuildContract(
         commit=commit, script=script, dockerfiles=dockerfiles, ops=ops, agents=agents,
-        disagreements=find_disagreements(script, ops, ops_text or "") + config_disagreements, ops_text=ops_text or "",
+        disagreements=find_disagreements(script, ops, ops_text or "") + tag_form_disagreements(script, ops, megatron)
+        + config_disagreements, ops_text=ops_text or "",
         launch=launch, megatron_env=megatron, layer_ceiling=ceiling, deploy_boundary=boundary,
         provenance=provenance, fallbacks=fallbacks,
     )

@@ -337,6 +337,7 @@ class Placement(BaseModel):
     cluster: str
     priority: str | None = None
     line: int
+    tag_forms: list[str] = Field(default_factory=list)  # as the doc writes them: "gpu-rl-<sha>-arm64"
 
 
 class LayerCeiling(BaseModel):

@@ -358,12 +358,14 @@ def _placements(b: _Block) -> dict[str, Placement]:
     a_col = _col(b.header, "arch")
     c_col = _col(b.header, "cluster")
     p_col = _col(b.header, "priority")
+    t_col = _col(b.header, "tag")
     out = {}
     for n, row in b.rows:
         arch = _ARCH_WORDS.get(_first_code(_cell(row, a_col)).lower(), _first_code(_cell(row, a_col)).lower())
         cluster = _first_code(_cell(row, c_col))
         if arch and cluster:
-            out[arch] = Placement(arch=arch, cluster=cluster, priority=_first_code(_cell(row, p_col)) or None, line=n)
+            out[arch] = Placement(arch=arch, cluster=cluster, priority=_first_code(_cell(row, p_col)) or None, line=n,
+                                  tag_forms=_code_spans(_cell(row, t_col)) if t_col is not None else [])
     return out
 
 

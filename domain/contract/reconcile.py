@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from domain.contract.models import ContractRow, Disagreement, OpsContract, ScriptContract
+from domain.contract.models import ContractRow, Disagreement, EnvPair, OpsContract, ScriptContract
 
 
 def _when(req) -> str:
@@ -209,3 +209,27 @@ def corrected_ops_text(script: ScriptContract, ops: OpsContract, text: str) -> s
         extra[last] = "".join(_row_line(n, name, when, script.path) for name, when in missing.items())
     out = "".join((line if i not in drop else "") + extra.get(i, "") for i, line in enumerate(lines))
     return None if out == text else out
+
+
+def tag_form_disagreements(script: ScriptContract, ops: OpsContract, megatron_env: list[EnvPair]) -> list[Disagreement]:
+    """Tag forms a placements table states (`gpu-rl-<sha>-arm64`) against the script's tag derivation."""
+    from domain.contract.script import render, shell_values
+
+    out: list[Disagreement] = []
+    for arch, p in ops.placements.items():
+        if not p.tag_forms or arch not in script.arches:
+            continue
+        expected: set[str] = set()
+        for env in ({}, {e.name: e.value for e in megatron_env}):
+            try:
+                expected.add(render(script.tag_pattern, shell_values(script, arch, env, "<sha>")))
+            except KeyError:
+                return out  # the script's tag needs a value only the job has: nothing to compare
+        stated = {re.sub(r"<[^>]+>|\$\{?GITSHA\}?", "<sha>", f) for f in p.tag_forms}
+        if stated != expected:
+            out.append(Disagreement(
+                file=ops.path, field=f"tag forms: {arch}", prose_value=", ".join(sorted(stated)),
+                prose_source=f"{ops.path}:{p.line}", script_value=", ".join(sorted(expected)),
+                other_source=f"{script.path}:{script.lines.get('tag_pattern', 0)}",
+                resolution="script wins: the plan tags images as the script derives them"))
+    return out

@@ -263,3 +263,14 @@ def test_fixture_plan_provenance_points_at_the_template_lines():
     assert amd.provenance["cluster"].startswith(f"{OPS}:")
     assert all(v.startswith((f"{OPS}:", f"{SCRIPT}", "config:", "docker/", "kaniko")) or ";" in v
                for v in amd.provenance.values()), amd.provenance
+
+
+def test_era_c_tag_forms_column_is_checked_against_the_script(tmp_path):
+    c = real_contract(tmp_path, "era-c")
+    assert c.ops.placements["arm64"].tag_forms == ["gpu-rl-<sha>-arm64", "gpu-rl-megatron-<sha>-arm64"]
+    assert not [d for d in c.disagreements if d.field.startswith("tag forms")]
+    swapped = real_contract(tmp_path / "swapped", "era-c", {OPS: lambda t: t.replace(
+        "`gpu-rl-<sha>-arm64`", "`gpu-rl-arm64-<sha>`")})
+    (d,) = [d for d in swapped.disagreements if d.field == "tag forms: arm64"]
+    assert d.prose_source == at("era-c", "| arm64 | `cw-us-east-08a`") and d.other_source == f"{SCRIPT}:151"
+    assert "gpu-rl-<sha>-arm64" in d.script_value and "gpu-rl-arm64-<sha>" in d.prose_value
