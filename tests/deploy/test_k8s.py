@@ -165,5 +165,8 @@ def test_configmap_configuration_loads_and_its_profiles_resolve(tmp_path, wheel_
     team = resolve_settings(config.temporal, env={"TEMPORAL_CONFIG_FILE": env["TEMPORAL_CONFIG_FILE"],
                                                   "TEMPORAL_PROFILE": "team"})
     assert team.tls_client_cert_path == "/var/run/secrets/temporal/tls.crt" and team.api_key is None
+    incluster = resolve_settings(config.temporal, env={"TEMPORAL_CONFIG_FILE": env["TEMPORAL_CONFIG_FILE"],
+                                                       "TEMPORAL_PROFILE": "team-incluster"})
+    assert incluster.address == "temporal-frontend.temporal.svc:7233" and incluster.tls is False
     ran = wheel_venv.run("gpu-rl-builder-worker", "--config", str(tmp_path / "config.toml"), "--check-tools")
     assert ran.returncode == 0, ran.stderr

@@ -88,7 +88,7 @@ def test_compose_never_holds_a_password_and_every_required_variable_is_documente
     text = (TEMPORAL / "compose.yaml").read_text()
     env_example = (TEMPORAL / "env.example").read_text()
     for key, value in _walk(_yaml(TEMPORAL / "compose.yaml")):
-        if isinstance(key, str) and re.search(r"PASSWORD|PWD|TOKEN", key):
+        if isinstance(key, str) and re.search(r"PASSWORD|PWD|TOKEN|SECRET|KEY_ID", key):
             assert str(value).startswith("${"), f"{key} must come from the environment, not the file"
     for var in set(re.findall(r"\$\{(\w+)(?::[-?])", text)):
         assert re.search(rf"^#? ?{var}=", env_example, re.M), f"{var} is not documented in env.example"
