@@ -24,6 +24,7 @@ from activities.common import HEARTBEAT_EVERY_S
 from activities.preflight import PreflightActivities
 from activities.record import RecordActivities
 from activities.source import SourceActivities
+from clients.credentials import CredentialError
 from domain.config import ConfigError, load_config
 from runtime import health
 from runtime.logging import configure_logging, get_logger
@@ -130,7 +131,7 @@ def main(config_path, graceful_shutdown, metrics_bind, health_bind, check_tools,
             _check_tools(config_path)
             return
         asyncio.run(run_worker(config_path, graceful_shutdown, metrics_bind, flags_from(connection), health_bind))
-    except ConfigError as e:
+    except (ConfigError, CredentialError) as e:  # bad input: named, exit 2, before polling
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
     sys.stdout.flush()

@@ -29,6 +29,7 @@ from temporalio.api.workflowservice.v1 import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from clients.credentials import CredentialError
 from domain.config import ConfigError, TemporalSettings, load_config
 from runtime import search_attributes
 from runtime.temporal import connect_kwargs, connection_options, describe, flags_from, resolve_settings
@@ -114,7 +115,7 @@ def main(config_path, retention_days, create, **connection) -> None:
         base = load_config(config_path).temporal if config_path else TemporalSettings()
         settings = resolve_settings(base, flags_from(connection))
         kwargs = connect_kwargs(settings)
-    except ConfigError as e:
+    except (ConfigError, CredentialError) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import warnings
 from pathlib import Path
 
 import click
@@ -36,7 +37,9 @@ def _parse(command: click.Command, name: str, args: list[str], parent=None) -> N
         return
     ctx = command.make_context(name, list(args), parent=parent)
     if isinstance(command, click.Group):
-        rest = [*ctx.protected_args, *ctx.args]
+        with warnings.catch_warnings():  # Click 8.2 deprecates protected_args; Click 9 puts them in args
+            warnings.simplefilter("ignore", DeprecationWarning)
+            rest = [*ctx.protected_args, *ctx.args]
         assert rest, f"{name}: no subcommand"
         sub = command.get_command(ctx, rest[0])
         assert sub is not None, f"{name}: unknown subcommand {rest[0]!r}"

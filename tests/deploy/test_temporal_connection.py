@@ -157,3 +157,14 @@ async def test_starter_reaches_the_dev_server_by_flags_and_by_profile(temporal_d
     bad = await asyncio.to_thread(_starter, "--config", str(config), "--profile", "missing", "status",
                                   env={"TEMPORAL_CONFIG_FILE": str(profiles)})
     assert bad.returncode == 2 and "--profile missing" in bad.stderr, bad.stderr
+
+
+def test_worker_with_an_unset_api_key_source_stops_with_exit_2(tmp_path):
+    config = _config(tmp_path, "q-key")
+    config.write_text(config.read_text().replace(
+        'task_queue = "q-key"', 'task_queue = "q-key"\napi_key = {kind = "env", name = "MISSING_TEMPORAL_KEY"}'))
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "GPU_RL_BUILDER_", "MISSING_"))}
+    ran = subprocess.run([sys.executable, str(ROOT / "worker.py"), "--config", str(config)], cwd=ROOT, env=base,
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 2, ran.stderr
+    assert "MISSING_TEMPORAL_KEY is not set" in ran.stderr and "Traceback" not in ran.stderr
