@@ -32,7 +32,6 @@ from domain.contract.models import (
     ArchSpec,
     ConditionalPin,
     EchoLine,
-    Guard,
     Knob,
     RequiredVar,
     ScriptContract,
@@ -791,4 +790,4 @@ def _task_guard(r: _Reader) -> str | None:
     return None
 
 
-__all__ = ["PARSER", "SCRIPT_PATH", "Guard", "parse_script", "pattern_vars", "render", "shell_values"]
+__all__ = ["PARSER", "SCRIPT_PATH", "parse_script", "pattern_vars", "render", "shell_values"]
