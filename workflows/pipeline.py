@@ -236,6 +236,7 @@ class BuildPipelineWorkflow:
                 await workflow.wait([watch, authorized], return_when=asyncio.FIRST_COMPLETED)
                 if not watch.done():
                     watch.cancel()  # authorization arrived: look again right away (last=None), then merge
+                    _settle_quietly(watch)
                     continue
                 authorized.cancel()
             self._review = rep.review = await watch
@@ -362,6 +363,12 @@ class BuildPipelineWorkflow:
         if not rep.targets:
             parts.extend(f"{t.key}: planned {t.tag}" for t in rep.plan)
         return "; ".join(parts)
+
+
+def _settle_quietly(task: asyncio.Future) -> None:
+    """A cancelled watch ends with an "Activity cancelled" error nobody needs; reading it when it
+    arrives keeps asyncio from logging "Task exception was never retrieved" on every normal merge."""
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
 __all__ = ["BuildPipelineWorkflow", "TargetStatus"]
