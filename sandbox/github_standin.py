@@ -92,6 +92,7 @@ class GitHubStandin:
         self.base_url = ""  # set once the server is bound
         self.lock = threading.RLock()
         self.forced_limit = {"n": 0, "status": 403}
+        self.slow: dict[str, float] = {}  # "METHOD path-regex" -> seconds to wait before answering
         self.store = self._load()
 
     # -- persistence
@@ -389,6 +390,20 @@ class GitHubStandin:
         self.forced_limit = {"n": int(body["n"]), "status": status}
         return dict(self.forced_limit)
 
+    def admin_slow(self, body: dict[str, Any]) -> dict[str, Any]:
+        key = f"{body['method'].upper()} {body['path']}"
+        if float(body.get("seconds", 0)) > 0:
+            self.slow[key] = float(body["seconds"])
+        else:
+            self.slow.pop(key, None)
+        return dict(self.slow)
+
+    def take_slow(self, method: str, path: str) -> None:
+        for key, seconds in list(self.slow.items()):
+            m, _, pattern = key.partition(" ")
+            if m == method and re.search(pattern, path):
+                time.sleep(seconds)
+
     def admin_permissions(self, body: dict[str, Any]) -> dict[str, Any]:
         self.store.permissions[body["repo"]] = {k: bool(v) for k, v in body["permissions"].items()}
         self._save()
@@ -468,6 +483,7 @@ class GitHubStandin:
             ("POST", r"/_admin/checks", lambda m: self.admin_set_check(body), 200, None),
             ("POST", r"/_admin/reviews", lambda m: self.admin_add_review(body), 200, None),
             ("POST", r"/_admin/rate_limit", lambda m: self.admin_rate_limit(body), 200, None),
+            ("POST", r"/_admin/slow", lambda m: self.admin_slow(body), 200, None),
             ("POST", r"/_admin/permissions", lambda m: self.admin_permissions(body), 200, None),
             ("POST", r"/_admin/issues", lambda m: self.admin_issue(body), 200, None),
         ]
@@ -524,6 +540,7 @@ def _make_handler(app: GitHubStandin) -> type[BaseHTTPRequestHandler]:
                 app.check_auth(self.headers.get("Authorization"))
                 if not split.path.startswith("/_admin/"):
                     app.take_rate_limit()
+                    app.take_slow(self.command, split.path)  # after reading the request: it will be served
                 status, payload, list_key = app.route(self.command, split.path, q, body)
                 headers = {"x-ratelimit-limit": "5000", "x-ratelimit-remaining": "4999",
                            "x-ratelimit-reset": str(int(time.time()) + 3600)}
@@ -595,6 +612,11 @@ class GitHubStandinHandle:
     def rate_limit_next(self, n: int, status: int = 403) -> None:
         """Make the next ``n`` API requests fail with a primary (403) or secondary (429) rate limit."""
         self._admin("rate_limit", {"n": n, "status": status})
+
+    def slow_down(self, method: str, path_regex: str, seconds: float) -> None:
+        """Answer requests matching ``method`` and ``path_regex`` only after ``seconds`` (0: at once again).
+        The request is still served: a client that dies meanwhile leaves its effect behind (a lost reply)."""
+        self._admin("slow", {"method": method, "path": path_regex, "seconds": seconds})
 
 
 def _serve(app: GitHubStandin) -> ThreadingHTTPServer:
