@@ -24,6 +24,7 @@ from activities.common import HEARTBEAT_EVERY_S
 from activities.preflight import PreflightActivities
 from activities.record import RecordActivities
 from activities.source import SourceActivities
+from activities.watch import WatchActivities
 from clients.credentials import CredentialError
 from domain.config import ConfigError, load_config
 from runtime import health
@@ -40,13 +41,20 @@ from runtime.tools import missing_tools
 from workflows.pipeline import BuildPipelineWorkflow
 from workflows.rebuild import RebuildCheckWorkflow
 from workflows.target import TargetBuildWorkflow
+from workflows.watcher import IrisWatcherWorkflow
 
-WORKFLOWS = [BuildPipelineWorkflow, TargetBuildWorkflow, RebuildCheckWorkflow]
+WORKFLOWS = [BuildPipelineWorkflow, TargetBuildWorkflow, RebuildCheckWorkflow, IrisWatcherWorkflow]
+# Slots: monitoring is one long activity per cluster, not one per target, so the slots are taken by short
+# steps (submit, watch, log check, capture, validation); 500 keeps hundreds of targets from queueing
+# behind each other (temporalio's default is 100). Workflow tasks are short and CPU-bound.
+MAX_CONCURRENT_ACTIVITIES = 500
+MAX_CONCURRENT_WORKFLOW_TASKS = 200
 
 
 def activities_for(config) -> list:
     source, build, record = SourceActivities(config), BuildActivities(config), RecordActivities(config)
-    return [*source.all(), *PreflightActivities(config).all(), *build.all(), *record.all()]
+    return [*source.all(), *PreflightActivities(config).all(), *build.all(), *record.all(),
+            *WatchActivities(config).all()]
 
 
 def build_worker(client, config, *, graceful_shutdown_s: float = 30.0) -> Worker:
@@ -59,6 +67,8 @@ def build_worker(client, config, *, graceful_shutdown_s: float = 30.0) -> Worker
         # Send activity heartbeats as they come (every HEARTBEAT_EVERY_S), not batched up to 80% of the
         # heartbeat timeout: a slow event loop then never looks like a dead worker.
         max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_S),
+        max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
+        max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS,
         identity=f"gpu-rl-builder@{socket.gethostname()}:{os.getpid()}",
     )
 

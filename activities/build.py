@@ -154,6 +154,9 @@ class BuildActivities(ActivityGroup):
     async def monitor_job(self, inp: MonitorInput) -> JobProgress:
         """Poll authoritative job state until terminal or ``return_after_s``; never infer from logs.
 
+        Only target runs started before the cluster watcher (``workflows/patches.py`` CLUSTER_WATCHER) call
+        this; new runs are woken by ``activities/watch.py``. Remove once no such run is open.
+
         An unreachable controller is reported (``controller_reachable=False``) and polled again; only
         the controller's own terminal state, or the job vanishing, ends monitoring."""
         pol = self.config.policy
@@ -293,9 +296,11 @@ async def _scan_markers(iris, job_id: str, cursor: int, last: str | None, marker
             for m in markers:
                 if m in line:
                     last = m
-        if not page.entries or page.cursor == cursor:
+        advanced = bool(page.entries) and page.cursor != cursor
+        if advanced:
+            cursor = page.cursor
+        if not advanced or len(page.entries) < LOG_PAGE_LINES:  # a short page is the end: no extra request
             break
-        cursor = page.cursor
     return cursor, last
 
 

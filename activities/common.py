@@ -15,6 +15,7 @@ import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 from temporalio import activity
 
 from activities.errors import InputError, boundary
@@ -122,8 +123,10 @@ class ActivityGroup:
 
 
 @contextlib.asynccontextmanager
-async def iris_client(config: ServiceConfig, cluster_name: str) -> AsyncIterator[IrisClient]:
-    """An Iris client for a configured cluster: a direct URL, or a kubectl port-forward we own."""
+async def iris_client(config: ServiceConfig, cluster_name: str, *,
+                      transport: httpx.AsyncBaseTransport | None = None) -> AsyncIterator[IrisClient]:
+    """An Iris client for a configured cluster: a direct URL, or a kubectl port-forward we own.
+    ``transport``: an httpx transport to send through (None: plain HTTP)."""
     cluster = config.cluster(cluster_name)
     async with contextlib.AsyncExitStack() as stack:
         if cluster.controller_url:
@@ -134,7 +137,8 @@ async def iris_client(config: ServiceConfig, cluster_name: str) -> AsyncIterator
                 cluster.kubeconfig, cluster.kube_context, namespace=pf.namespace, service=pf.service, port=pf.port))
         else:
             raise input_error(f"clusters.{cluster_name}: set controller_url or port_forward")
-        client = IrisClient(url, client_revision_date=cluster.client_revision_date, cluster_name=cluster_name)
+        client = IrisClient(url, client_revision_date=cluster.client_revision_date, cluster_name=cluster_name,
+                            transport=transport)
         stack.push_async_callback(client.aclose)
         yield client
 

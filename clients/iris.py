@@ -19,6 +19,7 @@ import random
 import re
 import signal
 import socket
+from collections import Counter
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Literal
@@ -498,6 +499,7 @@ class IrisClient:
         max_attempts: int = 4,
         backoff_s: float = 0.5,
         max_backoff_s: float = 8.0,
+        transport: httpx.AsyncBaseTransport | None = None,
     ):
         self.base_url = base_url.rstrip("/")
         self.client_revision_date = client_revision_date
@@ -508,7 +510,9 @@ class IrisClient:
         self._backoff_s = backoff_s
         self._max_backoff_s = max_backoff_s
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout_s)
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout_s,
+                                       transport=transport)
+        self.requests: Counter[str] = Counter()  # RPC method -> requests sent (retries included)
 
     def __repr__(self) -> str:
         return f"IrisClient({self.base_url!r}, cluster={self.cluster_name!r})"
@@ -526,6 +530,7 @@ class IrisClient:
 
     async def _post_once(self, path: str, method: str, body: dict, timeout_s: float | None,
                          secrets: Iterable[str] = ()) -> dict:
+        self.requests[method] += 1
         try:
             r = await self._http.post(path, json=body, timeout=timeout_s or self._timeout_s)
         except httpx.TransportError as e:  # connect/read errors and timeouts
@@ -603,7 +608,8 @@ class IrisClient:
         return JobInfo.from_wire(job, tasks)
 
     async def job_states(self, job_ids: list[str]) -> dict[str, JobState]:
-        """Batch states; unknown ids are left out."""
+        """GetJobState: the states of many jobs in one request (one SQL read on the controller, no tasks,
+        no attempts). Unknown ids are left out: absence alone is not proof (confirm with job_status)."""
         reply = await self._call("GetJobState", {"jobIds": list(job_ids)})
         return {k: JobState.parse(v) for k, v in (reply.get("states") or {}).items()}
 

@@ -134,7 +134,13 @@ class PolicySettings(_Model):
     validation_retry_max_s: float = Field(default=120.0, gt=0)
     poll_min_interval_s: float = 2.0
     poll_max_interval_s: float = 30.0
-    progress_interval_s: float = 50.0
+    progress_interval_s: float = 50.0  # legacy per-target monitor_job (workflows started before the watcher)
+    # The per-cluster watcher (activities/watch.py): one GetJobState per interval for every running job.
+    watch_interval_s: float = 5.0
+    watch_progress_interval_s: float = 60.0  # log markers / pending reason per job (≤ 1 FetchLogs a minute)
+    watch_follow_interval_s: float = 10.0  # the same while someone follows the job
+    watch_signal_progress_s: float = 600.0  # progress-only wake-ups of a target at most this often
+    monitor_safety_interval_s: float = 1200.0  # a target re-checks its watch when not woken for this long
 
 
 class EvidenceSettings(_Model):

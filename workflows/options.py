@@ -88,7 +88,23 @@ TERMINATE = io_step(timedelta(minutes=2))
 
 
 def monitor_job(return_after_s: float) -> dict[str, Any]:
+    """Runs started before the cluster watcher (workflows/patches.py CLUSTER_WATCHER)."""
     return io_step(timedelta(seconds=return_after_s + 120))
+
+
+WATCH_JOB = io_step(timedelta(minutes=2))
+
+
+# Iris watcher (workflows/watcher.py): one long activity per cluster, restarted at once after a crash.
+# It reports an unreachable controller per job and never fails on it; what is left (a bug, Temporal
+# unreachable) is retried within the budget, then the watcher fails and the targets' safety re-checks
+# start a new one.
+def watch_cluster(return_after_s: float) -> dict[str, Any]:
+    return io_step(timedelta(seconds=return_after_s + 600),
+                   retry=RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=BACKOFF,
+                                     maximum_interval=timedelta(seconds=10),
+                                     maximum_attempts=attempts_within(IO_BUDGET),
+                                     non_retryable_error_types=list(NON_RETRYABLE_TYPES)))
 
 
 # Rebuild check (workflows/rebuild.py)

@@ -13,3 +13,7 @@ PREFLIGHT = "preflight"
 
 # TargetBuildWorkflow validates again, with backoff, while the registry answers inconclusively.
 VALIDATION_SETTLE = "validation-settle-inconclusive"
+
+# TargetBuildWorkflow registers its job with the per-cluster Iris watcher and sleeps until woken, instead of
+# one monitor_job activity per progress interval (runs started before keep polling).
+CLUSTER_WATCHER = "iris-cluster-watcher"

@@ -15,6 +15,7 @@ from temporalio.exceptions import ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from activities.build import BuildActivities
+    from activities.watch import WatchActivities
     from domain.failures import decide_retry
     from domain.jobs import generation_of, registry_has_our_image, vanished_job_classification
     from domain.models import (
@@ -38,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from domain.outcome import decide_command, details_markdown, recheck_command
     from domain.validation import ValidationReport
+    from domain.watch import WatchJobInput
     from runtime import search_attributes as sa
     from workflows import metrics, options, patches
 
@@ -57,6 +59,8 @@ class TargetBuildWorkflow:
         self._evidence: dict[str, str] = {}
         self._waiting_since: datetime | None = None
         self._waiting_reason = "decision"
+        self._watched_job: str | None = None
+        self._wake: JobProgress | None = None
 
     # ------------------------------------------------------------------ operator surface
     @workflow.query
@@ -77,6 +81,15 @@ class TargetBuildWorkflow:
     def recheck(self) -> None:
         """Re-run validation now (e.g. after the package was made public)."""
         self._recheck = True
+
+    @workflow.signal
+    def job_changed(self, progress: JobProgress) -> None:
+        """The cluster watcher saw our job change (state, or progress worth a history event)."""
+        if progress.job_id != self._watched_job:
+            return  # about an earlier job of this target: stale
+        if self._wake is not None and self._wake.terminal and not progress.terminal:
+            return  # never let a late non-terminal observation hide a terminal one
+        self._wake = progress
 
     # ------------------------------------------------------------------ the run
     @workflow.run
@@ -187,6 +200,43 @@ class TargetBuildWorkflow:
         return job.job_id
 
     async def _monitor(self, job_id: str, policy) -> JobProgress:
+        if workflow.patched(patches.CLUSTER_WATCHER):
+            return await self._monitor_watched(job_id, policy)
+        return await self._monitor_polling(job_id, policy)
+
+    async def _monitor_watched(self, job_id: str, policy) -> JobProgress:
+        """Register with the cluster's watcher and sleep until it wakes us: history grows with changes of
+        the job, not with time. The safety timer re-checks the watch when nothing arrived for a while (a
+        lost wake-up or a dead watcher is noticed; a healthy watcher answers it without asking Iris)."""
+        await self._set_stage(Stage.RUNNING)
+        self._watched_job, self._wake = job_id, None
+        progress = await self._watch(job_id, None)
+        while True:
+            self._status.progress = progress
+            self._status.updated_at = workflow.now().isoformat()
+            if progress.terminal:
+                self._watched_job = None
+                return progress
+            try:
+                await workflow.wait_condition(lambda: self._wake is not None,
+                                              timeout=timedelta(seconds=policy.monitor_safety_interval_s))
+                progress, self._wake = self._wake, None
+            except TimeoutError:
+                progress = await self._watch(job_id, progress)
+
+    async def _watch(self, job_id: str, known: JobProgress | None) -> JobProgress:
+        t = self._inp.target
+        return await workflow.execute_activity_method(
+            WatchActivities.watch_job,
+            WatchJobInput(cluster=t.cluster, job_id=job_id, workflow_id=workflow.info().workflow_id,
+                          markers=[m.text for m in t.expected_markers if m.text], known=known,
+                          registered_at=workflow.now().isoformat()),
+            **options.WATCH_JOB,
+            summary=f"{'re-check the watch of' if known else 'watch'} {job_id} (the cluster watcher wakes this "
+                    "target on change)")
+
+    async def _monitor_polling(self, job_id: str, policy) -> JobProgress:
+        """Before the watcher: one monitor_job activity per progress interval (kept for running builds)."""
         await self._set_stage(Stage.RUNNING)
         cursor, marker = 0, None
         while True:

@@ -9,8 +9,11 @@ file; use it only when no build of an older shape can still be running.
 Each history is one branch: the full pipeline to a merged PR (success), a target that is preempted,
 resubmitted and then waits on package visibility until a recheck signal (retry), a target that asks
 the operator, a pipeline whose target fails on bad input (failure: pipeline and target histories),
-and a pipeline still waiting for merge authorization (merge-wait: an in-flight history).
-Runs on the time-skipping test server with the stand-in activities of tests/workflows.
+and a pipeline still waiting for merge authorization (merge-wait: an in-flight history); those were
+recorded before the cluster watcher and replay the polling monitor. Then a target monitored through
+the cluster watcher (woken by a signal, then a pending job found by a safety re-check) and the
+watcher workflow itself. Runs on the time-skipping test server with the stand-in activities of
+tests/workflows.
 """
 
 from __future__ import annotations
@@ -20,13 +23,22 @@ import shutil
 import sys
 from pathlib import Path
 
+from temporalio import activity
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from domain.models import MergeAuthorization, OperatorDecision, PipelineInput, Stage
+from domain.models import JobProgress, MergeAuthorization, OperatorDecision, PipelineInput, Stage
+from domain.watch import (
+    WatchClusterInput,
+    WatchClusterResult,
+    WatcherInput,
+    WatchRequest,
+    WatchSet,
+    watcher_id,
+)
 from sandbox.temporal_server import SEARCH_ATTRIBUTES
 from tests.contract.helpers import COMMIT
 from tests.workflows.standins import (
@@ -44,6 +56,7 @@ from tests.workflows.standins import (
 )
 from workflows.pipeline import BuildPipelineWorkflow
 from workflows.target import TargetBuildWorkflow
+from workflows.watcher import IrisWatcherWorkflow
 
 HERE = Path(__file__).parent
 TASK_QUEUE = "histories"
@@ -52,6 +65,8 @@ PREEMPTED_ID = "history-target-preempted-visibility"
 OPERATOR_ID = "history-target-operator-retry"
 FAILED_ID = "history-pipeline-failed"
 MERGE_WAIT_ID = "history-pipeline-merge-wait"
+WATCHED_ID = "history-target-watched"
+WATCHER_CLUSTER = "history-cluster"
 KEY = "amd64-standard"
 # file name -> workflow id (the replay test reads this too)
 HISTORIES = {
@@ -61,6 +76,8 @@ HISTORIES = {
     "pipeline_failed.json": FAILED_ID,
     "target_failed.json": f"{FAILED_ID}/{KEY}",
     "pipeline_merge_wait.json": MERGE_WAIT_ID,
+    "target_watched.json": WATCHED_ID,
+    "watcher.json": watcher_id(WATCHER_CLUSTER),
 }
 
 
@@ -150,6 +167,45 @@ async def _merge_wait(env: WorkflowEnvironment) -> dict[str, str]:
     return {"pipeline_merge_wait.json": history.to_json()}
 
 
+async def _watched(env: WorkflowEnvironment) -> None:
+    """Round 0: the watcher wakes the target with a preemption; round 1: pending past one safety re-check."""
+    s = Standins(rounds={KEY: [Round(state="worker_failed", evidence=PREEMPTED), Round(pending_for_s=1500)]})
+    async with worker(env.client, TASK_QUEUE, s):
+        h = await env.client.start_workflow(TargetBuildWorkflow.run, target_input(WATCHED_ID), id=WATCHED_ID,
+                                            task_queue=TASK_QUEUE)
+        await result(h)
+
+
+_WATCH_CALLS: list[WatchClusterInput] = []
+
+
+@activity.defn(name="watch_cluster")
+async def _watch_cluster_standin(inp: WatchClusterInput) -> WatchClusterResult:
+    """First call: returns as after ``return_after_s`` (the workflow starts it again); second: every
+    watched job is found terminal, its target told, the watch dropped."""
+    _WATCH_CALLS.append(inp)
+    if len(_WATCH_CALLS) == 1:
+        return WatchClusterResult(polls=720, signals=0, requests={"GetJobState": 720})
+    me = activity.client().get_workflow_handle(activity.info().workflow_id)
+    ws = await me.query("watched", result_type=WatchSet)
+    await me.signal("unwatch", [w.job_id for w in ws.watches])
+    return WatchClusterResult(polls=1, signals=len(ws.watches), requests={"GetJobState": 1})
+
+
+async def _watcher(env: WorkflowEnvironment) -> None:
+    from temporalio.worker import Worker
+
+    known = JobProgress(job_id="/tester/job", state="running", terminal=False)
+    async with Worker(env.client, task_queue=TASK_QUEUE, workflows=[IrisWatcherWorkflow],
+                      activities=[_watch_cluster_standin]):
+        h = await env.client.start_workflow(
+            IrisWatcherWorkflow.run, WatcherInput(cluster=WATCHER_CLUSTER), id=watcher_id(WATCHER_CLUSTER),
+            task_queue=TASK_QUEUE, start_signal="watch",
+            start_signal_args=[WatchRequest(job_id="/tester/job", workflow_id="some-target", known=known,
+                                            registered_at="2026-12-01T00:00:00+00:00")])
+        await result(h)
+
+
 async def main(rewrite_all: bool = False) -> None:
     env = await WorkflowEnvironment.start_time_skipping(data_converter=pydantic_data_converter,
                                                         test_server_existing_path=test_server_path())
@@ -158,6 +214,8 @@ async def main(rewrite_all: bool = False) -> None:
         await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
             namespace=env.client.namespace,
             search_attributes={n: keyword for n, kind in SEARCH_ATTRIBUTES.items() if kind == "Keyword"}))
+        await _watched(env)  # first: its safety timer needs the clock to skip (a cancelled watch locks it)
+        await _watcher(env)
         await _pipeline(env)
         await _preempted_visibility(env)
         await _operator_retry(env)

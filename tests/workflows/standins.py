@@ -52,6 +52,7 @@ from domain.models import (
     WatchInput,
 )
 from domain.validation import CheckResult, ValidationReport
+from domain.watch import WatchJobInput
 from tests.contract.helpers import COMMIT, HARBOR, contract
 from workflows.pipeline import BuildPipelineWorkflow
 from workflows.target import TargetBuildWorkflow
@@ -118,7 +119,8 @@ def review(checks: str = "success", *, changes_requested: bool = False, failing:
 class Round:
     """What one submission of a target ends as."""
 
-    state: str = "succeeded"  # terminal Iris state reported by monitor_job
+    state: str = "succeeded"  # terminal Iris state the watcher reports (monitor_job for pre-watcher runs)
+    pending_for_s: float = 0.0  # >0: the job sits pending this long (workflow time), nobody wakes the target
     missing: list[str] = field(default_factory=list)  # markers absent from the log (state succeeded)
     final_push: bool = True
     evidence: Evidence | None = None  # what capture_failure classifies; None: missing-marker evidence
@@ -141,6 +143,7 @@ class Standins:
         self.entered: dict[str, asyncio.Event] = {}  # activity name -> set when a call starts
         self._jobs: dict[str, tuple[str, int]] = {}  # job id -> (target key, round)
         self.submitted: list[str] = []  # job ids in submission order
+        self._first_watch: dict[str, float] = {}  # job id -> workflow time (epoch s) of its first watch_job
         self._validated: dict[str, int] = {}
 
     def set_review(self, state: ReviewState) -> None:
@@ -186,6 +189,29 @@ class Standins:
         state = self._round(inp.job_id).state
         return JobProgress(job_id=inp.job_id, state=state, terminal=True, log_cursor=inp.log_cursor + 3,
                            last_marker=inp.last_marker)
+
+    @activity.defn(name="watch_job")
+    async def watch_job(self, inp: WatchJobInput) -> JobProgress:
+        """Plays the target's side of the cluster watcher. First call: the job runs (marker "step 1") and
+        the watcher wakes the target with the scripted terminal state. A ``pending_for_s``
+        job stays pending and nobody wakes the target; its safety re-checks answer pending until that much
+        workflow time has passed, then the scripted terminal state."""
+        await self._enter("watch_job", inp)
+        now = activity.info().current_attempt_scheduled_time.timestamp()
+        first = self._first_watch.setdefault(inp.job_id, now)
+        r = self._round(inp.job_id)
+        done = JobProgress(job_id=inp.job_id, state=r.state, terminal=True, last_marker="step 1")
+        if r.pending_for_s:
+            if now - first < r.pending_for_s:
+                return JobProgress(job_id=inp.job_id, state="pending", terminal=False,
+                                   pending_reason="Scheduler: Insufficient CPU")
+            return done
+        if inp.known is None:
+            # The wake-up is sent before this activity returns: with nothing in flight, the time-skipping
+            # server would otherwise skip time while the signal is on its way.
+            await activity.client().get_workflow_handle(inp.workflow_id).signal("job_changed", done)
+            return JobProgress(job_id=inp.job_id, state="running", terminal=False, last_marker="step 1")
+        return done
 
     @activity.defn(name="check_build_log")
     async def check_build_log(self, inp: LogCheckInput) -> LogCheck:
@@ -269,7 +295,8 @@ class Standins:
         return ReviewState(head_sha=inp.head_sha, checks="success", merged=True, merge_commit=MERGE_COMMIT)
 
     def all(self) -> list:
-        return [self.policy, self.submit_job, self.monitor_job, self.check_build_log, self.capture_failure,
+        return [self.policy, self.submit_job, self.monitor_job, self.watch_job, self.check_build_log,
+                self.capture_failure,
                 self.validate_image, self.terminate_jobs, self.load_build_state, self.prepare_source,
                 self.publish_source, self.preflight,
                 self.plan_targets, self.record_artifact, self.watch_pull_request, self.merge_pull_request]

@@ -19,12 +19,14 @@ from temporalio.worker import Replayer
 from tests.histories.generate import HISTORIES
 from workflows.pipeline import BuildPipelineWorkflow
 from workflows.target import TargetBuildWorkflow
+from workflows.watcher import IrisWatcherWorkflow
 
 HISTORY_DIR = Path(__file__).resolve().parents[1] / "histories"
 
 
 def _replayer() -> Replayer:
-    return Replayer(workflows=[BuildPipelineWorkflow, TargetBuildWorkflow], data_converter=pydantic_data_converter)
+    return Replayer(workflows=[BuildPipelineWorkflow, TargetBuildWorkflow, IrisWatcherWorkflow],
+                    data_converter=pydantic_data_converter)
 
 
 def _history(name: str, text: str | None = None) -> WorkflowHistory:

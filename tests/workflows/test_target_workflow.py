@@ -69,9 +69,10 @@ async def test_preempted_attempt_is_resubmitted_once_under_a_new_name_then_succe
     f = res.failures[0]
     assert (f.failure_class, f.decision, f.job_id) == ("preemption", "retry", res.job_ids[0])
     assert any("EvictedDueToPreempted" in r for r in f.reasons)
-    # The monitor resumed from the cursor the previous poll returned (no log re-scan from 0).
-    first_job_polls = [m for m in s.names("monitor_job") if m.job_id == res.job_ids[0]]
-    assert [m.log_cursor for m in first_job_polls] == [0, 7]
+    # Each job was registered once with the cluster watcher and its terminal state came as a wake-up:
+    # no polling activity per interval.
+    assert [(w.job_id, w.known) for w in s.names("watch_job")] == [(j, None) for j in res.job_ids]
+    assert s.names("monitor_job") == []
     assert len(s.names("validate_image")) == 1
 
 

@@ -1,0 +1,352 @@
+"""The per-cluster Iris watcher: one request per interval for every running job, targets woken on change.
+
+Why a long-lived heartbeating activity (run by ``workflows/watcher.py``) rather than a workflow that
+polls with a timer: the poll loop keeps its state (what each target was last told, the log cursors,
+the Iris client and, for tunnelled clusters, one kubectl port-forward) in memory for its whole life,
+and a poll that finds nothing new costs no history event at all — only a heartbeat. The workflow
+holds the durable part (who watches which job) and restarts the activity after a crash; the
+activity's heartbeat details carry its small resume state and the live progress of every job (the
+Temporal UI shows them on the watcher workflow, ``starter.py follow`` reads them).
+
+Per interval (``policy.watch_interval_s``): one ``GetJobState`` with every watched job id; a
+``GetJobStatus`` (no tasks) only for a job whose state changed. Per progress interval
+(``policy.watch_progress_interval_s``, or ``watch_follow_interval_s`` while someone follows): at most
+one ``ListJobs`` per (user prefix, non-terminal state) for pending reasons and preemption counts, and
+one ``FetchLogs`` page from each running job's cursor for its latest build marker.
+
+Guarantees kept from per-target polling: an unreachable controller is never terminal (the job keeps
+its last known state, marked unreachable); a job absent from ``GetJobState`` is confirmed with
+``GetJobStatus`` before it is reported missing, and missing is never success (the target lets the
+registry decide).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.build import _progress, _scan_markers
+from activities.common import ActivityGroup, iris_client
+from clients.iris import IrisClient, JobState, NotFound, Unavailable
+from domain.config import PolicySettings, ServiceConfig
+from domain.models import JobProgress
+from domain.watch import (
+    WatchClusterInput,
+    WatchClusterResult,
+    WatcherInput,
+    WatchJobInput,
+    WatchRequest,
+    WatchSet,
+    should_wake,
+    user_prefix,
+    watcher_id,
+)
+
+JOB_CHANGED_SIGNAL = "job_changed"  # TargetBuildWorkflow.job_changed
+LOG_FETCH_CONCURRENCY = 4  # the controller serves at most 4 FetchLogs at once
+
+
+@dataclass
+class Tracked:
+    """One watched job as the watcher sees it."""
+
+    request: WatchRequest
+    now: JobProgress  # the latest observation
+    told: JobProgress  # what the target was last told (or told us it knows)
+    cursor: int = 0  # FetchLogs cursor (exclusive)
+    told_at: float = 0.0  # monotonic time of the last wake-up sent
+    progress_at: float = float("-inf")  # monotonic time of the last progress refresh
+    detail_needed: bool = False  # fetch GetJobStatus on the next poll even if the state looks unchanged
+
+
+@dataclass
+class ClusterWatch:
+    """The watcher's loop body, Temporal-free: ``sync`` the watch set, ``poll``, ``refresh`` progress,
+    then ``wakeups`` says which targets to signal. Tests drive it directly against a real controller."""
+
+    policy: PolicySettings
+    jobs: dict[str, Tracked] = field(default_factory=dict)
+    following: dict[str, float] = field(default_factory=dict)
+    clock: Callable[[], float] = time.monotonic
+
+    # ---------------------------------------------------------------- watch set
+    def sync(self, ws: WatchSet) -> None:
+        """Adopt the workflow's watch set: add new jobs, drop removed ones; a re-registration (new
+        ``registered_at``) resets what the target is known to know, so anything it missed is re-sent."""
+        wanted = {w.job_id: w for w in ws.watches}
+        for job_id in list(self.jobs):
+            if job_id not in wanted:
+                del self.jobs[job_id]
+        for job_id, req in wanted.items():
+            t = self.jobs.get(job_id)
+            if t is None:
+                # watch_job has just read the job's status: no second read unless it did not get one.
+                self.jobs[job_id] = Tracked(request=req, now=req.known.model_copy(), told=req.known.model_copy(),
+                                            told_at=self.clock(), detail_needed=req.known.state == "unknown")
+            elif t.request.registered_at != req.registered_at:
+                t.request, t.told, t.told_at = req, req.known.model_copy(), self.clock()
+        self.following = dict(ws.following)
+
+    # ---------------------------------------------------------------- one poll (one request)
+    async def poll(self, iris: IrisClient) -> None:
+        ids = [j for j, t in self.jobs.items() if not t.told.terminal]
+        if not ids:
+            return
+        try:
+            states = await iris.job_states(ids)
+        except Unavailable as e:
+            for j in ids:
+                self._unreachable(j, e)
+            return
+        for j in ids:
+            t = self.jobs[j]
+            state = states.get(j)
+            if state is None or state.value != t.now.state or t.detail_needed or not t.now.controller_reachable:
+                await self._details(iris, j)
+
+    async def _details(self, iris: IrisClient, job_id: str) -> None:
+        t = self.jobs[job_id]
+        try:
+            info = await iris.job_status(job_id, with_tasks=False)
+            t.now = _progress(info, t.now)
+            t.detail_needed = False
+        except NotFound:
+            t.now = t.now.model_copy(update=dict(
+                state="missing", terminal=True, missing=True, controller_reachable=True,
+                error=f"{job_id} is no longer known to the controller (pruned?); not a success"))
+            t.detail_needed = False
+        except Unavailable as e:
+            self._unreachable(job_id, e)
+
+    def _unreachable(self, job_id: str, err: Exception) -> None:
+        t = self.jobs[job_id]
+        t.now = t.now.model_copy(update=dict(controller_reachable=False, error=f"controller unreachable: {err}"))
+
+    # ---------------------------------------------------------------- progress (slower cadence)
+    def _progress_due(self, job_id: str, now: float) -> bool:
+        t = self.jobs[job_id]
+        every = (self.policy.watch_follow_interval_s if self.following.get(job_id, 0) > time.time()
+                 else self.policy.watch_progress_interval_s)
+        return not t.told.terminal and not t.now.terminal and now - t.progress_at >= every
+
+    async def refresh(self, iris: IrisClient) -> None:
+        """Pending reasons and preemption counts (one ListJobs per prefix and state), log markers (one
+        FetchLogs per running job from its cursor), for the jobs whose progress refresh is due."""
+        now = self.clock()
+        due = [j for j in self.jobs if self._progress_due(j, now)]
+        if not due:
+            return
+        for j in due:
+            self.jobs[j].progress_at = now
+        wanted = {(user_prefix(j), self.jobs[j].now.state) for j in due
+                  if self.jobs[j].now.state in (JobState.PENDING.value, JobState.RUNNING.value)}
+        for prefix, state in sorted(wanted):
+            try:
+                listed = {i.job_id: i for i in await iris.list_jobs(prefix=prefix, state=state, limit=5000)}
+            except Unavailable:
+                continue
+            for j in due:
+                t = self.jobs[j]
+                if t.now.state == state and j in listed:
+                    t.now = _progress(listed[j], t.now)
+        sem = asyncio.Semaphore(LOG_FETCH_CONCURRENCY)
+
+        async def scan(j: str) -> None:
+            t = self.jobs[j]
+            if t.now.state != JobState.RUNNING.value or not t.request.markers:
+                return
+            async with sem:
+                try:
+                    t.cursor, marker = await _scan_markers(iris, j, t.cursor, t.now.last_marker, t.request.markers)
+                except Unavailable:
+                    return
+            t.now = t.now.model_copy(update=dict(last_marker=marker, log_cursor=t.cursor))
+
+        await asyncio.gather(*(scan(j) for j in due))
+
+    # ---------------------------------------------------------------- who to wake
+    def wakeups(self) -> list[tuple[str, JobProgress]]:
+        now = self.clock()
+        return [(t.request.workflow_id, t.now) for t in self.jobs.values()
+                if should_wake(t.told, t.now, since_last_wake_s=now - t.told_at,
+                               progress_signal_s=self.policy.watch_signal_progress_s)]
+
+    def told(self, job_id: str, progress: JobProgress) -> None:
+        t = self.jobs.get(job_id)
+        if t is not None:
+            t.told, t.told_at = progress.model_copy(), self.clock()
+
+    def finished(self) -> list[str]:
+        """Jobs whose terminal state the target has been told: nothing more to watch."""
+        return [j for j, t in self.jobs.items() if t.told.terminal]
+
+    # ---------------------------------------------------------------- resume state
+    def details(self) -> dict:
+        """Heartbeat details: per job what the target was told, the log cursor and the live progress."""
+        return {"jobs": {j: {"registered_at": t.request.registered_at, "cursor": t.cursor,
+                             "told": t.told.model_dump(mode="json"), "now": t.now.model_dump(mode="json")}
+                         for j, t in self.jobs.items()}}
+
+    def resume(self, details: dict | None, ws: WatchSet) -> None:
+        """Start from the last heartbeat of a crashed attempt: targets are not told twice, logs are not
+        re-read from 0 (a registration newer than the heartbeat wins)."""
+        self.sync(ws)
+        for j, d in ((details or {}).get("jobs") or {}).items():
+            t = self.jobs.get(j)
+            if t is None or d.get("registered_at") != t.request.registered_at:
+                continue
+            t.cursor = int(d.get("cursor") or 0)
+            t.told = JobProgress.model_validate(d["told"])
+            t.now = JobProgress.model_validate(d["now"])
+
+
+class WatchActivities(ActivityGroup):
+    """``watch_job`` (per target, once per job and per safety interval) and ``watch_cluster`` (the loop)."""
+
+    def __init__(self, config: ServiceConfig, *, transport: httpx.AsyncBaseTransport | None = None):
+        super().__init__(config)
+        self._transport = transport  # e.g. a recording transport in tests; None: plain HTTP
+
+    def all(self) -> list:
+        return [self.watch_job, self.watch_cluster]
+
+    @activity.defn
+    async def watch_job(self, inp: WatchJobInput) -> JobProgress:
+        """Read the job's state now and register it with its cluster's watcher (signal-with-start: the
+        watcher is started when none runs). Idempotent: a re-registration replaces the previous one.
+
+        A safety re-check (``known`` set) first looks at the watcher's heartbeat: when the watcher is
+        alive and has told this target what it knows, the watcher's live progress is returned and the
+        controller is not asked at all (so safety re-checks cost no Iris request)."""
+        if inp.known is not None:
+            seen = await _watched_progress(activity.client(), inp.cluster, inp.job_id, inp.known)
+            if seen is not None:
+                return seen
+        progress = (inp.known or JobProgress(job_id=inp.job_id, state="unknown", terminal=False)).model_copy()
+        async with iris_client(self.config, inp.cluster, transport=self._transport) as iris:
+            try:
+                progress = _progress(await iris.job_status(inp.job_id, with_tasks=False), progress)
+            except NotFound:
+                progress = progress.model_copy(update=dict(
+                    state="missing", terminal=True, missing=True, controller_reachable=True,
+                    error=f"{inp.job_id} is no longer known to the controller (pruned?); not a success"))
+            except Unavailable as e:
+                progress = progress.model_copy(update=dict(controller_reachable=False,
+                                                           error=f"controller unreachable: {e}"))
+        if progress.terminal:
+            return progress  # nothing to watch
+        request = WatchRequest(job_id=inp.job_id, workflow_id=inp.workflow_id, markers=inp.markers, known=progress,
+                               registered_at=inp.registered_at)
+        await activity.client().start_workflow(
+            "IrisWatcherWorkflow", WatcherInput(cluster=inp.cluster), id=watcher_id(inp.cluster),
+            task_queue=activity.info().task_queue, start_signal="watch", start_signal_args=[request],
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            static_summary=f"Iris watcher for cluster {inp.cluster}: one status request per interval for every "
+                           "running job, targets woken on change")
+        return progress
+
+    @activity.defn
+    async def watch_cluster(self, inp: WatchClusterInput) -> WatchClusterResult:
+        """Poll every watched job of the cluster until none is left (or ``return_after_s``); wake targets.
+
+        Ends when the watch set stays empty for two intervals, when the worker shuts down (the workflow
+        starts it again elsewhere) or after ``return_after_s``."""
+        pol = self.config.policy
+        client = activity.client()
+        me = client.get_workflow_handle(activity.info().workflow_id)
+        engine = ClusterWatch(pol)
+        result = WatchClusterResult()
+        ws = await me.query("watched", result_type=WatchSet)
+        details = activity.info().heartbeat_details
+        engine.resume(details[0] if details else None, ws)
+        started, empty_polls = time.monotonic(), 0
+        async with iris_client(self.config, inp.cluster, transport=self._transport) as iris:
+            while True:
+                await engine.poll(iris)
+                await engine.refresh(iris)
+                result.signals += await _wake(client, engine)
+                finished = engine.finished()
+                if finished:
+                    with contextlib.suppress(RPCError):
+                        await me.signal("unwatch", finished)
+                result.polls += 1
+                result.requests = dict(iris.requests)
+                activity.heartbeat({**engine.details(), "polls": result.polls, "requests": result.requests})
+                if time.monotonic() - started >= inp.return_after_s or activity.is_worker_shutdown():
+                    return result
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(activity.wait_for_worker_shutdown(), pol.watch_interval_s)
+                try:
+                    ws = await me.query("watched", result_type=WatchSet)
+                except RPCError as e:
+                    activity.logger.warning(f"watch set not readable, keeping the last one: {e}")
+                else:
+                    engine.sync(ws)
+                empty_polls = empty_polls + 1 if not engine.jobs else 0
+                if empty_polls >= 2:
+                    return result
+
+
+async def _wake(client: Client, engine: ClusterWatch) -> int:
+    """Signal each target with something new; a target that no longer runs is dropped, a transient
+    failure is retried on the next poll (the target is not marked as told)."""
+    sent = 0
+    for workflow_id, progress in engine.wakeups():
+        try:
+            await client.get_workflow_handle(workflow_id).signal(JOB_CHANGED_SIGNAL, progress)
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:  # closed target: nobody to tell any more
+                engine.told(progress.job_id, progress.model_copy(update={"terminal": True}))
+            else:
+                activity.logger.warning(f"could not wake {workflow_id} about {progress.job_id}: {e}")
+            continue
+        engine.told(progress.job_id, progress)
+        sent += 1
+    return sent
+
+
+HEARTBEAT_FRESH_S = 60.0  # a watcher whose last heartbeat is older than this is presumed stuck or dead
+
+
+async def watcher_view(client: Client, cluster: str) -> dict | None:
+    """The running watcher's latest heartbeat details (``{"jobs": {job_id: {"told", "now", ...}}}``), or
+    None when no watcher runs or its heartbeat is stale. Reads Temporal only, never the controller."""
+    try:
+        desc = await client.get_workflow_handle(watcher_id(cluster)).describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    for pending in desc.raw_description.pending_activities:
+        if pending.activity_type.name != "watch_cluster" or not pending.heartbeat_details.payloads:
+            continue
+        if not pending.HasField("last_heartbeat_time"):
+            continue
+        age = time.time() - pending.last_heartbeat_time.ToMicroseconds() / 1e6
+        if age > HEARTBEAT_FRESH_S:
+            return None
+        (details,) = await client.data_converter.decode(pending.heartbeat_details.payloads[:1])
+        return details if isinstance(details, dict) else None
+    return None
+
+
+async def _watched_progress(client: Client, cluster: str, job_id: str, known: JobProgress) -> JobProgress | None:
+    """The watcher's live progress of ``job_id`` if the watcher is alive and agrees with the target on
+    what it was told (state, terminal, missing); None when anything may have been lost."""
+    view = await watcher_view(client, cluster)
+    entry = ((view or {}).get("jobs") or {}).get(job_id)
+    if not entry:
+        return None
+    told, now = JobProgress.model_validate(entry["told"]), JobProgress.model_validate(entry["now"])
+    if (told.state, told.terminal, told.missing) != (known.state, known.terminal, known.missing):
+        return None
+    return now

@@ -1,0 +1,109 @@
+"""What the per-cluster Iris watcher tracks and when it wakes a target (pure: no I/O, no Temporal).
+
+Why one watcher per cluster: a target that polls its own job costs the controller a request per
+target per interval and its own history an activity per interval. The watcher asks once per interval
+for the states of every watched job (``GetJobState`` with all ids), fetches details only for jobs whose
+state changed, and wakes a target only when there is something to act on:
+
+- a state change (or a job that vanished) wakes it at once;
+- progress (a new build marker, a preemption, the controller becoming unreachable or reachable again)
+  wakes it at most once per ``progress_signal_s``, so a target's history grows with events, not time.
+
+Everything else (the latest marker, elapsed time, pending reason) is in the watcher activity's
+heartbeat details, which the Temporal UI and ``starter.py follow`` read without touching history.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from domain.models import JobProgress
+
+
+def watcher_id(cluster: str) -> str:
+    """The one watcher workflow of a cluster (a fixed id: every target of the cluster finds it)."""
+    return f"iris-watcher/{cluster}"
+
+
+def user_prefix(job_id: str) -> str:
+    """``/<user>/`` of a wire job id: the anchored ``ListJobs`` prefix that covers this service's jobs."""
+    parts = job_id.split("/")
+    return f"/{parts[1]}/" if len(parts) > 2 and parts[1] else "/"
+
+
+class WatchRequest(BaseModel):
+    """A target asks to be woken on changes of ``job_id``; ``known`` is what the target knows now
+    (the watcher signals anything that differs from it)."""
+
+    job_id: str
+    workflow_id: str  # the target workflow to wake (signal ``job_changed``)
+    markers: list[str] = Field(default_factory=list)  # marker texts whose latest sighting is progress
+    known: JobProgress
+    registered_at: str  # the target's workflow time at registration: a re-registration resets ``known``
+
+
+class WatchJobInput(BaseModel):
+    cluster: str
+    job_id: str
+    workflow_id: str
+    markers: list[str] = Field(default_factory=list)
+    known: JobProgress | None = None
+    registered_at: str
+
+
+class FollowRequest(BaseModel):
+    """Someone follows these jobs: read their logs at the faster follow cadence until ``until_s``."""
+
+    job_ids: list[str]
+    until_s: float  # epoch seconds
+
+
+class WatcherInput(BaseModel):
+    """The watcher workflow's whole state (small: one entry per running job), carried across
+    continue-as-new."""
+
+    cluster: str
+    watches: list[WatchRequest] = Field(default_factory=list)
+    following: dict[str, float] = Field(default_factory=dict)  # job id -> until (epoch s)
+
+
+class WatchSet(BaseModel):
+    """What the watcher workflow holds now (its ``watched`` query), read by the watch activity."""
+
+    watches: list[WatchRequest] = Field(default_factory=list)
+    following: dict[str, float] = Field(default_factory=dict)
+
+
+class WatchClusterInput(BaseModel):
+    cluster: str
+    return_after_s: float = 3600.0  # the activity ends and is restarted by the workflow (history stays small)
+
+
+class WatchClusterResult(BaseModel):
+    polls: int = 0
+    signals: int = 0
+    requests: dict[str, int] = Field(default_factory=dict)  # Iris RPC method -> requests
+
+
+def is_state_change(known: JobProgress, now: JobProgress) -> bool:
+    """A change the target acts on: a new Iris state, terminal, or the job vanished."""
+    return now.state != known.state or now.terminal != known.terminal or now.missing != known.missing
+
+
+def is_progress_change(known: JobProgress, now: JobProgress) -> bool:
+    """A change only the progress line shows."""
+    return (now.last_marker != known.last_marker or now.preemptions != known.preemptions
+            or now.attempt != known.attempt or now.failures != known.failures
+            or now.controller_reachable != known.controller_reachable)
+
+
+def should_wake(known: JobProgress, now: JobProgress, *, since_last_wake_s: float, progress_signal_s: float) -> bool:
+    """Wake the target at once on a state change; on progress only if it was not woken recently.
+
+    An unknown state (nothing fetched yet, or the controller unreachable before the first answer) never
+    wakes anyone: an unreachable controller is never a statement about the job."""
+    if now.state == "unknown":
+        return False
+    if is_state_change(known, now):
+        return True
+    return is_progress_change(known, now) and since_last_wake_s >= progress_signal_s

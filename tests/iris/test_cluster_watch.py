@@ -1,0 +1,159 @@
+"""The cluster watcher's loop body against the real local controller: one status request per poll serves
+every running job, details are fetched only on change, logs only at the progress cadence.
+
+Requests are counted on the wire by a recording httpx transport (what the controller receives), not by
+the client's own bookkeeping."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import itertools
+import uuid
+from collections import Counter
+
+import httpx
+
+from activities.watch import ClusterWatch
+from clients.iris import IrisClient
+from domain.config import PolicySettings
+from domain.models import JobProgress
+from domain.watch import WatchRequest, WatchSet
+from tests.iris.helpers import bash_spec, wait_for
+
+N_JOBS = 8
+
+
+class RecordingTransport(httpx.AsyncBaseTransport):
+    """Forwards to the real controller and counts requests by RPC method (last path segment)."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.requests: Counter[str] = Counter()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.requests[request.url.path.rsplit("/", 1)[-1]] += 1
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _request(job_id: str, known: JobProgress, markers: list[str]) -> WatchRequest:
+    return WatchRequest(job_id=job_id, workflow_id=f"wf{job_id}", markers=markers, known=known,
+                        registered_at="2026-12-01T00:00:00+00:00")
+
+
+async def test_one_status_request_per_poll_serves_every_running_job(iris_controller):
+    recorder = RecordingTransport()
+    iris = IrisClient(iris_controller.url, client_revision_date=datetime.date.today().isoformat(),
+                      cluster_name="local", transport=recorder)
+    run = uuid.uuid4().hex[:6]
+    ids = [f"/tester/watch-{run}-{i}" for i in range(N_JOBS)]
+    gate = f"/tmp/watch-gate-{run}"  # the jobs run until this file exists
+    try:
+        for job_id in ids:
+            await iris.launch_job(bash_spec(job_id, f"echo 'step one'; while [ ! -e {gate} ]; do sleep 0.2; done;"
+                                                    " echo 'step two'"))
+        for job_id in ids:
+            await wait_for(iris, job_id, lambda i: i.state.value == "running")
+        clock = FakeClock()
+        engine = ClusterWatch(PolicySettings(watch_signal_progress_s=600.0), clock=clock)
+        known = {j: JobProgress(job_id=j, state="running", terminal=False) for j in ids}
+        engine.sync(WatchSet(watches=[_request(j, known[j], ["step one", "step two"]) for j in ids]))
+
+        # Polls while nothing changes: exactly one GetJobState each, whatever the number of jobs.
+        recorder.requests.clear()
+        for _ in range(5):
+            await engine.poll(iris)
+        assert recorder.requests == Counter({"GetJobState": 5})
+        assert engine.wakeups() == []
+
+        # The progress refresh: one ListJobs for all of them, one FetchLogs per running job; a new
+        # marker is progress only, so nobody is woken (the last wake-up was just now).
+        for _ in range(60):  # the log store may lag the job state a little
+            recorder.requests.clear()
+            await engine.refresh(iris)
+            assert recorder.requests == Counter({"ListJobs": 1, "FetchLogs": N_JOBS})
+            if all(engine.jobs[j].now.last_marker == "step one" for j in ids):
+                break
+            await asyncio.sleep(0.25)
+            clock.t += PolicySettings().watch_progress_interval_s
+        assert all(engine.jobs[j].now.last_marker == "step one" for j in ids)
+        assert all(engine.jobs[j].cursor > 0 for j in ids)
+        assert engine.wakeups() == []
+        recorder.requests.clear()
+        await engine.refresh(iris)  # not due again before the progress interval
+        assert recorder.requests == Counter()
+
+        # The jobs finish: the next polls see the change with one GetJobState, then one GetJobStatus
+        # per changed job, and every target is woken with its terminal state.
+        open(gate, "w").close()
+        woken: dict[str, JobProgress] = {}
+        recorder.requests.clear()
+        for polls in itertools.count(1):
+            await engine.poll(iris)
+            for workflow_id, p in engine.wakeups():
+                woken[workflow_id] = p
+                engine.told(p.job_id, p)
+            if len(woken) == N_JOBS or polls > 200:
+                break
+            await asyncio.sleep(0.25)
+        assert {p.job_id for p in woken.values()} == set(ids)
+        assert all(p.state == "succeeded" and p.terminal for p in woken.values())
+        assert recorder.requests["GetJobState"] == polls
+        assert recorder.requests["GetJobStatus"] == N_JOBS  # details only for the jobs that changed
+        assert sorted(engine.finished()) == sorted(ids)
+        recorder.requests.clear()
+        await engine.poll(iris)  # told terminal: nothing left to ask the controller
+        assert recorder.requests == Counter()
+    finally:
+        open(gate, "w").close()
+        await iris.aclose()
+
+
+async def test_a_vanished_job_is_confirmed_before_it_is_reported_missing(iris_controller):
+    recorder = RecordingTransport()
+    iris = IrisClient(iris_controller.url, client_revision_date=datetime.date.today().isoformat(),
+                      cluster_name="local", transport=recorder)
+    ghost = f"/tester/never-launched-{uuid.uuid4().hex[:6]}"
+    try:
+        engine = ClusterWatch(PolicySettings())
+        engine.sync(WatchSet(watches=[_request(ghost, JobProgress(job_id=ghost, state="running", terminal=False),
+                                               [])]))
+        await engine.poll(iris)
+        assert recorder.requests == Counter({"GetJobState": 1, "GetJobStatus": 1})
+        ((_, p),) = engine.wakeups()
+        assert p.missing and p.terminal and p.state == "missing" and "not a success" in (p.error or "")
+    finally:
+        await iris.aclose()
+
+
+async def test_an_unreachable_controller_is_never_terminal():
+    with __import__("socket").socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    iris = IrisClient(f"http://127.0.0.1:{port}", client_revision_date="2026-11-20", cluster_name="c",
+                      max_attempts=1)
+    clock = FakeClock()
+    try:
+        engine = ClusterWatch(PolicySettings(watch_signal_progress_s=600.0), clock=clock)
+        job = "/u/build"
+        engine.sync(WatchSet(watches=[_request(job, JobProgress(job_id=job, state="running", terminal=False), [])]))
+        await engine.poll(iris)
+        t = engine.jobs[job]
+        assert t.now.state == "running" and not t.now.terminal and not t.now.controller_reachable
+        assert engine.wakeups() == []  # progress only, and the target was told just now
+        clock.t += 601
+        ((_, p),) = engine.wakeups()  # later it is shown, still running, never terminal
+        assert not p.terminal and p.state == "running" and "unreachable" in (p.error or "")
+    finally:
+        await iris.aclose()

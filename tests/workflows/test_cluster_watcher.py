@@ -1,0 +1,105 @@
+"""The real cluster watcher end to end: real TargetBuildWorkflows (other activities scripted) whose jobs
+run on the real local Iris controller, the real IrisWatcherWorkflow and watch activities, the Temporal
+dev server. One GetJobState per poll serves every running target; targets schedule no activity while
+their job runs; the watcher ends once nothing is left to watch.
+
+Requests are counted on the wire by a recording httpx transport."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import uuid
+
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.worker import Worker
+
+from activities.watch import WatchActivities
+from clients.iris import IrisClient
+from domain.config import PolicySettings, ServiceConfig
+from domain.models import SubmitInput, SubmittedJob, TargetResult
+from domain.watch import watcher_id
+from tests.iris.helpers import bash_spec
+from tests.iris.test_cluster_watch import RecordingTransport
+from tests.workflows.standins import Standins, eventually, plan, result, target_input
+from workflows.target import TargetBuildWorkflow
+from workflows.watcher import IrisWatcherWorkflow
+
+N_TARGETS = 4
+POLICY = PolicySettings(watch_interval_s=0.5, watch_progress_interval_s=2.0, monitor_safety_interval_s=600)
+
+
+class RealJobs(Standins):
+    """submit_job launches a real job on the controller (runs ~3 s, prints a build marker)."""
+
+    def __init__(self, iris: IrisClient, **kw):
+        super().__init__(policy=POLICY, **kw)
+        self.iris = iris
+
+    @activity.defn(name="submit_job")
+    async def submit_job(self, inp: SubmitInput) -> SubmittedJob:
+        await self._enter("submit_job", inp)
+        job_id = f"/tester/{inp.request_id}"
+        self._jobs[job_id] = (inp.target.key, inp.round)
+        marker = next(m.text for m in inp.target.expected_markers if m.text)
+        await self.iris.submit_idempotent(bash_spec(job_id, f"sleep 1; echo '{marker}'; sleep 2"))
+        return SubmittedJob(job_id=job_id, cluster=inp.target.cluster, attached=False, submitted_at_ms=1)
+
+
+def _config(tmp_path, cluster: str, url: str) -> ServiceConfig:
+    return ServiceConfig.model_validate({
+        "work_dir": str(tmp_path),
+        "repos": {"marinskyrl_url": "file:///nowhere", "harbor_url": "file:///nowhere"},
+        "clusters": {cluster: {"controller_url": url, "client_revision_date": datetime.date.today().isoformat()}},
+        "registry": {"user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "X"}},
+        "policy": POLICY.model_dump(),
+    })
+
+
+async def test_one_watcher_serves_every_running_target_with_one_request_per_poll(
+        temporal_client, iris_controller, tmp_path):
+    run = uuid.uuid4().hex[:8]
+    cluster, tq = f"watch-{run}", f"tq-watch-{run}"
+    recorder = RecordingTransport()
+    iris = IrisClient(iris_controller.url, client_revision_date=datetime.date.today().isoformat())
+    s = RealJobs(iris)
+    target = plan()[0].model_copy(update={"cluster": cluster})
+    watch = WatchActivities(_config(tmp_path, cluster, iris_controller.url), transport=recorder)
+    activities = [a for a in s.all() if getattr(a, "__temporal_activity_definition").name != "watch_job"]
+    try:
+        async with Worker(temporal_client, task_queue=tq, workflows=[TargetBuildWorkflow, IrisWatcherWorkflow],
+                          activities=[*activities, *watch.all()]):
+            handles = [await temporal_client.start_workflow(
+                TargetBuildWorkflow.run, target_input(f"w{run}-{i}", target), id=f"w{run}-{i}", task_queue=tq)
+                for i in range(N_TARGETS)]
+            results: list[TargetResult] = await asyncio.gather(*(result(h, timeout=120) for h in handles))
+            watcher = temporal_client.get_workflow_handle(watcher_id(cluster))
+
+            async def watcher_closed():
+                return (await watcher.describe()).status == WorkflowExecutionStatus.COMPLETED
+            await eventually(watcher_closed, what="the watcher ends when nothing is left to watch", attempts=600)
+    finally:
+        await iris.aclose()
+        await recorder.aclose()
+
+    assert [r.status for r in results] == ["validated"] * N_TARGETS
+    # Each target: registered once, woken by the watcher; no activity while its job ran.
+    for h in handles:
+        names = [e.activity_task_scheduled_event_attributes.activity_type.name
+                 for e in (await h.fetch_history()).events
+                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+        assert names == ["policy", "submit_job", "watch_job", "check_build_log", "validate_image"], names
+    # The watcher: one GetJobState per poll for all targets together; a status read per registration
+    # (watch_job) and per change, never per target per interval.
+    polls = 0
+    for e in (await watcher.fetch_history()).events:
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            (res,) = await temporal_client.data_converter.decode(e.activity_task_completed_event_attributes.result.payloads)
+            polls += res["polls"] if isinstance(res, dict) else res.polls
+    assert polls >= 2
+    assert recorder.requests["GetJobState"] <= polls  # polls with nothing to watch send nothing
+    changes_per_job = 2  # pending → running → succeeded, at most
+    assert recorder.requests["GetJobStatus"] <= N_TARGETS * (1 + changes_per_job)
+    assert recorder.requests["FetchLogs"] <= N_TARGETS * 4  # 3 s jobs, a 2 s progress cadence
