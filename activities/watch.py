@@ -8,11 +8,12 @@ holds the durable part (who watches which job) and restarts the activity after a
 activity's heartbeat details carry its small resume state and the live progress of every job (the
 Temporal UI shows them on the watcher workflow, ``starter.py follow`` reads them).
 
-Per interval (``policy.watch_interval_s``): one ``GetJobState`` with every watched job id; a
-``GetJobStatus`` (no tasks) only for a job whose state changed. Per progress interval
-(``policy.watch_progress_interval_s``, or ``watch_follow_interval_s`` while someone follows): at most
-one ``ListJobs`` per (user prefix, non-terminal state) for pending reasons and preemption counts, and
-one ``FetchLogs`` page from each running job's cursor for its latest build marker.
+Per interval (``policy.watch_interval_s``, a fixed cadence): one status request for every watched
+job — ``GetJobState`` with all ids, or every ``watch_progress_interval_s`` instead ``ListJobs`` per
+(user prefix, state), which also brings pending reasons and preemption counts — and a ``GetJobStatus``
+(no tasks) only for a job whose state changed. Per job, every ``watch_progress_interval_s`` (or
+``watch_follow_interval_s`` while someone follows it): one ``FetchLogs`` page from its cursor for the
+latest build marker.
 
 Guarantees kept from per-target polling: an unreachable controller is never terminal (the job keeps
 its last known state, marked unreachable); a job absent from ``GetJobState`` is confirmed with
@@ -77,6 +78,7 @@ class ClusterWatch:
     jobs: dict[str, Tracked] = field(default_factory=dict)
     following: dict[str, float] = field(default_factory=dict)
     clock: Callable[[], float] = time.monotonic
+    details_at: float = float("-inf")  # when the last ListJobs poll (with pending reasons, preemptions) ran
 
     # ---------------------------------------------------------------- watch set
     def sync(self, ws: WatchSet) -> None:
@@ -98,8 +100,17 @@ class ClusterWatch:
 
     # ---------------------------------------------------------------- one poll (one request)
     async def poll(self, iris: IrisClient) -> None:
+        """One status request for every watched job: ``GetJobState`` with all ids, or — when the details
+        are due (every ``watch_progress_interval_s``) — ``ListJobs`` per (user prefix, state), which also
+        brings pending reasons and preemption counts. A job whose state differs (or is absent) gets one
+        ``GetJobStatus``: details are read per change, never per job per interval."""
         ids = [j for j, t in self.jobs.items() if not t.told.terminal]
         if not ids:
+            return
+        now = self.clock()
+        if now - self.details_at >= self.policy.watch_progress_interval_s:
+            await self._poll_listing(iris, ids)
+            self.details_at = now
             return
         try:
             states = await iris.job_states(ids)
@@ -111,6 +122,25 @@ class ClusterWatch:
             t = self.jobs[j]
             state = states.get(j)
             if state is None or state.value != t.now.state or t.detail_needed or not t.now.controller_reachable:
+                await self._details(iris, j)
+
+    async def _poll_listing(self, iris: IrisClient, ids: list[str]) -> None:
+        wanted = sorted({(user_prefix(j), self.jobs[j].now.state) for j in ids
+                         if self.jobs[j].now.state in (JobState.PENDING.value, JobState.RUNNING.value)})
+        listed = {}
+        for prefix, state in wanted:
+            try:
+                listed.update((i.job_id, i) for i in await iris.list_jobs(prefix=prefix, state=state, limit=5000))
+            except Unavailable as e:
+                for j in ids:
+                    self._unreachable(j, e)
+                return
+        for j in ids:
+            t, info = self.jobs[j], listed.get(j)
+            if info is not None and info.state.value == t.now.state and not t.detail_needed \
+                    and t.now.controller_reachable:
+                t.now = _progress(info, t.now)
+            else:  # not listed under the state we knew: it changed (or vanished); read it
                 await self._details(iris, j)
 
     async def _details(self, iris: IrisClient, job_id: str) -> None:
@@ -131,39 +161,24 @@ class ClusterWatch:
         t = self.jobs[job_id]
         t.now = t.now.model_copy(update=dict(controller_reachable=False, error=f"controller unreachable: {err}"))
 
-    # ---------------------------------------------------------------- progress (slower cadence)
-    def _progress_due(self, job_id: str, now: float) -> bool:
+    # ---------------------------------------------------------------- log progress (slower cadence)
+    def _logs_due(self, job_id: str, now: float) -> bool:
         t = self.jobs[job_id]
         every = (self.policy.watch_follow_interval_s if self.following.get(job_id, 0) > time.time()
                  else self.policy.watch_progress_interval_s)
-        return not t.told.terminal and not t.now.terminal and now - t.progress_at >= every
+        return (t.now.state == JobState.RUNNING.value and bool(t.request.markers) and not t.told.terminal
+                and now - t.progress_at >= every)
 
     async def refresh(self, iris: IrisClient) -> None:
-        """Pending reasons and preemption counts (one ListJobs per prefix and state), log markers (one
-        FetchLogs per running job from its cursor), for the jobs whose progress refresh is due."""
+        """The latest build marker of each running job whose log read is due: one ``FetchLogs`` page
+        from its cursor (a page short of the limit is the end), at most 4 at once."""
         now = self.clock()
-        due = [j for j in self.jobs if self._progress_due(j, now)]
-        if not due:
-            return
-        for j in due:
-            self.jobs[j].progress_at = now
-        wanted = {(user_prefix(j), self.jobs[j].now.state) for j in due
-                  if self.jobs[j].now.state in (JobState.PENDING.value, JobState.RUNNING.value)}
-        for prefix, state in sorted(wanted):
-            try:
-                listed = {i.job_id: i for i in await iris.list_jobs(prefix=prefix, state=state, limit=5000)}
-            except Unavailable:
-                continue
-            for j in due:
-                t = self.jobs[j]
-                if t.now.state == state and j in listed:
-                    t.now = _progress(listed[j], t.now)
+        due = [j for j in self.jobs if self._logs_due(j, now)]
         sem = asyncio.Semaphore(LOG_FETCH_CONCURRENCY)
 
         async def scan(j: str) -> None:
             t = self.jobs[j]
-            if t.now.state != JobState.RUNNING.value or not t.request.markers:
-                return
+            t.progress_at = now
             async with sem:
                 try:
                     t.cursor, marker = await _scan_markers(iris, j, t.cursor, t.now.last_marker, t.request.markers)
@@ -269,22 +284,23 @@ class WatchActivities(ActivityGroup):
         details = activity.info().heartbeat_details
         engine.resume(details[0] if details else None, ws)
         started, empty_polls = time.monotonic(), 0
+        next_poll = time.monotonic()
         async with iris_client(self.config, inp.cluster, transport=self._transport) as iris:
             while True:
+                # Poll and wake first, on a fixed cadence: the detection delay is at most one interval.
                 await engine.poll(iris)
-                await engine.refresh(iris)
                 result.signals += await _wake(client, engine)
                 finished = engine.finished()
                 if finished:
                     with contextlib.suppress(RPCError):
                         await me.signal("unwatch", finished)
                 result.polls += 1
+                await engine.refresh(iris)
+                result.signals += await _wake(client, engine)
                 result.requests = dict(iris.requests)
                 activity.heartbeat({**engine.details(), "polls": result.polls, "requests": result.requests})
                 if time.monotonic() - started >= inp.return_after_s or activity.is_worker_shutdown():
                     return result
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(activity.wait_for_worker_shutdown(), pol.watch_interval_s)
                 try:
                     ws = await me.query("watched", result_type=WatchSet)
                 except RPCError as e:
@@ -294,6 +310,9 @@ class WatchActivities(ActivityGroup):
                 empty_polls = empty_polls + 1 if not engine.jobs else 0
                 if empty_polls >= 2:
                     return result
+                next_poll = max(next_poll + pol.watch_interval_s, time.monotonic())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(activity.wait_for_worker_shutdown(), next_poll - time.monotonic())
 
 
 async def _wake(client: Client, engine: ClusterWatch) -> int:

@@ -139,7 +139,7 @@ class PolicySettings(_Model):
     watch_interval_s: float = 5.0
     watch_progress_interval_s: float = 60.0  # log markers / pending reason per job (≤ 1 FetchLogs a minute)
     watch_follow_interval_s: float = 10.0  # the same while someone follows the job
-    watch_signal_progress_s: float = 600.0  # progress-only wake-ups of a target at most this often
+    watch_signal_progress_s: float = 900.0  # progress-only wake-ups of a target at most this often
     monitor_safety_interval_s: float = 1200.0  # a target re-checks its watch when not woken for this long
 
 

@@ -70,19 +70,24 @@ async def test_one_status_request_per_poll_serves_every_running_job(iris_control
         known = {j: JobProgress(job_id=j, state="running", terminal=False) for j in ids}
         engine.sync(WatchSet(watches=[_request(j, known[j], ["step one", "step two"]) for j in ids]))
 
-        # Polls while nothing changes: exactly one GetJobState each, whatever the number of jobs.
+        # Polls while nothing changes: one request each for all the jobs — ListJobs when the details
+        # (pending reasons, preemptions) are due, GetJobState otherwise — never one per job.
         recorder.requests.clear()
         for _ in range(5):
             await engine.poll(iris)
-        assert recorder.requests == Counter({"GetJobState": 5})
+        assert recorder.requests == Counter({"ListJobs": 1, "GetJobState": 4})
         assert engine.wakeups() == []
+        clock.t += PolicySettings().watch_progress_interval_s
+        recorder.requests.clear()
+        await engine.poll(iris)
+        assert recorder.requests == Counter({"ListJobs": 1})
 
-        # The progress refresh: one ListJobs for all of them, one FetchLogs per running job; a new
-        # marker is progress only, so nobody is woken (the last wake-up was just now).
+        # The log progress: one FetchLogs page per running job; a new marker is progress only, so nobody
+        # is woken (the last wake-up was just now).
         for _ in range(60):  # the log store may lag the job state a little
             recorder.requests.clear()
             await engine.refresh(iris)
-            assert recorder.requests == Counter({"ListJobs": 1, "FetchLogs": N_JOBS})
+            assert recorder.requests == Counter({"FetchLogs": N_JOBS})
             if all(engine.jobs[j].now.last_marker == "step one" for j in ids):
                 break
             await asyncio.sleep(0.25)
@@ -109,7 +114,7 @@ async def test_one_status_request_per_poll_serves_every_running_job(iris_control
             await asyncio.sleep(0.25)
         assert {p.job_id for p in woken.values()} == set(ids)
         assert all(p.state == "succeeded" and p.terminal for p in woken.values())
-        assert recorder.requests["GetJobState"] == polls
+        assert recorder.requests["GetJobState"] + recorder.requests["ListJobs"] == polls  # one per poll
         assert recorder.requests["GetJobStatus"] == N_JOBS  # details only for the jobs that changed
         assert sorted(engine.finished()) == sorted(ids)
         recorder.requests.clear()
@@ -130,9 +135,18 @@ async def test_a_vanished_job_is_confirmed_before_it_is_reported_missing(iris_co
         engine.sync(WatchSet(watches=[_request(ghost, JobProgress(job_id=ghost, state="running", terminal=False),
                                                [])]))
         await engine.poll(iris)
-        assert recorder.requests == Counter({"GetJobState": 1, "GetJobStatus": 1})
+        assert recorder.requests == Counter({"ListJobs": 1, "GetJobStatus": 1})  # absent → confirmed
         ((_, p),) = engine.wakeups()
         assert p.missing and p.terminal and p.state == "missing" and "not a success" in (p.error or "")
+        # The same through the light poll: absent from GetJobState, confirmed by GetJobStatus.
+        ghost2 = f"{ghost}-2"
+        engine.sync(WatchSet(watches=[_request(ghost2, JobProgress(job_id=ghost2, state="running", terminal=False),
+                                               [])]))
+        recorder.requests.clear()
+        await engine.poll(iris)
+        assert recorder.requests == Counter({"GetJobState": 1, "GetJobStatus": 1})
+        ((_, p2),) = engine.wakeups()
+        assert p2.job_id == ghost2 and p2.missing and p2.terminal
     finally:
         await iris.aclose()
 

@@ -1,0 +1,477 @@
+"""Benchmark: monitoring running Iris jobs through the per-cluster watcher.
+
+Starts a Temporal dev server, the real local Iris controller, a counting HTTP proxy in front of the
+controller (what the watcher sends is counted on the wire) and bench/monitor_worker.py as a separate
+process (real TargetBuildWorkflow, IrisWatcherWorkflow and watch activities; scripted stand-ins for
+submit's bundle, log check and validation). Then:
+
+1. scale: for each N, N targets whose jobs run together and end at known times (spread over
+   ``--spread`` s): detection latency (controller's finished_at → the target schedules its log check)
+   p50/p95, Iris requests per minute per cluster and per target while all N jobs run, worker CPU/RSS;
+2. history: one target, the production policy compressed ``--compress`` times (every interval divided),
+   a job of one compressed build-hour printing a marker every ~7 minutes: history events and bytes per
+   build-hour while monitoring;
+3. resume: SIGKILL the worker while the watcher polls, start a new one at once: time from the new
+   worker's start to the watcher's next heartbeat, and to the target acting on its job's end;
+4. reject: wall time of ``starter.py build`` refusing invalid input (exit 2).
+
+Prints Markdown tables; asserts nothing.
+Run: .venv/bin/python bench/monitoring.py [--sizes 1,10,50,100,200] [--skip history,resume,reject]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import http.server
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+from temporalio.api.enums.v1 import EventType  # noqa: E402
+from temporalio.client import Client  # noqa: E402
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+
+from bench.pipeline_e2e import proc_cpu_s, proc_hwm_kib  # noqa: E402
+from clients.iris import IrisClient  # noqa: E402
+from domain.config import PolicySettings  # noqa: E402
+from domain.watch import watcher_id  # noqa: E402
+from sandbox.iris_controller import start_iris_controller  # noqa: E402
+from sandbox.temporal_server import start_temporal_dev_server  # noqa: E402
+from tests.workflows.standins import plan, target_input  # noqa: E402
+from workflows.target import TargetBuildWorkflow  # noqa: E402
+
+PY = sys.executable
+STATUS_METHODS = ("GetJobState", "GetJobStatus", "ListJobs", "ListTasks")
+
+
+# ------------------------------------------------------------------------------ counting proxy
+class CountingProxy:
+    """A reverse proxy to the controller that records (time, RPC method) of every request."""
+
+    def __init__(self, upstream: str):
+        self.upstream = upstream.rstrip("/")
+        self.log: list[tuple[float, str]] = []
+        lock = threading.Lock()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            client = httpx.Client(timeout=60)
+
+            def log_message(self, *a):  # quiet
+                pass
+
+            def _forward(self, method: str) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with lock:
+                    outer.log.append((time.time(), self.path.rsplit("/", 1)[-1]))
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                r = self.client.request(method, outer.upstream + self.path, content=body, headers=headers)
+                self.send_response(r.status_code)
+                for k, v in r.headers.items():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(r.content)))
+                self.end_headers()
+                self.wfile.write(r.content)
+
+            def do_POST(self):  # noqa: N802
+                self._forward("POST")
+
+            def do_GET(self):  # noqa: N802
+                self._forward("GET")
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def count(self, since: float, until: float) -> Counter:
+        return Counter(m for t, m in self.log if since <= t <= until)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+
+
+# ------------------------------------------------------------------------------ worker process
+class BenchWorker:
+    def __init__(self, temporal: str, tq: str, proxy: str, controller: str, cluster: str, policy: PolicySettings,
+                 work: Path, log: Path):
+        self.args = [PY, str(ROOT / "bench" / "monitor_worker.py"), "--temporal", temporal, "--task-queue", tq,
+                     "--iris-url", proxy, "--submit-url", controller, "--cluster", cluster,
+                     "--policy", policy.model_dump_json(), "--work-dir", str(work)]
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> BenchWorker:
+        self.proc = subprocess.Popen(self.args, cwd=ROOT, start_new_session=True, stdout=self.log.open("a"),
+                                     stderr=subprocess.STDOUT)
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def proc_rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+# ------------------------------------------------------------------------------ helpers
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    return v[min(len(v) - 1, max(0, round(q / 100 * len(v) + 0.5) - 1))]
+
+
+def fmt(v, nd=1) -> str:
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
+async def start_targets(client: Client, tq: str, cluster: str, ids_ends: list[tuple[str, int]]):
+    target = plan()[0].model_copy(update={"cluster": cluster})
+    sem = asyncio.Semaphore(20)
+
+    async def one(wid: str):
+        async with sem:
+            return await client.start_workflow(TargetBuildWorkflow.run, target_input(wid, target), id=wid,
+                                               task_queue=tq)
+    return await asyncio.gather(*(one(wid) for wid, _ in ids_ends))
+
+
+async def acted_at(client: Client, wid: str) -> tuple[float | None, int, int, dict]:
+    """When the target scheduled check_build_log (acted on the terminal state); its events and bytes;
+    the monitoring slice (watch_job scheduled → check_build_log scheduled): events, bytes."""
+    events = list((await client.get_workflow_handle(wid).fetch_history()).events)
+    t_act = None
+    first_watch = None
+    for e in events:
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            name = e.activity_task_scheduled_event_attributes.activity_type.name
+            if name == "watch_job" and first_watch is None:
+                first_watch = e.event_id
+            if name in ("check_build_log", "capture_failure") and t_act is None:
+                t_act = e.event_time.ToMicroseconds() / 1e6
+                act_id = e.event_id
+    mon = [e for e in events if first_watch is not None and t_act is not None and first_watch <= e.event_id < act_id]
+    kinds = Counter(EventType.Name(e.event_type).removeprefix("EVENT_TYPE_").lower() for e in mon)
+    return t_act, len(events), sum(e.ByteSize() for e in events), {
+        "events": len(mon), "bytes": sum(e.ByteSize() for e in mon), "kinds": kinds}
+
+
+async def wait_closed(client: Client, handles, within_s: float) -> None:
+    deadline = time.monotonic() + within_s
+    for h in handles:
+        left = max(1.0, deadline - time.monotonic())
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(h.result(), left)
+
+
+# ------------------------------------------------------------------------------ 1. scale
+async def scale(args, client, iris: IrisClient, proxy: CountingProxy, worker: BenchWorker, tq: str, cluster: str,
+                controller_pid: int) -> list[dict]:
+    rows = []
+    for n in args.sizes:
+        run = uuid.uuid4().hex[:6]
+        lead = args.lead + n * args.lead_per_job  # time to submit and start everything before the first end
+        t0 = time.time()
+        first_end = int(t0 + lead)
+        ends = [first_end + int(args.spread * i / max(1, n - 1)) if n > 1 else first_end for i in range(n)]
+        ids_ends = [(f"bench-{run}-n{n}-{i}-e{end}", end) for i, end in enumerate(ends)]
+        cpu0, ctl0, w0 = proc_cpu_s(worker.pid), proc_cpu_s(controller_pid), time.monotonic()
+        print(f"scale N={n}: starting targets (first job ends in {lead:.0f}s)", file=sys.stderr, flush=True)
+        handles = await start_targets(client, tq, cluster, ids_ends)
+        # Steady window: every job running, none finished.
+        all_running = None
+        rss_peak = 0
+        while time.time() < first_end - 1:
+            rss_peak = max(rss_peak, proc_rss_kib(worker.pid))
+            if all_running is None:
+                jobs = await iris.list_jobs(prefix=f"/bench/bench-{run}-", state="running", limit=5000)
+                if len(jobs) == n:
+                    all_running = time.time()
+            await asyncio.sleep(1.0)
+        window = (all_running, first_end - 1) if all_running else None
+        await wait_closed(client, handles, within_s=args.spread + 180)
+        rss_peak = max(rss_peak, proc_rss_kib(worker.pid))
+        wall = time.monotonic() - w0
+        cpu, ctl = proc_cpu_s(worker.pid) - cpu0, proc_cpu_s(controller_pid) - ctl0
+        latencies, failed = [], 0
+        for wid, _ in ids_ends:
+            t_act, *_ = await acted_at(client, wid)
+            info = await iris.job_status(f"/bench/{wid}", with_tasks=False)
+            if t_act is None or not info.finished_at_ms:
+                failed += 1
+                continue
+            latencies.append(t_act - info.finished_at_ms / 1000)
+        row = {"n": n, "p50": pct(latencies, 50), "p95": pct(latencies, 95), "max": max(latencies, default=None),
+               "failed": failed, "worker_cpu_cores": cpu / wall, "worker_rss_mib": rss_peak / 1024,
+               "controller_cpu_cores": ctl / wall, "window_s": None}
+        if window and window[1] - window[0] >= 10:
+            c = proxy.count(*window)
+            minutes = (window[1] - window[0]) / 60
+            status = sum(c[m] for m in STATUS_METHODS)
+            row.update(window_s=window[1] - window[0], status_per_min=status / minutes,
+                       getjobstate_per_min=c["GetJobState"] / minutes, logs_per_min=c["FetchLogs"] / minutes,
+                       status_per_min_target=status / minutes / n, logs_per_min_target=c["FetchLogs"] / minutes / n,
+                       by_method=dict(c))
+        rows.append(row)
+        print(f"scale N={n}: {row}", file=sys.stderr, flush=True)
+    return rows
+
+
+# ------------------------------------------------------------------------------ 2. history per build-hour
+async def history(args, client, tq: str, cluster: str) -> dict:
+    run = uuid.uuid4().hex[:6]
+    hour = 3600 / args.compress
+    end = int(time.time() + 5 + hour)
+    wid = f"bench-{run}-hist-e{end}"
+    (h,) = await start_targets(client, tq, cluster, [(wid, end)])
+    print(f"history: one compressed build-hour ({hour:.0f}s)", file=sys.stderr, flush=True)
+    await wait_closed(client, [h], within_s=hour + 180)
+    _, total_events, total_bytes, mon = await acted_at(client, wid)
+    return {"hour_s": hour, "total_events": total_events, "total_bytes": total_bytes, **mon}
+
+
+# ------------------------------------------------------------------------------ 3. resume after SIGKILL
+async def heartbeat_time(client: Client, cluster: str) -> tuple[float | None, int]:
+    try:
+        desc = await client.get_workflow_handle(watcher_id(cluster)).describe()
+    except Exception:  # noqa: BLE001
+        return None, 0
+    for p in desc.raw_description.pending_activities:
+        if p.activity_type.name == "watch_cluster" and p.HasField("last_heartbeat_time"):
+            return p.last_heartbeat_time.ToMicroseconds() / 1e6, p.attempt
+    return None, 0
+
+
+async def resume(args, client, make_worker, tq: str, cluster: str, iris: IrisClient) -> list[dict]:
+    out = []
+    for k in range(args.resume_rounds):
+        run = uuid.uuid4().hex[:6]
+        end = int(time.time() + args.resume_job_s)
+        worker = make_worker().start()
+        wid = f"bench-{run}-resume-e{end}"
+        (h,) = await start_targets(client, tq, cluster, [(wid, end)])
+        for _ in range(240):  # the watcher is polling (it has heartbeated)
+            if (await heartbeat_time(client, cluster))[0] is not None:
+                break
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(3)
+        worker.kill()
+        t_kill = time.time()
+        worker2 = make_worker().start()
+        t_new = time.time()
+        hb = None
+        while time.time() - t_new < 120:
+            t_hb, _attempt = await heartbeat_time(client, cluster)
+            if t_hb and t_hb > t_new:
+                hb = t_hb
+                break
+            await asyncio.sleep(0.2)
+        await wait_closed(client, [h], within_s=args.resume_job_s + 120)
+        t_act, *_ = await acted_at(client, wid)
+        info = await iris.job_status(f"/bench/{wid}", with_tasks=False)
+        worker2.stop()
+        out.append({"round": k + 1, "resume_s": None if hb is None else hb - t_new,
+                    "kill_to_poll_s": None if hb is None else hb - t_kill,
+                    "end_to_act_s": None if t_act is None or not info.finished_at_ms
+                    else t_act - info.finished_at_ms / 1000})
+        print(f"resume: {out[-1]}", file=sys.stderr, flush=True)
+    return out
+
+
+# ------------------------------------------------------------------------------ 4. reject invalid input
+def reject(args, temporal_address: str, state: Path) -> list[dict]:
+    config = state / "starter-config.toml"
+    config.write_text(f"""work_dir = "{state / 'starter-work'}"
+[temporal]
+address = "{temporal_address}"
+[repos]
+marinskyrl_url = "file:///nowhere"
+harbor_url = "file:///nowhere"
+[clusters.c]
+controller_url = "http://127.0.0.1:9"
+client_revision_date = "{datetime.date.today().isoformat()}"
+[registry]
+user = {{ kind = "literal_public", value = "u" }}
+token = {{ kind = "env", name = "X" }}
+""")
+    cases = {
+        "empty --reason": ["--arch", "amd64", "--requested-by", "a", "--reason", " "],
+        "empty --requested-by": ["--arch", "amd64", "--requested-by", "", "--reason", "bench"],
+        "unknown --arch (needs the contract: repository unreadable here)": [
+            "--arch", "sparc", "--requested-by", "a", "--reason", "bench"],
+    }
+    rows = []
+    for name, argv in cases.items():
+        walls, codes = [], set()
+        for _ in range(args.reject_rounds):
+            t = time.monotonic()
+            p = subprocess.run([PY, str(ROOT / "starter.py"), "--config", str(config), "build", *argv], cwd=ROOT,
+                               capture_output=True, text=True, timeout=120)
+            walls.append(time.monotonic() - t)
+            codes.add(p.returncode)
+            first_line = (p.stderr.strip() or p.stdout.strip()).splitlines()[:1]
+        rows.append({"case": name, "p50": statistics.median(walls), "max": max(walls), "exit": sorted(codes),
+                     "message": first_line[0][:100] if first_line else ""})
+    return rows
+
+
+# ------------------------------------------------------------------------------ main
+def print_tables(args, policy: PolicySettings, sc, hist, res, rej) -> None:
+    if sc:
+        print(f"\n### Detection and Iris load by concurrent running jobs (watch interval {policy.watch_interval_s:g} s, "
+              f"progress every {policy.watch_progress_interval_s:g} s)\n")
+        print("| running jobs | detection p50 s | p95 s | max s | status req/min per cluster | GetJobState/min | "
+              "status req/min per target | log req/min per target | worker CPU (cores) | worker peak RSS MiB | "
+              "controller CPU (cores) | steady window s | not measured |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in sc:
+            print(f"| {r['n']} | {fmt(r['p50'], 2)} | {fmt(r['p95'], 2)} | {fmt(r['max'], 2)} | "
+                  f"{fmt(r.get('status_per_min'))} | {fmt(r.get('getjobstate_per_min'))} | "
+                  f"{fmt(r.get('status_per_min_target'), 3)} | {fmt(r.get('logs_per_min_target'), 2)} | "
+                  f"{fmt(r['worker_cpu_cores'], 2)} | {fmt(r['worker_rss_mib'], 0)} | {fmt(r['controller_cpu_cores'], 2)} | "
+                  f"{fmt(r['window_s'], 0)} | {r['failed']} |")
+        print("\nRequests by method in the steady window: " + "; ".join(
+            f"N={r['n']}: " + ", ".join(f"{k} {v}" for k, v in sorted(r.get('by_method', {}).items())) for r in sc))
+    if hist:
+        k = hist["kinds"]
+        print(f"\n### Target history while monitoring, per build-hour (production policy compressed {args.compress}×: "
+              f"one build-hour = {hist['hour_s']:.0f} s)\n")
+        print("| measure | value |")
+        print("|---|---:|")
+        print(f"| events while monitoring (watch_job → check_build_log) | {hist['events']} |")
+        print(f"| bytes of those events | {hist['bytes']:,} |")
+        print(f"| of which activity events | {sum(v for n, v in k.items() if n.startswith('activity'))} |")
+        print(f"| wake-up signals | {k.get('workflow_execution_signaled', 0)} |")
+        print(f"| timers started (safety) | {k.get('timer_started', 0)} |")
+        print(f"| whole target history (events / bytes) | {hist['total_events']} / {hist['total_bytes']:,} |")
+    if res:
+        print("\n### Resume after SIGKILL of the worker while the watcher polls\n")
+        print("| round | new worker start → watcher polls again (s) | kill → polls again (s) | job ends → target acts (s) |")
+        print("|---:|---:|---:|---:|")
+        for r in res:
+            print(f"| {r['round']} | {fmt(r['resume_s'])} | {fmt(r['kill_to_poll_s'])} | {fmt(r['end_to_act_s'])} |")
+    if rej:
+        print("\n### Time to reject an invalid request (`starter.py build`, wall clock incl. interpreter start)\n")
+        print("| input | p50 s | max s | exit code | first line |")
+        print("|---|---:|---:|---|---|")
+        for r in rej:
+            print(f"| {r['case']} | {r['p50']:.2f} | {r['max']:.2f} | {r['exit']} | {r['message']} |")
+
+
+async def main_async(args) -> int:
+    state = Path(tempfile.mkdtemp(prefix="bench-monitoring-"))
+    temporal = iris_ctl = proxy = None
+    workers: list[BenchWorker] = []
+    try:
+        temporal = start_temporal_dev_server(state / "temporal", ui=False)
+        iris_ctl = start_iris_controller(state / "iris")
+        proxy = CountingProxy(iris_ctl.url)
+        client = await Client.connect(temporal.address, data_converter=pydantic_data_converter)
+        iris = IrisClient(iris_ctl.url, client_revision_date=datetime.date.today().isoformat())
+        policy = PolicySettings()
+        sc = hist = res = rej = None
+        if args.sizes:
+            tq, cluster = "bench-scale", "bench-scale"
+            w = BenchWorker(temporal.address, tq, proxy.url, iris_ctl.url, cluster, policy, state / "work",
+                            state / "worker-scale.log").start()
+            workers.append(w)
+            sc = await scale(args, client, iris, proxy, w, tq, cluster, iris_ctl.pid)
+            sc_hwm = proc_hwm_kib(w.pid)
+            w.stop()
+            print(f"scale worker VmHWM {sc_hwm and sc_hwm / 1024:.0f} MiB", file=sys.stderr)
+        if "history" not in args.skip:
+            c = args.compress
+            fast = PolicySettings(watch_interval_s=policy.watch_interval_s / c,
+                                  watch_progress_interval_s=policy.watch_progress_interval_s / c,
+                                  watch_signal_progress_s=policy.watch_signal_progress_s / c,
+                                  monitor_safety_interval_s=policy.monitor_safety_interval_s / c)
+            tq = cluster = "bench-history"
+            w = BenchWorker(temporal.address, tq, proxy.url, iris_ctl.url, cluster, fast, state / "work",
+                            state / "worker-history.log")
+            w.args += ["--marker-every", str(max(1, round(420 / c)))]
+            workers.append(w.start())
+            hist = await history(args, client, tq, cluster)
+            w.stop()
+        if "resume" not in args.skip:
+            tq = cluster = "bench-resume"
+
+            def make():
+                w = BenchWorker(temporal.address, tq, proxy.url, iris_ctl.url, cluster, policy, state / "work",
+                                state / "worker-resume.log")
+                workers.append(w)
+                return w
+            res = await resume(args, client, make, tq, cluster, iris)
+        if "reject" not in args.skip:
+            rej = reject(args, temporal.address, state)
+        await iris.aclose()
+        print_tables(args, policy, sc, hist, res, rej)
+        return 0
+    finally:
+        for w in workers:
+            w.stop()
+        if proxy:
+            proxy.stop()
+        if iris_ctl:
+            iris_ctl.stop()
+        if temporal:
+            temporal.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1,10,50,100,200", help="concurrent running jobs per step ('' to skip)")
+    ap.add_argument("--lead", type=float, default=100.0, help="seconds from start to the first job's end ...")
+    ap.add_argument("--lead-per-job", type=float, default=0.25, help="... plus this per job (submission time)")
+    ap.add_argument("--spread", type=float, default=20.0, help="job ends are spread over this many seconds")
+    ap.add_argument("--compress", type=float, default=20.0, help="history: divide every policy interval by this")
+    ap.add_argument("--resume-rounds", type=int, default=3)
+    ap.add_argument("--resume-job-s", type=float, default=45.0, help="resume: the job ends this long after start")
+    ap.add_argument("--reject-rounds", type=int, default=3)
+    ap.add_argument("--skip", default="", help="comma list of: history, resume, reject")
+    args = ap.parse_args()
+    args.sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    args.skip = {x.strip() for x in args.skip.split(",") if x.strip()}
+    sys.exit(asyncio.run(main_async(args)))
+
+
+if __name__ == "__main__":
+    main()
