@@ -36,7 +36,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.build import _progress, _scan_markers
-from activities.common import ActivityGroup, iris_client
+from activities.common import HEARTBEAT_EVERY_S, ActivityGroup, Heartbeater, iris_client
 from clients.iris import IrisClient, JobState, NotFound, Unavailable
 from domain.config import PolicySettings, ServiceConfig
 from domain.models import JobProgress
@@ -285,7 +285,11 @@ class WatchActivities(ActivityGroup):
         engine.resume(details[0] if details else None, ws)
         started, empty_polls = time.monotonic(), 0
         next_poll = time.monotonic()
-        async with iris_client(self.config, inp.cluster, transport=self._transport) as iris:
+        async with Heartbeater(HEARTBEAT_EVERY_S) as beat, \
+                iris_client(self.config, inp.cluster, transport=self._transport) as iris:
+            # Heartbeats go out in the background (a slow poll never looks like a dead worker) and carry
+            # the latest resume state and live progress.
+            beat.details = {**engine.details(), "polls": 0, "requests": {}}
             while True:
                 # Poll and wake first, on a fixed cadence: the detection delay is at most one interval.
                 await engine.poll(iris)
@@ -298,7 +302,7 @@ class WatchActivities(ActivityGroup):
                 await engine.refresh(iris)
                 result.signals += await _wake(client, engine)
                 result.requests = dict(iris.requests)
-                activity.heartbeat({**engine.details(), "polls": result.polls, "requests": result.requests})
+                beat.details = {**engine.details(), "polls": result.polls, "requests": result.requests}
                 if time.monotonic() - started >= inp.return_after_s or activity.is_worker_shutdown():
                     return result
                 try:
