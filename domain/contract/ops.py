@@ -280,6 +280,11 @@ def _read_fence(b: _Block, arches: set[str], templates: dict[str, LaunchTemplate
             launch.append(words)
     if not launch:
         return
+    command = next((" ".join(w for _, w in words[i + 1:]) for words in launch
+                    for i, (_, w) in enumerate(words) if w == "--"), None)
+    if command is not None and not re.search(r"base64|build", command):
+        skipped.append(f"line {b.line}: an `iris job run` for another command ({command[:60]!r}), not the image build")
+        return
     context = " ".join(b.headings[-1:]) + " " + b.before
     block_arch = _arch_in(b.headings[-1] if b.headings else "", arches)
     only_env = all(w[0][1] == "-e" for w in launch) and not any(x == "--" for w in launch for _, x in w)
@@ -454,6 +459,43 @@ def _ceiling_from_sentence(b: _Block, c: ProseCeiling) -> None:
             c.min_layers, c.lines["min_layers"] = int(mm.group(1)), n
 
 
+_RESOURCE_FLAGS = {"--cpu", "--memory", "--disk", "--gpu", "--priority", "--max-retries", "--timeout", "--task-image"}
+
+
+def _resource_flags_only(span: str) -> bool:
+    """`--cpu 96 --memory 640GB`: nothing but resource flags, each with its value."""
+    words = span.split()
+    if not words or len(words) % 2 and not all("=" in w for w in words):
+        return False
+    i = 0
+    while i < len(words):
+        flag, eq, _ = words[i].partition("=")
+        if flag not in _RESOURCE_FLAGS:
+            return False
+        i += 1 if eq else 2
+    return True
+
+
+def _flags_from_inline_code(b: _Block, arches: set[str], templates: dict[str, LaunchTemplate],
+                            skipped: list[str]) -> None:
+    """"For arm64 add `--gpu GB200x1 --cpu 96 --memory 640GB`": flags in inline code of a sentence that
+    names exactly one architecture (a sentence naming none or both is ambiguous and left alone)."""
+    for sentence in re.split(r"(?<=[.;])\s+", b.text):
+        spans = [x for x in _code_spans(sentence) if _resource_flags_only(x)]
+        if not spans:
+            continue
+        arch = _arch_in(re.sub(r"`[^`]*`", " ", sentence), arches) or _arch_in(
+            b.headings[-1] if b.headings else "", arches)  # or the section's architecture
+        n = b.line + b.text[: b.text.find(sentence)].count("\n") if sentence in b.text else b.line
+        if arch is None:
+            skipped.append(f"line {n}: launch flags in a sentence that names no single architecture")
+            continue
+        tpl = templates.setdefault(arch, LaunchTemplate(arch=arch, line=n))
+        for span in spans:
+            words = [(n, w) for w in (_word_lines(span, n) or [[]])[0] for w in [w[1]]]
+            _apply_words(tpl, words, skipped)
+
+
 def _common_from_sentence(b: _Block, templates: dict[str, LaunchTemplate]) -> None:
     """`--no-sync` is required / Every job uses `<image>`, `--no-sync`, ...: flags for every job."""
     for sentence in re.split(r"(?<=[.:])\s+", b.text):
@@ -524,6 +566,7 @@ def parse_ops(
         else:
             _ceiling_from_sentence(b, ceiling)
             _common_from_sentence(b, ops.templates)
+            _flags_from_inline_code(b, known, ops.templates, skipped)
     for key in [k for k in ops.templates if k.startswith("cluster:")]:
         tpl = ops.templates.pop(key)
         hit = [a for a, p in ops.placements.items() if p.cluster == key[8:]]

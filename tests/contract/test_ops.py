@@ -135,3 +135,34 @@ def test_resource_table_and_a_conflicting_later_statement_is_reported():
     assert (o.templates["amd64"].cpu, o.templates["amd64"].lines["cpu"]) == (12.0, row)
     assert f"line {line_of(text, '--cpu 48')}: cpu 48.0 ignored; line {row} states 12.0" in o.skipped
     assert not [s for s in o.skipped if "cpu 96" in s]  # the same value stated twice is no conflict
+
+
+PROSE_SHAPES = """# GPU-RL image
+
+## Shapes
+
+For arm64 add `--gpu GB200x1 --cpu 96 --memory 640GB`; amd64 needs `--cpu 48 --memory 512GB`.
+Both take `--timeout 100`.
+
+## Wheels
+
+Cut the wheel artifact with its own job:
+
+```bash
+iris --cluster=cw-us-east-02a job run --cpu 8 --memory 16GB -- python cut_wheels.py
+```
+"""
+
+
+def test_flags_in_inline_code_go_to_the_architecture_the_sentence_names():
+    o = parse_ops(PROSE_SHAPES)
+    arm, amd = o.templates["arm64"], o.templates["amd64"]
+    assert (arm.gpu, arm.cpu, arm.memory, arm.lines["cpu"]) == ("GB200x1", 96.0, "640GB", 5)
+    assert (amd.cpu, amd.memory, amd.timeout_s) == (48.0, "512GB", None)
+    assert "line 6: launch flags in a sentence that names no single architecture" in o.skipped
+
+
+def test_an_iris_job_for_another_command_is_not_a_build_template():
+    o = parse_ops(PROSE_SHAPES)
+    assert all(t.cpu != 8.0 for t in o.templates.values())
+    assert any("cut_wheels.py" in s and "not the image build" in s for s in o.skipped)
