@@ -228,9 +228,13 @@ class BuildActivities(ActivityGroup):
                 diag["kubernetes"] = [f.model_dump(mode="json") for f in facts]
         name = safe_name(inp.job_id)
         log_ref = await write_evidence(self.evidence, inp.request_id, f"{name}.log", text)
+        # Classification reasons reach history: they are built from the redacted log only.
+        await asyncio.to_thread(self.learn_secrets)
+        text = redact(text)
         evidence = _evidence(info, attempts, facts, text, inp.missing_markers)
         c = classify(evidence)
-        quoted = failing_line(redact(text)) if text else None
+        c = c.model_copy(update={"reasons": [redact(r) for r in c.reasons]})  # Iris errors carry stderr too
+        quoted = failing_line(text) if text else None
         diag["evidence"] = evidence.model_dump(mode="json")
         diag["classification"] = c.model_dump(mode="json")
         diag["log"] = log_ref.model_dump()

@@ -19,6 +19,7 @@ import httpx
 from temporalio import activity
 
 from activities.errors import InputError, boundary
+from clients.credentials import CredentialError, fetch_secret
 from clients.evidence import EvidenceStore
 from clients.git_source import FetchedRepo, MirrorCache, list_files_at, read_blobs_at
 from clients.iris import IrisClient, KubectlPortForward
@@ -114,12 +115,25 @@ class ActivityGroup:
         self.config = config
         self.paths = Paths(config)
         self.repos = SourceRepos(config, self.paths)
-        self.evidence = EvidenceStore(config.evidence_url(), config.evidence.storage_options)
+        self.evidence = EvidenceStore(config.evidence_url(), config.evidence.storage_options,
+                                      before_write=self.learn_secrets)
         # One connection pool per worker for every registry read (validation, anonymous probe).
         self.registry_pool = RegistryPool()
 
     def all(self) -> list:
         raise NotImplementedError
+
+    def learn_secrets(self) -> None:
+        """Fetch every configured credential now so ``redact`` knows its current value, whichever
+        process fetched it for the job (a worker that took over after a crash never did). Values are
+        only registered; one that cannot be read cannot have reached a log through us either."""
+        for key, source in self.config.credential_sources().items():
+            if source.kind == "literal_public":
+                continue
+            try:
+                fetch_secret(source, what=key)
+            except CredentialError:
+                pass
 
 
 @contextlib.asynccontextmanager

@@ -32,7 +32,6 @@ from clients.registry import (
     scheme_for,
     split_image_repository,
 )
-from domain.config import CredentialSource
 from domain.contract.bash_syntax import bash_syntax_errors
 from domain.issue_ref import parse_issue_ref
 from domain.models import PreflightCheck, PreflightInput, PreflightReport
@@ -78,12 +77,8 @@ class PreflightActivities(ActivityGroup):
 
     # ------------------------------------------------------------------ credentials
     def _credentials(self, checks: list[PreflightCheck]) -> dict[str, str]:
-        sources: list[tuple[str, CredentialSource]] = [("registry.user", self.config.registry.user),
-                                                        ("registry.token", self.config.registry.token)]
-        if self.config.github is not None:
-            sources.append(("github.token", self.config.github.token))
         values: dict[str, str] = {}
-        for key, source in sources:
+        for key, source in self.config.credential_sources().items():
             try:
                 value = fetch_secret(source, what=key)
             except CredentialError as e:

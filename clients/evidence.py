@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import fsspec
@@ -33,9 +33,13 @@ def safe_name(text: str) -> str:
 class EvidenceStore:
     """Write-once-per-name evidence files under ``<root>/<request id>/``."""
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None):
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None,
+                 before_write: Callable[[], object] | None = None):
         self.url = url
         self.options = dict(storage_options or {})
+        # Called before each write: the owner registers every configured secret for redaction, so a
+        # file is redacted the same whichever process writes it (not only for secrets it happened to use).
+        self.before_write = before_write
         try:
             self.fs, self.root = url_to_fs(url, **self.options)
         except (ImportError, ValueError) as e:  # unknown protocol or its package (e.g. s3fs) missing
@@ -44,6 +48,8 @@ class EvidenceStore:
 
     def put_text(self, request_id: str, name: str, text: str) -> FileRef:
         """Redact, write whole (a retried activity rewrites the same name) and return the reference."""
+        if self.before_write is not None:
+            self.before_write()
         data = redact(text).encode()
         path = f"{self.root}/{safe_name(request_id)}/{safe_name(name)}"
         try:

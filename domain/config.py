@@ -232,6 +232,12 @@ class ServiceConfig(_Model):
         """The evidence store's root URL (``[evidence] url``, else ``<work_dir>/evidence``)."""
         return self.evidence.url or str(Path(self.work_dir).expanduser() / "evidence")
 
+    def credential_sources(self) -> dict[str, CredentialSource]:
+        """Every configured credential by its configuration key (where each value is read, never the value)."""
+        sources = {"registry.user": self.registry.user, "registry.token": self.registry.token,
+                   "github.token": self.github and self.github.token, "temporal.api_key": self.temporal.api_key}
+        return {key: source for key, source in sources.items() if source}
+
     def required_tools(self) -> dict[str, str]:
         """Every executable the worker runs, each with the configuration key that asks for it.
 
@@ -239,10 +245,8 @@ class ServiceConfig(_Model):
         a missing ``uv`` or ``gh`` stops it at once instead of retrying a recording activity forever.
         """
         tools = {"git": "repos (source, build commit and PR branch)"}
-        sources = {"registry.user": self.registry.user, "registry.token": self.registry.token,
-                   "github.token": self.github and self.github.token, "temporal.api_key": self.temporal.api_key}
-        for key, source in sources.items():
-            if source and source.kind == "command" and source.argv:
+        for key, source in self.credential_sources().items():
+            if source.kind == "command" and source.argv:
                 tools.setdefault(source.argv[0], f"config:{key}")
         if self.github and self.github.lint_command:
             tools.setdefault(self.github.lint_command[0], "config:github.lint_command")

@@ -19,6 +19,12 @@ _TOKEN_SHAPES = re.compile(r"(ghp_|gho_|ghs_|github_pat_|dckr_pat_)[A-Za-z0-9_]{
 _AUTH_HEADER = re.compile(r"(?i)(authorization\s*[:=]\s*)(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]+")
 
 
+# ``NAME=value`` where the name says it holds a credential (a build that prints its environment).
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?i)\b([A-Z0-9_]*(?:TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)[A-Z0-9_]*)"
+    r"=(?!\[REDACTED\])(\S+)")
+
+
 def register_secret(value: str) -> None:
     if value and len(value) >= 4:
         with _lock:
@@ -34,6 +40,7 @@ def redact(text: str) -> str:
         if s in text:
             text = text.replace(s, REDACTED)
     text = _TOKEN_SHAPES.sub(REDACTED, text)
+    text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}={REDACTED}", text)
     return _AUTH_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)} {REDACTED}", text)
 
 
