@@ -131,7 +131,9 @@ class BuildPipelineWorkflow:
             error_type, message = _error_of(e)
             failure = outcome.step_failure(error_type, message, step=self._step, request=inp.request)
             await self._finish(Stage.FAILED, "failed", failure)
-            raise ApplicationError(failure.message, self._report, type="BuildFailed", non_retryable=True) from e
+            # The failure message itself carries the next step: it is what the UI shows without opening JSON.
+            raise ApplicationError(f"{failure.message} — next step: {failure.next_step}", self._report,
+                                   type="BuildFailed", non_retryable=True) from e
 
     async def _finish(self, stage: Stage, status: str, failure) -> None:
         rep = self._report
@@ -211,7 +213,8 @@ class BuildPipelineWorkflow:
             await self._finish(Stage.FAILED, "failed", failure)
             rep.message = failure.message
             # Nothing is pinned or proposed for a build set with a failed target.
-            raise ApplicationError(rep.message, rep, type="BuildFailed", non_retryable=True)
+            raise ApplicationError(f"{rep.message} — next step: {failure.next_step}", rep, type="BuildFailed",
+                                   non_retryable=True)
 
         await self._set_stage(Stage.RECORDING)
         pr = await workflow.execute_activity_method(
