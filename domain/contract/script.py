@@ -641,12 +641,19 @@ def _interpret_arches(r: _Reader, table, arch_var, tag: str, ws_knob: Knob, dock
             tag_suffix = values[suffix_vars[0]]
             field_vars[suffix_vars[0]] = "tag_suffix"
             spec_lines["tag_suffix"] = at[suffix_vars[0]]
-        elif not suffix_vars and len(arms) == 1:
+        elif suffix_vars:  # several table values in the tag: the suffix is what follows the sha
+            tail = re.split(r"\$\{?GITSHA\}?", tag)[-1]
+            try:
+                tag_suffix = render(tail, values)
+            except KeyError:
+                tag_suffix = "".join(values[v] for v in suffix_vars)
+            spec_lines["tag_suffix"] = at[suffix_vars[0]]
+        elif len(arms) == 1:
             tag_suffix = ""
         else:
             raise r.need(arm_line, "tag suffix",
-                         f"the image tag {tag} expands {'none' if not suffix_vars else ', '.join(suffix_vars)} of the "
-                         f"`{pattern})` arm's settings ({', '.join(values)}); one must keep architectures apart")
+                         f"the image tag {tag} expands none of the `{pattern})` arm's settings "
+                         f"({', '.join(values)}); one must keep architectures apart")
 
         table_ws = [v for v in ws_vars if v in values]
         if table_ws:
@@ -683,6 +690,10 @@ def _interpret_arches(r: _Reader, table, arch_var, tag: str, ws_knob: Knob, dock
             lines=spec_lines, dockerfile_origin=origin, dockerfile_why=why)
     if not arches:
         raise r.need(line(case_node), "build architecture", "the `uname -m` table has no architecture arm")
+    suffixes = [a.tag_suffix for a in arches.values()]
+    if len(set(suffixes)) != len(suffixes):
+        raise ContractError(r.path, line(case_node), "a distinct image tag suffix per architecture (one shared "
+                            "tag means one architecture's push overwrites the other's)", ", ".join(map(repr, suffixes)))
     return arches, field_vars
 
 

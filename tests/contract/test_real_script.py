@@ -279,3 +279,14 @@ def test_destination_through_an_image_variable(tmp_path):
     s = real_contract(tmp_path, "era-c", {SCRIPT: edit}).script
     assert (s.image_repository_var, s.tag_pattern) == ("IMAGE_REPOSITORY", "${TAG_PREFIX}-${GITSHA}${ARCH_TAG_SUFFIX}")
     assert s.lines["tag_pattern"] == 151
+
+
+def test_tag_from_two_table_values_and_a_shared_suffix_is_refused(tmp_path):
+    two = real_contract(tmp_path / "two", "era-c", {SCRIPT: lambda t: t.replace(
+        'IMAGE_TAG="${TAG_PREFIX}-${GITSHA}${ARCH_TAG_SUFFIX}"',
+        'IMAGE_TAG="${TAG_PREFIX}-${GITSHA}${ARCH_TAG_SUFFIX}-${CRANE_ASSET_ARCH}"')}).script
+    assert (two.arches["amd64"].tag_suffix, two.arches["arm64"].tag_suffix) == ("-x86_64", "-arm64-arm64")
+    with pytest.raises(ContractError) as e:
+        real_contract(tmp_path / "shared", "era-c", {SCRIPT: lambda t: t.replace('ARCH_TAG_SUFFIX="-arm64"',
+                                                                                  'ARCH_TAG_SUFFIX=""')})
+    assert (e.value.file, e.value.line) == (SCRIPT, 34) and "overwrites" in str(e.value)
