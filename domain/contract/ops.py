@@ -580,5 +580,7 @@ def parse_ops(
     ops.wheel_artifact = _artifact(artifact_fields, uri_schemes, path)
     for tpl in ops.templates.values():
         skipped += [c for c in str(tpl.flags.pop("_conflicts", "")).splitlines() if c]
+    skipped += [f"line {r.line}: the condition of {r.variable} ({r.required_when!r}) is prose the service "
+                "does not compare with the script" for r in ops.contract_rows if not r.understood]
     ops.skipped = skipped
     return ops

@@ -90,6 +90,7 @@ def test_unrecognized_required_when_is_kept_but_not_compared():
     text = fixture_files()[OPS].replace("| `GITSHA` | always |", "| `GITSHA` | sometimes |")
     rows = {r.variable: r for r in parse_ops(text).contract_rows}
     assert rows["GITSHA"].understood is False and rows["GITSHA"].line == line_of(text, "sometimes")
+    assert any(s.startswith(f"line {line_of(text, 'sometimes')}: the condition of GITSHA") for s in parse_ops(text).skipped)
     c = contract(edited(OPS, lambda _: text))
     assert "build contract: GITSHA" not in {d.field for d in c.disagreements}
 
