@@ -304,15 +304,25 @@ async def _follow(client: Client, wid: str, interval: float, as_json: bool = Fal
             rep = await _safe_query(handle, BuildPipelineWorkflow.report)
             stage = desc.typed_search_attributes.get(sa.STAGE) or desc.status.name.lower()
             statuses = {}
+            retries = progress.retrying(desc.raw_description.pending_activities)
             for t in (rep.plan if rep else []):
                 child = client.get_workflow_handle_for(TargetBuildWorkflow.run, target_workflow_id(wid, t.key))
                 statuses[t.key] = await _safe_query(child, TargetBuildWorkflow.status)
-            view.update(wid, stage, progress.rows(rep, statuses), progress.waits(rep, statuses))
+                retries += progress.retrying(await _safe_pending(child), t.key)
+            view.update(wid, stage, progress.rows(rep, statuses), progress.waits(rep, statuses) + retries)
             if desc.status != WorkflowExecutionStatus.RUNNING:
                 return
             await asyncio.sleep(interval)
     finally:
         view.close()
+
+
+async def _safe_pending(handle) -> list:
+    """The workflow's pending activities (attempt, last failure); empty when it does not exist yet."""
+    try:
+        return list((await handle.describe()).raw_description.pending_activities)
+    except Exception:  # noqa: BLE001 - the child may not exist yet
+        return []
 
 
 async def _safe_query(handle, query):

@@ -50,7 +50,7 @@ class WaitingReason(BaseModel):
     """What a build waits for and the exact operator command that unblocks it (None: nothing to run)."""
 
     kind: Literal["operator_decision", "package_visibility", "registry_inconclusive", "merge_checks",
-                  "merge_authorization"]
+                  "merge_authorization", "step_retrying"]
     target: str | None = None  # target key, or None for the pipeline itself
     detail: str  # one short sentence: what is needed
     command: str | None = None  # e.g. ``python starter.py recheck <wid> amd64-standard``

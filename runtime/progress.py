@@ -9,7 +9,7 @@ cursor movement and terminal width, so this module only says what to show.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from domain.models import PipelineReport, TargetStatus, WaitingReason
@@ -60,6 +60,21 @@ def waits(rep: PipelineReport | None, statuses: dict[str, TargetStatus | None]) 
     known = {(w.kind, w.target) for w in found}
     found += [w for w in (rep.waiting if rep else []) if (w.kind, w.target) not in known]
     return found
+
+
+def retrying(pending: Iterable, target: str | None = None) -> list[WaitingReason]:
+    """Steps Temporal is retrying (``describe().raw_description.pending_activities`` with a failed
+    attempt): the step, its attempt and its last error, so a retry is never silent. The error text was
+    redacted by the activity boundary (activities/errors.py) before it reached Temporal."""
+    out = []
+    for pa in pending:
+        if pa.attempt <= 1 or not pa.HasField("last_failure"):
+            continue
+        out.append(WaitingReason(
+            kind="step_retrying", target=target,
+            detail=f"{pa.activity_type.name} failed (attempt {pa.attempt - 1}): "
+                   f"{shorten(pa.last_failure.message, 200)}; retrying with backoff, bounded"))
+    return out
 
 
 def wait_lines(reasons: list[WaitingReason]) -> list[str]:

@@ -22,10 +22,13 @@ from activities.record import RecordActivities
 from clients.iris import IrisClient
 from domain.config import ServiceConfig
 from domain.models import PipelineInput
+from runtime import progress
 from tests.contract.helpers import COMMIT
-from tests.workflows.standins import Standins, request, result, target_input
+from tests.workflows.standins import Standins, eventually, request, result, target_input
 from workflows.pipeline import BuildPipelineWorkflow
 from workflows.target import TargetBuildWorkflow
+
+KEY = "amd64-standard"
 
 
 def _closed_port_url() -> str:
@@ -97,3 +100,27 @@ async def test_github_unreachable_beyond_the_budget_ends_the_merge_wait_with_the
     assert "GitHub unreachable" in info.value.cause.message  # the build's own failure names the real cause
     assert "x" * 36 not in str(last.message)
     assert s.names("record_artifact") and not s.names("merge_pull_request")
+
+
+async def test_a_retrying_step_shows_in_progress_with_its_attempt_and_last_error(temporal_client, tmp_path,
+                                                                                  monkeypatch):
+    """Real time (dev server): while Iris is unreachable, `starter.py follow` shows the retrying step."""
+    monkeypatch.setattr(common, "IrisClient", functools.partial(IrisClient, max_attempts=1))
+    wid, tq = f"wf-retrying-{uuid.uuid4().hex[:8]}", f"tq-{uuid.uuid4().hex[:8]}"
+    s = Standins()
+    real = BuildActivities(_config(tmp_path))
+    async with Worker(temporal_client, task_queue=tq, workflows=[TargetBuildWorkflow],
+                      activities=_with_real(s, real.submit_job)):
+        handle = await temporal_client.start_workflow(TargetBuildWorkflow.run, target_input(wid), id=wid,
+                                                      task_queue=tq)
+        try:
+            async def shown():
+                pending = (await handle.describe()).raw_description.pending_activities
+                return progress.retrying(pending, KEY)
+            (reason,) = await eventually(shown, what="a retried submit", attempts=600)
+        finally:
+            await handle.terminate("test over")
+    assert reason.kind == "step_retrying" and reason.target == KEY
+    assert "submit_job failed (attempt" in reason.detail and "cannot reach controller" in reason.detail
+    (line,) = progress.wait_lines([reason])
+    assert line.startswith(f"WAITING {KEY}: submit_job failed")
