@@ -186,6 +186,8 @@ def classify_exception(e: BaseException) -> BaseException:
             return _from_git(e)
         case git.exc.GitCommandNotFound():
             return MissingTool("`git` is not installed on this worker (not on PATH)")
+        case _credentials.CredentialToolMissing():
+            return MissingTool(str(e))
         case _credentials.CredentialError():
             return InputError(f"{e} (see the credential's source in the service configuration)")
         case ContractError() | PinTableError() | BundleError() | ConfigError() | BuildSetError() | HarborManifestError():

@@ -16,7 +16,7 @@ import git
 from temporalio import activity
 
 from activities.common import ActivityGroup, Heartbeater, input_error
-from clients.credentials import CredentialError, fetch_secret
+from clients.credentials import fetch_secret
 from clients.git_source import (
     DirtyWorktree,
     DivergedWorktree,
@@ -48,10 +48,7 @@ class RecordActivities(ActivityGroup):
         gh = self.config.github
         if gh is None:
             raise input_error("github: no [github] section in the configuration; cannot open a PR")
-        try:
-            token = fetch_secret(gh.token, what="github.token")
-        except CredentialError as e:
-            raise input_error(str(e)) from None
+        token = fetch_secret(gh.token, what="github.token")  # a CredentialError is mapped by the boundary
         return gh, GitHubClient(gh.api_url, token, self.config.repos.marinskyrl_slug)
 
     # ------------------------------------------------------------------ pin + PR + comment

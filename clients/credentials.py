@@ -20,6 +20,10 @@ class CredentialError(RuntimeError):
     """A credential could not be obtained; the message names the source only."""
 
 
+class CredentialToolMissing(CredentialError):
+    """The command a credential comes from (e.g. ``gh auth token``) is not installed on this worker."""
+
+
 def fetch_secret(source: CredentialSource, *, what: str, timeout_s: float = 30.0) -> str:
     """Return the secret named by ``source`` and register it for redaction."""
     value = _read(source, what=what, timeout_s=timeout_s)
@@ -53,6 +57,9 @@ def _read(source: CredentialSource, *, what: str, timeout_s: float) -> str:
                 out = subprocess.run(
                     source.argv, capture_output=True, text=True, timeout=timeout_s, check=False
                 )
+            except FileNotFoundError:
+                raise CredentialToolMissing(f"{what}: {source.describe()} failed: `{source.argv[0]}` is not installed on "
+                                      "this worker (not on PATH)") from None
             except (OSError, subprocess.TimeoutExpired) as e:
                 raise CredentialError(f"{what}: {source.describe()} failed: {type(e).__name__}") from None
             if out.returncode != 0:

@@ -25,7 +25,7 @@ from activities.record import RecordActivities
 from activities.source import SourceActivities
 from clients import git_source, github, iris, registry
 from clients.bundle import BundleTooLarge
-from clients.credentials import CredentialError
+from clients.credentials import CredentialError, CredentialToolMissing
 from clients.evidence import EvidenceError
 from clients.kube import KubectlUnavailable
 from domain.buildset import BuildSetError
@@ -75,6 +75,8 @@ CASES = [
     (git_source.BranchConflict("b", "1" * 40, "2" * 40), errors.Conflict, None),
     (git_source.DirtyWorktree(Path("/w"), "dirty"), errors.Conflict, None),
     (CredentialError("github.token: environment variable X is not set"), errors.InputError, None),
+    (CredentialToolMissing("github.token: command:gh auth token failed: `gh` is not installed"), errors.MissingTool,
+     None),
     (ContractError("AGENTS.md", 3, "a list"), errors.InputError, None),
     (ConfigError("cluster 'x' is not configured"), errors.InputError, None),
     (BundleTooLarge(10, 5, [("a", 10)]), errors.InputError, None),
@@ -161,13 +163,14 @@ async def test_unmapped_application_errors_pass_through_unchanged():
 
 
 # ---------------------------------------------------------------- real activities, real services
-def _config(tmp_path: Path, remotes, *, work: str = "work", **github_settings) -> ServiceConfig:
+def _config(tmp_path: Path, remotes, *, work: str = "work", token: dict | None = None,
+            **github_settings) -> ServiceConfig:
     return ServiceConfig.model_validate({
         "work_dir": str(tmp_path / work),
         "repos": {"marinskyrl_url": remotes.marinskyrl_url, "harbor_url": remotes.harbor_url},
         "clusters": {},
         "registry": {"user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "GRB_T"}},
-        "github": {"token": {"kind": "env", "name": "GRB_T"}, **github_settings},
+        "github": {"token": token or {"kind": "env", "name": "GRB_T"}, **github_settings},
     })
 
 
@@ -250,3 +253,12 @@ def _remote_sha(remotes, branch: str) -> str | None:
 
 def _branch_exists(remotes, branch: str) -> bool:
     return _remote_sha(remotes, branch) is not None
+
+
+async def test_missing_gh_for_the_github_token_fails_at_once_as_missing_tool(tmp_path, monkeypatch):
+    remotes = seed_remotes(tmp_path / "remotes")
+    monkeypatch.setenv("PATH", _path_without(tmp_path, "gh"))
+    acts = RecordActivities(_config(tmp_path, remotes, token={"kind": "command", "argv": ["gh", "auth", "token"]}))
+    err = await _fails_with(acts.watch_pull_request, WatchInput(pr_number=1, last=None, return_after_s=1))
+    assert err.type == "MissingTool" and err.non_retryable
+    assert "`gh` is not installed" in err.message and "github.token" in err.message
