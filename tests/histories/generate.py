@@ -8,7 +8,7 @@ file; use it only when no build of an older shape can still be running.
 
 Each history is one branch: the full pipeline to a merged PR (success), a target that is preempted,
 resubmitted and then waits on package visibility until a recheck signal (retry), a target that asks
-the operator, a pipeline whose target fails on bad input (failure: pipeline and target histories),
+the operator, a target whose validation is inconclusive twice before it passes, a pipeline whose target fails on bad input (failure: pipeline and target histories),
 and a pipeline still waiting for merge authorization (merge-wait: an in-flight history); those were
 recorded before the cluster watcher and replay the polling monitor. Then a target monitored through
 the cluster watcher (woken by a signal, then a pending job found by a safety re-check) and the
@@ -30,6 +30,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from domain.config import PolicySettings
 from domain.models import JobProgress, MergeAuthorization, OperatorDecision, PipelineInput, Stage
 from domain.watch import (
     WatchClusterInput,
@@ -67,6 +68,7 @@ FAILED_ID = "history-pipeline-failed"
 MERGE_WAIT_ID = "history-pipeline-merge-wait"
 WATCHED_ID = "history-target-watched"
 WATCHER_CLUSTER = "history-cluster"
+INCONCLUSIVE_ID = "history-target-validation-inconclusive"
 KEY = "amd64-standard"
 # file name -> workflow id (the replay test reads this too)
 HISTORIES = {
@@ -78,6 +80,7 @@ HISTORIES = {
     "pipeline_merge_wait.json": MERGE_WAIT_ID,
     "target_watched.json": WATCHED_ID,
     "watcher.json": watcher_id(WATCHER_CLUSTER),
+    "target_validation_inconclusive.json": INCONCLUSIVE_ID,
 }
 
 
@@ -118,6 +121,16 @@ async def _preempted_visibility(env: WorkflowEnvironment) -> None:
             return (await h.query(TargetBuildWorkflow.status)).stage == Stage.WAITING
         await eventually(waiting, what="visibility wait")
         await h.signal(TargetBuildWorkflow.recheck)
+        await result(h)
+
+
+async def _validation_inconclusive(env: WorkflowEnvironment) -> None:
+    """The registry gives no verdict twice (validated again after a backoff timer each time), then passes."""
+    s = Standins(validations={KEY: ["inconclusive", "inconclusive", "pass"]},
+                 policy=PolicySettings(validation_retry_initial_s=5, validation_retry_max_s=10))
+    async with worker(env.client, TASK_QUEUE, s):
+        h = await env.client.start_workflow(TargetBuildWorkflow.run, target_input(INCONCLUSIVE_ID),
+                                            id=INCONCLUSIVE_ID, task_queue=TASK_QUEUE)
         await result(h)
 
 
@@ -219,6 +232,7 @@ async def main(rewrite_all: bool = False) -> None:
         await _pipeline(env)
         await _preempted_visibility(env)
         await _operator_retry(env)
+        await _validation_inconclusive(env)
         await _failed(env)
         texts = await _merge_wait(env)  # last: it leaves an in-flight watch behind on this server
         for name, wid in HISTORIES.items():
