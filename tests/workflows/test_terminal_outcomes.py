@@ -12,6 +12,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
 
 from domain.models import PipelineInput, PipelineReport, Stage, target_workflow_id
+from runtime import operator_client
 from runtime import search_attributes as sa
 from tests.contract.helpers import COMMIT
 from tests.workflows.standins import (
@@ -76,6 +77,11 @@ async def test_a_failed_plan_is_recorded_failed_with_location_and_next_step(time
     assert "status failed" in memo and "input:" in memo
     assert s.names("publish_source") == [] and s.names("submit_job") == []
 
+    # The worker is gone: the starter's report reads the failure from history.
+    after = await operator_client.read_report(time_skipping_env.client, wid)
+    assert after.status == "failed" and after.failure == rep.failure
+    assert operator_client.exit_code(after) == 2  # bad input
+
 
 async def test_a_failed_target_fails_the_pipeline_with_its_class_and_clears_the_good_target(time_skipping_env):
     wid, tq = _ids()
@@ -134,3 +140,7 @@ async def test_a_waiting_target_makes_the_pipeline_wait_then_cancel_is_recorded(
     assert await _attrs(child) == ("cancelled", "cancelled")
     assert child_status.stage == Stage.CANCELLED and "terminated /tester/" in child_status.message
     assert "stage **cancelled**" in shown and "**Cancelled**" in shown
+
+    after = await operator_client.read_report(time_skipping_env.client, wid)  # no worker: from history
+    assert after.status == "cancelled" and after.failure and after.failure.failure_class == "cancelled"
+    assert "status cancelled" in after.message and operator_client.exit_code(after) == 1
