@@ -70,9 +70,20 @@ def build_command(request: BuildRequest) -> str:
     return " ".join(parts)
 
 
+_FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z-]*)")
+
+
 def input_failure(error_type: str, message: str, request: BuildRequest) -> FailureInfo:
     loc = find_location(message)
-    where = f"`{loc}`" if loc else "the file, field or flag named above"
+    flag = _FLAG.search(message)
+    if loc:
+        where = f"`{loc}`"
+    elif flag:
+        where = f"`{flag.group(1)}`"
+    elif "architecture" in message:
+        where = "`--arch`"
+    else:
+        where = "the file, field or flag named above"
     return FailureInfo(failure_class="input", error_type=error_type, message=message, location=loc,
                        next_step=f"fix {where}, then run `{build_command(request)}`")
 

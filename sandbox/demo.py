@@ -36,7 +36,8 @@ def _starter(config: Path, *args: str, check: bool = True) -> subprocess.Complet
 
 def _query(config: Path, wid: str) -> dict:
     out = _starter(config, "report", wid, "--format", "json", check=False)
-    return json.loads(out.stdout) if out.returncode == 0 else {}
+    # A failed build's report exits 1 (2 for refused input) and still prints its JSON on stdout.
+    return json.loads(out.stdout) if out.stdout.lstrip().startswith("{") else {}
 
 
 def _target_status(stack, wid: str, key: str) -> dict:

@@ -53,6 +53,9 @@ def test_failure_location_and_next_step_name_the_file_and_the_command():
     assert f.location == "AGENTS.md:4" and f.failure_class == "input"
     assert build_command(_req(reason="it's needed")) in f.next_step
     assert "--reason 'it'\"'\"'s needed'" in f.next_step  # shell-quoted: the command can be pasted as is
+    assert input_failure("InputError", "unknown architecture 'riscv64'", _req()).next_step.startswith("fix `--arch`")
+    assert input_failure("InputError", "--cluster amd64=x: not configured", _req()).next_step.startswith(
+        "fix `--cluster`")
     md = details_markdown(title="t", stage=Stage.FAILED, failure=f)
     assert "stage **failed**" in md and "**Next step:**" in md
 
