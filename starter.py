@@ -207,6 +207,8 @@ async def _until_planned(client: Client, config: ServiceConfig, wid: str, as_jso
     if not await oc.has_workers(client, config.temporal.task_queue):
         _out(f"no worker polls task queue {config.temporal.task_queue} yet: the build starts when one does; "
              f"follow it with `python starter.py follow {wid}`", as_json)
+        if as_json:
+            click.echo(json.dumps({"workflow_id": wid, "status": "running", "stage": "queued"}))
         return EXIT_OK
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -216,9 +218,13 @@ async def _until_planned(client: Client, config: ServiceConfig, wid: str, as_jso
             return await _print_result(client, wid, as_json)
         if stage not in PLANNING_STAGES:
             _out(f"planned; building ({stage}). Follow: python starter.py follow {wid}", as_json)
+            if as_json:  # stdout carries one JSON document under --json, whatever the path
+                click.echo(json.dumps({"workflow_id": wid, "status": "running", "stage": stage}))
             return EXIT_OK
         await asyncio.sleep(1.0)
     _out(f"still planning after {timeout_s:.0f}s; follow it with `python starter.py follow {wid}`", as_json)
+    if as_json:
+        click.echo(json.dumps({"workflow_id": wid, "status": "running", "stage": "planning"}))
     return EXIT_OK
 
 

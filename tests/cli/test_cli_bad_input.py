@@ -5,6 +5,7 @@ traceback, the right exit code (2 bad input, 1 refused/failed, 3 unreachable), a
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -158,5 +159,9 @@ async def test_a_different_request_for_the_running_commits_is_refused_naming_the
         one_line_error(other, 2, wid, "architectures: running ['amd64'], requested ['amd64', 'arm64']")
         same = await starter(cfg, *BUILD, "--requested-by", "bob", "--reason", "same images, other words")
         assert same.code == 0 and "(attached to the running pipeline)" in same.out, same.text
+        as_json = await starter(cfg, *BUILD, *OK_REQUEST, "--json")  # stdout: one JSON document, nothing else
+        assert as_json.code == 0 and json.loads(as_json.out) == {"workflow_id": wid, "status": "running",
+                                                                 "stage": "queued"}, as_json.text
+        assert "(attached to the running pipeline)" in as_json.err
     finally:
         await s.client.get_workflow_handle(wid).terminate(reason="test cleanup")
