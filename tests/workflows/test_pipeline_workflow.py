@@ -112,6 +112,7 @@ async def test_merge_gate_refuses_until_green_then_merges_the_reviewed_head(own_
                 else None
 
         rep = await eventually(lambda: review_is("pending"), what="awaiting merge, checks pending")
+        assert [(w.kind, w.command) for w in rep.waiting] == [("merge_checks", None)]  # CI, not an operator
         assert rep.status == "awaiting_merge" and rep.pull_request and rep.pull_request.number == 7
         assert await handle.query(BuildPipelineWorkflow.stage) == Stage.AWAITING_MERGE.value
         assert "required checks are pending" in await _refused(handle, MergeAuthorization(by="ana"))
@@ -126,7 +127,9 @@ async def test_merge_gate_refuses_until_green_then_merges_the_reviewed_head(own_
         assert "requested changes" in await _refused(handle, MergeAuthorization(by="ana"))
 
         s.set_review(review("success", head=NEW_HEAD))
-        await eventually(lambda: review_is("success"), what="checks green")
+        rep = await eventually(lambda: review_is("success"), what="checks green")
+        assert [(w.kind, w.command) for w in rep.waiting] == [
+            ("merge_authorization", f"python starter.py approve-merge {wid} --by <your-name>")]
         assert s.names("merge_pull_request") == []
         s.hold["watch_pull_request"] = release = asyncio.Event()  # keep the post-approval watch in flight
         ack = await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="ana"))
