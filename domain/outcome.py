@@ -21,6 +21,20 @@ STARTER = "python starter.py"
 INPUT_ERROR_TYPES = frozenset({"InputError", "ContractError", "BundleError", "SourceError", "BuildSetError",
                                "PreflightFailed"})
 
+# Final failures of the activity error boundary (activities/errors.py): the BuildFailureClass each one
+# gets, and what the operator does about it (the message names the credential, file, tool or branch).
+BOUNDARY_FAILURES = {
+    "AuthenticationFailed": ("credentials", "replace the credential the message names (its source is in the "
+                                            "service configuration)"),
+    "PermissionDenied": ("permission", "grant the configured credential the permission the message names"),
+    "NotFound": ("not_found", "check that what the message names exists and the configured credential can see it"),
+    "MissingTool": ("tool", "install the tool on the worker (the worker image pins its tools in "
+                            "docker/install.py) or fix the configured command"),
+    "Conflict": ("conflict", "look at the branch or work directory the message names; nothing was overwritten"),
+    "Transient": ("unreachable", "the service stayed unreachable for the whole retry budget; once it answers, "
+                                 "build again (nothing already done is repeated)"),
+}
+
 # ``path/to/file.ext:12`` as the contract parsers and input errors write it (ContractError); an
 # address such as ``127.0.0.1:8233`` has no alphabetic extension and is not taken for a location.
 _LOCATION = re.compile(r"(?<![\w/.:-])((?:[\w.-]+/)*[\w.-]*?[A-Za-z][\w-]*\.[A-Za-z][\w-]*):(\d+)\b")
@@ -92,6 +106,11 @@ def step_failure(error_type: str, message: str, *, step: str, request: BuildRequ
     """A pipeline step (load, prepare, plan, record, merge) ended with an error."""
     if error_type in INPUT_ERROR_TYPES:
         return input_failure(error_type, message, request)
+    if error_type in BOUNDARY_FAILURES:
+        failure_class, what_to_do = BOUNDARY_FAILURES[error_type]
+        return FailureInfo(failure_class=failure_class, error_type=error_type, message=f"{step}: {message}",
+                           location=find_location(message),
+                           next_step=f"{what_to_do}; then run `{build_command(request)}`")
     if error_type in ("ActivityTimeout", "StartToCloseTimeout", "HeartbeatTimeout", "ScheduleToCloseTimeout"):
         failure_class = "timeout"
     else:

@@ -262,3 +262,18 @@ async def test_missing_gh_for_the_github_token_fails_at_once_as_missing_tool(tmp
     err = await _fails_with(acts.watch_pull_request, WatchInput(pr_number=1, last=None, return_after_s=1))
     assert err.type == "MissingTool" and err.non_retryable
     assert "`gh` is not installed" in err.message and "github.token" in err.message
+
+
+def test_every_final_boundary_failure_has_a_failure_class_and_next_step():
+    """What the pipeline records when a step ends with one of the boundary's final errors (domain/outcome.py)."""
+    from domain import outcome
+    from domain.buildset import BuildRequest, CompatibilityRequest
+
+    req = BuildRequest(architectures=["amd64"], variants=["standard"],
+                       compatibility_request=CompatibilityRequest(requested_by="t", reason="r"))
+    typed = {c.__name__ for c in errors.NON_RETRYABLE} - outcome.INPUT_ERROR_TYPES
+    assert typed | {"Transient"} == set(outcome.BOUNDARY_FAILURES)
+    for name in typed | {"Transient"}:
+        f = outcome.step_failure(name, "GitHub GET /repos/o/r: 401 Bad credentials", step="recording", request=req)
+        assert f.failure_class not in ("internal", "input") and f.error_type == name
+        assert f.message.startswith("recording: ") and "starter.py build" in f.next_step
