@@ -31,6 +31,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.watch import WatchedProgress
 from clients.credentials import CredentialError
 from domain.config import ConfigError, ServiceConfig, load_config
 from domain.models import (
@@ -304,6 +305,7 @@ async def _follow(client: Client, wid: str, interval: float, as_json: bool = Fal
     stream = sys.stderr if as_json else sys.stdout
     view = (progress.LiveView() if stream.isatty() and not as_json
             else progress.PlainView(lambda line: click.echo(line, err=as_json)))
+    live = WatchedProgress(client)  # running jobs: live progress from the cluster watcher, fast log reads
     try:
         while True:
             desc = await oc.describe(client, wid)
@@ -315,6 +317,7 @@ async def _follow(client: Client, wid: str, interval: float, as_json: bool = Fal
                 child = client.get_workflow_handle_for(TargetBuildWorkflow.run, target_workflow_id(wid, t.key))
                 statuses[t.key] = await _safe_query(child, TargetBuildWorkflow.status)
                 retries += progress.retrying(await _safe_pending(child), t.key)
+            await live.overlay({t.key: t.cluster for t in (rep.plan if rep else [])}, statuses)
             view.update(wid, stage, progress.rows(rep, statuses), progress.waits(rep, statuses) + retries)
             if desc.status != WorkflowExecutionStatus.RUNNING:
                 return

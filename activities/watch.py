@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -41,6 +42,7 @@ from clients.iris import IrisClient, JobState, NotFound, Unavailable
 from domain.config import PolicySettings, ServiceConfig
 from domain.models import JobProgress
 from domain.watch import (
+    FollowRequest,
     WatchClusterInput,
     WatchClusterResult,
     WatcherInput,
@@ -54,6 +56,8 @@ from domain.watch import (
 
 JOB_CHANGED_SIGNAL = "job_changed"  # TargetBuildWorkflow.job_changed
 LOG_FETCH_CONCURRENCY = 4  # the controller serves at most 4 FetchLogs at once
+DETAIL_CONCURRENCY = 8  # GetJobStatus of jobs that changed in the same tick
+SIGNAL_CONCURRENCY = 16  # wake-ups sent at once
 
 
 @dataclass
@@ -93,10 +97,17 @@ class ClusterWatch:
             if t is None:
                 # watch_job has just read the job's status: no second read unless it did not get one.
                 self.jobs[job_id] = Tracked(request=req, now=req.known.model_copy(), told=req.known.model_copy(),
-                                            told_at=self.clock(), detail_needed=req.known.state == "unknown")
+                                            told_at=self.clock(), detail_needed=req.known.state == "unknown",
+                                            progress_at=self.clock() - self._phase(job_id))
             elif t.request.registered_at != req.registered_at:
                 t.request, t.told, t.told_at = req, req.known.model_copy(), self.clock()
         self.following = dict(ws.following)
+
+    def _phase(self, job_id: str) -> float:
+        """A fixed per-job offset within the progress interval: the first log read of each job comes
+        within one interval of its registration, and the reads of many jobs are spread evenly instead of
+        hitting the controller all at once every minute."""
+        return self.policy.watch_progress_interval_s * (zlib.crc32(job_id.encode()) / 2**32)
 
     # ---------------------------------------------------------------- one poll (one request)
     async def poll(self, iris: IrisClient) -> None:
@@ -118,11 +129,9 @@ class ClusterWatch:
             for j in ids:
                 self._unreachable(j, e)
             return
-        for j in ids:
-            t = self.jobs[j]
-            state = states.get(j)
-            if state is None or state.value != t.now.state or t.detail_needed or not t.now.controller_reachable:
-                await self._details(iris, j)
+        await self._read_details(iris, [
+            j for j in ids if (state := states.get(j)) is None or state.value != self.jobs[j].now.state
+            or self.jobs[j].detail_needed or not self.jobs[j].now.controller_reachable])
 
     async def _poll_listing(self, iris: IrisClient, ids: list[str]) -> None:
         wanted = sorted({(user_prefix(j), self.jobs[j].now.state) for j in ids
@@ -135,13 +144,24 @@ class ClusterWatch:
                 for j in ids:
                     self._unreachable(j, e)
                 return
+        changed = []
         for j in ids:
             t, info = self.jobs[j], listed.get(j)
             if info is not None and info.state.value == t.now.state and not t.detail_needed \
                     and t.now.controller_reachable:
                 t.now = _progress(info, t.now)
             else:  # not listed under the state we knew: it changed (or vanished); read it
+                changed.append(j)
+        await self._read_details(iris, changed)
+
+    async def _read_details(self, iris: IrisClient, job_ids: list[str]) -> None:
+        """GetJobStatus for the jobs that changed, a few at once (many jobs can end in the same tick)."""
+        sem = asyncio.Semaphore(DETAIL_CONCURRENCY)
+
+        async def one(j: str) -> None:
+            async with sem:
                 await self._details(iris, j)
+        await asyncio.gather(*(one(j) for j in job_ids))
 
     async def _details(self, iris: IrisClient, job_id: str) -> None:
         t = self.jobs[job_id]
@@ -283,58 +303,80 @@ class WatchActivities(ActivityGroup):
         ws = await me.query("watched", result_type=WatchSet)
         details = activity.info().heartbeat_details
         engine.resume(details[0] if details else None, ws)
-        started, empty_polls = time.monotonic(), 0
-        next_poll = time.monotonic()
         async with Heartbeater(HEARTBEAT_EVERY_S) as beat, \
                 iris_client(self.config, inp.cluster, transport=self._transport) as iris:
             # Heartbeats go out in the background (a slow poll never looks like a dead worker) and carry
             # the latest resume state and live progress.
             beat.details = {**engine.details(), "polls": 0, "requests": {}}
-            while True:
-                # Poll and wake first, on a fixed cadence: the detection delay is at most one interval.
-                await engine.poll(iris)
-                result.signals += await _wake(client, engine)
-                finished = engine.finished()
-                if finished:
-                    with contextlib.suppress(RPCError):
-                        await me.signal("unwatch", finished)
-                result.polls += 1
-                await engine.refresh(iris)
-                result.signals += await _wake(client, engine)
-                result.requests = dict(iris.requests)
-                beat.details = {**engine.details(), "polls": result.polls, "requests": result.requests}
-                if time.monotonic() - started >= inp.return_after_s or activity.is_worker_shutdown():
-                    return result
-                try:
-                    ws = await me.query("watched", result_type=WatchSet)
-                except RPCError as e:
-                    activity.logger.warning(f"watch set not readable, keeping the last one: {e}")
-                else:
-                    engine.sync(ws)
-                empty_polls = empty_polls + 1 if not engine.jobs else 0
-                if empty_polls >= 2:
-                    return result
-                next_poll = max(next_poll + pol.watch_interval_s, time.monotonic())
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(activity.wait_for_worker_shutdown(), next_poll - time.monotonic())
+            logs = asyncio.create_task(_read_logs(engine, iris, pol.watch_interval_s))
+            try:
+                return await self._poll_loop(inp, engine, iris, beat, me, client, result)
+            finally:
+                logs.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await logs
+
+    async def _poll_loop(self, inp: WatchClusterInput, engine: ClusterWatch, iris: IrisClient, beat: Heartbeater,
+                         me, client: Client, result: WatchClusterResult) -> WatchClusterResult:
+        pol = self.config.policy
+        started, empty_polls = time.monotonic(), 0
+        next_poll = time.monotonic()
+        while True:
+            # Poll and wake first, on a fixed cadence: the detection delay is at most one interval.
+            await engine.poll(iris)
+            result.signals += await _wake(client, engine)
+            finished = engine.finished()
+            if finished:
+                with contextlib.suppress(RPCError):
+                    await me.signal("unwatch", finished)
+            result.polls += 1
+            result.requests = dict(iris.requests)
+            beat.details = {**engine.details(), "polls": result.polls, "requests": result.requests}
+            if time.monotonic() - started >= inp.return_after_s or activity.is_worker_shutdown():
+                return result
+            try:
+                ws = await me.query("watched", result_type=WatchSet)
+            except RPCError as e:
+                activity.logger.warning(f"watch set not readable, keeping the last one: {e}")
+            else:
+                engine.sync(ws)
+            empty_polls = empty_polls + 1 if not engine.jobs else 0
+            if empty_polls >= 2:
+                return result
+            next_poll = max(next_poll + pol.watch_interval_s, time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(activity.wait_for_worker_shutdown(), next_poll - time.monotonic())
+
+
+async def _read_logs(engine: ClusterWatch, iris: IrisClient, every_s: float) -> None:
+    """Log reads run beside the poll loop: hundreds of due reads never delay a status poll (a new marker is
+    picked up by the next poll's wake-ups)."""
+    while True:
+        try:
+            await engine.refresh(iris)
+        except Exception as e:  # noqa: BLE001 - progress only: never stop watching over a log read
+            activity.logger.warning(f"log progress read failed: {e}")
+        await asyncio.sleep(every_s)
 
 
 async def _wake(client: Client, engine: ClusterWatch) -> int:
     """Signal each target with something new; a target that no longer runs is dropped, a transient
     failure is retried on the next poll (the target is not marked as told)."""
-    sent = 0
-    for workflow_id, progress in engine.wakeups():
-        try:
-            await client.get_workflow_handle(workflow_id).signal(JOB_CHANGED_SIGNAL, progress)
-        except RPCError as e:
-            if e.status == RPCStatusCode.NOT_FOUND:  # closed target: nobody to tell any more
-                engine.told(progress.job_id, progress.model_copy(update={"terminal": True}))
-            else:
-                activity.logger.warning(f"could not wake {workflow_id} about {progress.job_id}: {e}")
-            continue
+    sem = asyncio.Semaphore(SIGNAL_CONCURRENCY)
+
+    async def one(workflow_id: str, progress: JobProgress) -> int:
+        async with sem:
+            try:
+                await client.get_workflow_handle(workflow_id).signal(JOB_CHANGED_SIGNAL, progress)
+            except RPCError as e:
+                if e.status == RPCStatusCode.NOT_FOUND:  # closed target: nobody to tell any more
+                    engine.told(progress.job_id, progress.model_copy(update={"terminal": True}))
+                else:
+                    activity.logger.warning(f"could not wake {workflow_id} about {progress.job_id}: {e}")
+                return 0
         engine.told(progress.job_id, progress)
-        sent += 1
-    return sent
+        return 1
+    return sum(await asyncio.gather(*(one(w, p) for w, p in engine.wakeups())))
 
 
 HEARTBEAT_FRESH_S = 60.0  # a watcher whose last heartbeat is older than this is presumed stuck or dead
@@ -373,3 +415,46 @@ async def _watched_progress(client: Client, cluster: str, job_id: str, known: Jo
     if (told.state, told.terminal, told.missing) != (known.state, known.terminal, known.missing):
         return None
     return now
+
+
+FOLLOW_LEASE_S = 300.0  # a follower asks again every FOLLOW_LEASE_S / 2: the fast log cadence ends with it
+
+
+class WatchedProgress:
+    """Client side (``starter.py follow``): the live progress of running targets from their cluster
+    watcher's heartbeat, and a follow lease so the watcher reads those jobs' logs at the follow cadence.
+
+    A target's own status only changes when the watcher wakes it (rarely, by design); the watcher's
+    heartbeat has the latest marker, pending reason and elapsed time. Reads Temporal only."""
+
+    def __init__(self, client: Client):
+        self.client = client
+        self._leased: dict[str, float] = {}  # job id -> when the lease was last sent (epoch s)
+
+    async def overlay(self, clusters: dict[str, str], statuses: dict) -> None:
+        """``clusters``: target key -> cluster; ``statuses``: target key -> TargetStatus (updated in place)."""
+        running = {k: s for k, s in statuses.items()
+                   if s is not None and s.progress is not None and not s.progress.terminal and k in clusters}
+        views: dict[str, dict | None] = {}
+        for key, st in running.items():
+            cluster = clusters[key]
+            if cluster not in views:
+                try:
+                    views[cluster] = await watcher_view(self.client, cluster)
+                except RPCError:
+                    views[cluster] = None
+            entry = ((views[cluster] or {}).get("jobs") or {}).get(st.progress.job_id)
+            if entry:
+                st.progress = JobProgress.model_validate(entry["now"])
+        now = time.time()
+        due: dict[str, list[str]] = {}
+        for key, st in running.items():
+            if now - self._leased.get(st.progress.job_id, 0.0) >= FOLLOW_LEASE_S / 2:
+                due.setdefault(clusters[key], []).append(st.progress.job_id)
+        for cluster, job_ids in due.items():
+            try:
+                await self.client.get_workflow_handle(watcher_id(cluster)).signal(
+                    "follow", FollowRequest(job_ids=job_ids, until_s=now + FOLLOW_LEASE_S))
+            except RPCError:
+                continue  # no watcher running: nothing to speed up
+            self._leased.update((j, now) for j in job_ids)

@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import metrics, options, patches
 
 MAX_ROUNDS = 10  # hard stop on resubmissions, whatever the per-class budgets say
+SAFETY_BACKOFF_MAX = 3  # a watched job unchanged for long is re-checked at most every 3 safety intervals
 
 
 @workflow.defn
@@ -207,22 +208,27 @@ class TargetBuildWorkflow:
     async def _monitor_watched(self, job_id: str, policy) -> JobProgress:
         """Register with the cluster's watcher and sleep until it wakes us: history grows with changes of
         the job, not with time. The safety timer re-checks the watch when nothing arrived for a while (a
-        lost wake-up or a dead watcher is noticed; a healthy watcher answers it without asking Iris)."""
+        lost wake-up or a dead watcher is noticed; a healthy watcher answers it without asking Iris). While
+        re-checks find nothing new (a job queued for days) the timer backs off to SAFETY_BACKOFF_MAX times
+        the interval, so even a 30-day queue stays under Temporal's 10,240-event warning."""
         await self._set_stage(Stage.RUNNING)
         self._watched_job, self._wake = job_id, None
         progress = await self._watch(job_id, None)
+        quiet = 0  # safety re-checks in a row that found the job as we knew it
         while True:
             self._status.progress = progress
             self._status.updated_at = workflow.now().isoformat()
             if progress.terminal:
                 self._watched_job = None
                 return progress
+            safety = policy.monitor_safety_interval_s * min(1 + quiet, SAFETY_BACKOFF_MAX)
             try:
-                await workflow.wait_condition(lambda: self._wake is not None,
-                                              timeout=timedelta(seconds=policy.monitor_safety_interval_s))
-                progress, self._wake = self._wake, None
+                await workflow.wait_condition(lambda: self._wake is not None, timeout=timedelta(seconds=safety))
+                progress, self._wake, quiet = self._wake, None, 0
             except TimeoutError:
-                progress = await self._watch(job_id, progress)
+                known = progress
+                progress = await self._watch(job_id, known)
+                quiet = quiet + 1 if (progress.state, progress.terminal) == (known.state, known.terminal) else 0
 
     async def _watch(self, job_id: str, known: JobProgress | None) -> JobProgress:
         t = self._inp.target

@@ -84,6 +84,7 @@ async def test_one_status_request_per_poll_serves_every_running_job(iris_control
 
         # The log progress: one FetchLogs page per running job; a new marker is progress only, so nobody
         # is woken (the last wake-up was just now).
+        clock.t += PolicySettings().watch_progress_interval_s  # every job's first log read is now due
         for _ in range(60):  # the log store may lag the job state a little
             recorder.requests.clear()
             await engine.refresh(iris)

@@ -105,3 +105,66 @@ async def test_one_watcher_serves_every_running_target_with_one_request_per_poll
     reads_per_job = 1 + 3
     assert recorder.requests["GetJobStatus"] <= N_TARGETS * reads_per_job < N_TARGETS * polls
     assert recorder.requests["FetchLogs"] <= N_TARGETS * 4  # 3 s jobs, a 2 s progress cadence
+
+
+class GatedJobs(RealJobs):
+    """The job prints its build marker, then runs until the gate file exists."""
+
+    def __init__(self, iris: IrisClient, gate: str, **kw):
+        super().__init__(iris, **kw)
+        self.gate = gate
+
+    @activity.defn(name="submit_job")
+    async def submit_job(self, inp: SubmitInput) -> SubmittedJob:
+        await self._enter("submit_job", inp)
+        job_id = f"/tester/{inp.request_id}"
+        self._jobs[job_id] = (inp.target.key, inp.round)
+        marker = next(m.text for m in inp.target.expected_markers if m.text)
+        await self.iris.submit_idempotent(bash_spec(
+            job_id, f"echo '{marker}'; while [ ! -e {self.gate} ]; do sleep 0.2; done"))
+        return SubmittedJob(job_id=job_id, cluster=inp.target.cluster, attached=False, submitted_at_ms=1)
+
+
+async def test_follow_shows_the_watchers_live_progress_and_leases_the_fast_log_cadence(
+        temporal_client, iris_controller, tmp_path):
+    """The target is not woken for a marker (progress wake-ups are rate-limited), yet a follower sees it:
+    ``WatchedProgress`` reads the watcher's heartbeat and asks it to read the log at the follow cadence."""
+    from activities.watch import WatchedProgress
+
+    run = uuid.uuid4().hex[:8]
+    cluster, tq, gate = f"follow-{run}", f"tq-follow-{run}", str(tmp_path / "gate")
+    policy = POLICY.model_copy(update={"watch_progress_interval_s": 3600.0, "watch_follow_interval_s": 0.5,
+                                       "watch_signal_progress_s": 3600.0})
+    iris = IrisClient(iris_controller.url, client_revision_date=datetime.date.today().isoformat())
+    s = GatedJobs(iris, gate)
+    target = plan()[0].model_copy(update={"cluster": cluster})
+    marker = next(m.text for m in target.expected_markers if m.text)
+    config = _config(tmp_path, cluster, iris_controller.url).model_copy(update={"policy": policy})
+    activities = [a for a in s.all() if getattr(a, "__temporal_activity_definition").name != "watch_job"]
+    live = WatchedProgress(temporal_client)
+    try:
+        async with Worker(temporal_client, task_queue=tq, workflows=[TargetBuildWorkflow, IrisWatcherWorkflow],
+                          activities=[*activities, *WatchActivities(config).all()]):
+            h = await temporal_client.start_workflow(TargetBuildWorkflow.run, target_input(f"f{run}", target),
+                                                     id=f"f{run}", task_queue=tq)
+
+            async def followed_marker():
+                st = await h.query(TargetBuildWorkflow.status)
+                if st.progress is None or st.progress.state != "running":
+                    return None
+                statuses = {target.key: st}
+                await live.overlay({target.key: cluster}, statuses)
+                return statuses[target.key] if statuses[target.key].progress.last_marker == marker else None
+            seen = await eventually(followed_marker, what="the marker through the watcher", attempts=600)
+            own = (await h.query(TargetBuildWorkflow.status)).progress
+            ws = await temporal_client.get_workflow_handle(watcher_id(cluster)).query(IrisWatcherWorkflow.watched)
+            open(gate, "w").close()
+            res = await result(h, timeout=120)
+    finally:
+        open(gate, "w").close()
+        await iris.aclose()
+
+    assert seen.progress.last_marker == marker and seen.progress.state == "running"
+    assert own.last_marker != marker  # the target itself was not woken for it (history stays small)
+    assert list(ws.following) == [seen.progress.job_id]
+    assert res.status == "validated"

@@ -1,34 +1,37 @@
 """A target's history grows with its job's changes, not with time (time-skipping server).
 
-A job that sits pending for 3 days adds no activity while nothing changes: the only activities are
-the registration with the cluster watcher and one safety re-check per ``monitor_safety_interval_s``,
-and the run stays far below Temporal's 10,240-event warning."""
+A job that sits pending for 3 (or 30) days adds no activity while nothing changes: the only activities
+are the registration with the cluster watcher and the safety re-checks (every
+``monitor_safety_interval_s``, backing off to 3× while nothing changes), and the run stays below
+Temporal's 10,240-event warning without continue-as-new."""
 
 from __future__ import annotations
 
 import uuid
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 
 from domain.config import PolicySettings
 from domain.models import TargetResult
 from tests.workflows.standins import Round, Standins, result, target_input, worker
-from workflows.target import TargetBuildWorkflow
+from workflows.target import SAFETY_BACKOFF_MAX, TargetBuildWorkflow
 
 KEY = "amd64-standard"
-THREE_DAYS_S = 3 * 86400
 EVENT_WARNING = 10_240
 
 
-async def test_a_job_pending_for_three_days_adds_activities_only_at_safety_rechecks(time_skipping_env):
+@pytest.mark.parametrize("days", [3, 30])
+async def test_a_job_pending_for_days_adds_activities_only_at_safety_rechecks(time_skipping_env, days):
     u = uuid.uuid4().hex[:8]
     wid, tq = f"wf-pending-{u}", f"tq-{u}"
     policy = PolicySettings()
-    s = Standins(rounds={KEY: [Round(pending_for_s=THREE_DAYS_S)]}, policy=policy)
+    pending_s = days * 86400
+    s = Standins(rounds={KEY: [Round(pending_for_s=pending_s)]}, policy=policy)
     async with worker(time_skipping_env.client, tq, s):
         handle = await time_skipping_env.client.start_workflow(TargetBuildWorkflow.run, target_input(wid), id=wid,
                                                                task_queue=tq)
-        res: TargetResult = await result(handle)
+        res: TargetResult = await result(handle, timeout=180)
         history = await handle.fetch_history()
 
     assert res.status == "validated"
@@ -39,10 +42,12 @@ async def test_a_job_pending_for_three_days_adds_activities_only_at_safety_reche
     names = [n for _, n in scheduled]
     first, last = names.index("watch_job"), len(names) - 1 - names[::-1].index("watch_job")
     monitoring = scheduled[first:last + 1]
-    # While the job sat pending, only watch_job ran: the registration, then one re-check per safety interval.
+    # While the job sat pending, only watch_job ran: the registration, then the safety re-checks, spaced
+    # by the safety interval and backing off to SAFETY_BACKOFF_MAX times it while nothing changed.
     assert {n for _, n in monitoring} == {"watch_job"}
     gaps = [b - a for (a, _), (b, _) in zip(monitoring, monitoring[1:], strict=False)]
-    assert gaps and min(gaps) >= policy.monitor_safety_interval_s
-    assert len(monitoring) - 1 == -(-THREE_DAYS_S // int(policy.monitor_safety_interval_s))  # ceil
-    assert len(events) / (THREE_DAYS_S / 3600) < 60  # the whole run per hour of pending, setup included
+    step = policy.monitor_safety_interval_s
+    expected = [step * min(i + 1, SAFETY_BACKOFF_MAX) for i in range(len(gaps))]
+    assert all(abs(g - e) <= 5 for g, e in zip(gaps, expected, strict=True)), (gaps[:5], expected[:5])
+    assert sum(gaps) >= pending_s > sum(gaps[:-1])  # the first re-check after the job left the queue ended it
     assert s.names("monitor_job") == []
