@@ -25,10 +25,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from domain.models import target_workflow_id
-from workflows.pipeline import BuildPipelineWorkflow
-from workflows.target import TargetBuildWorkflow
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -40,10 +36,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from activities.watch import watcher_view  # noqa: E402
 from clients.iris import IrisClient  # noqa: E402
 from domain.config import load_config  # noqa: E402
-from domain.models import MergeAuthorization, PipelineReport  # noqa: E402
+from domain.models import MergeAuthorization, PipelineReport, target_workflow_id  # noqa: E402
 from domain.watch import watcher_id  # noqa: E402
 from sandbox.git_remotes import commit_to_remote  # noqa: E402
 from sandbox.stack import IMAGE_REPO_PATH, MARINSKYRL_SLUG, SandboxStack  # noqa: E402
+from workflows.pipeline import BuildPipelineWorkflow  # noqa: E402
+from workflows.target import TargetBuildWorkflow  # noqa: E402
 
 PY = sys.executable
 CLK_TCK = os.sysconf("SC_CLK_TCK")
