@@ -16,7 +16,14 @@ import pytest
 from domain.models import PipelineReport, RebuildCheckResult, target_workflow_id
 from sandbox.stack import MARINSKYRL_SLUG
 from tests.cli.starter_cli import Follower, starter
-from tests.e2e.helpers import report, target_status, wait_until
+from tests.e2e.helpers import (
+    awaiting_merge,
+    checks_green,
+    report,
+    target_status,
+    wait_until,
+    waiting_on_visibility,
+)
 
 pytestmark = pytest.mark.stack
 
@@ -62,7 +69,7 @@ async def test_operator_drives_one_build_end_to_end_through_the_cli(service_stac
         assert (await s.client.get_workflow_handle(wid).describe()).status.name == "RUNNING"
 
         # Green build, private package: the target waits; status finds it by its search attribute.
-        await wait_until(lambda: _waiting_on_visibility(s, wid), what="visibility wait")
+        await wait_until(lambda: waiting_on_visibility(s.client, wid, KEY), what="visibility wait")
         line = await wait_until(lambda: _status_line(cfg, target_workflow_id(wid, KEY)), what="status lists the waiting target")
         assert "\trunning\tstage=waiting\tvisibility" in line
 
@@ -85,13 +92,13 @@ async def test_operator_drives_one_build_end_to_end_through_the_cli(service_stac
         assert rechecked.code == 0 and f"re-check requested for {KEY}" in rechecked.out
 
         # PR open, CI pending: approve-merge is refused; a second follow runs to the end meanwhile.
-        rep = await wait_until(lambda: _awaiting_merge(s, wid), what="awaiting_merge")
+        rep = await wait_until(lambda: awaiting_merge(s.client, wid), what="awaiting_merge")
         f2 = await Follower.start(cfg, "follow", wid, "--interval", "1")
         followers.append(f2)
         pending = await starter(cfg, "approve-merge", wid, "--by", "tester")
         assert pending.code == 1 and "required checks are pending" in pending.err
         s.github.set_check(MARINSKYRL_SLUG, rep.pull_request.head_sha, "ci")
-        await wait_until(lambda: _checks_green(s, wid), what="checks green seen by the workflow")
+        await wait_until(lambda: checks_green(s.client, wid), what="checks green seen by the workflow")
         approved = await starter(cfg, "approve-merge", wid, "--by", "tester")
         assert approved.code == 0 and "merge authorized by tester" in approved.out
 
@@ -153,20 +160,5 @@ async def _status_line(cfg, workflow_id: str) -> str | None:
     ran = await starter(cfg, "status", "--query", "BuildStage = 'waiting'", "--limit", "200")
     assert ran.code == 0, ran.text
     return next((line for line in ran.out.splitlines() if line.split("\t")[0] == workflow_id), None)
-
-
-async def _waiting_on_visibility(s, wid):
-    st = await target_status(s.client, wid, KEY)
-    return st if st and st.waiting and st.waiting.kind == "package_visibility" else None
-
-
-async def _awaiting_merge(s, wid):
-    rep = await report(s.client, wid)
-    return rep if rep.status == "awaiting_merge" and rep.pull_request and rep.review else None
-
-
-async def _checks_green(s, wid):
-    rep = await report(s.client, wid)
-    return rep.review is not None and rep.review.checks == "success"
 
 

@@ -59,6 +59,27 @@ async def is_closed(client: Client, wid: str) -> bool:
     return (await client.get_workflow_handle(wid).describe()).status != WorkflowExecutionStatus.RUNNING
 
 
+# -- what e2e tests wait for (predicates for wait_until: a value when reached, None/False before) --
+
+
+async def waiting_on_visibility(client: Client, wid: str, key: str) -> TargetStatus | None:
+    """The target waits for its package to become public; a target that failed instead fails the test."""
+    st = await target_status(client, wid, key)
+    assert st is None or st.stage.value != "failed", f"{key} failed: {st.model_dump_json()}"
+    return st if st and st.waiting and st.waiting.kind == "package_visibility" else None
+
+
+async def awaiting_merge(client: Client, wid: str) -> PipelineReport | None:
+    """The PR is open and its review state was read: the pipeline waits for CI or an operator."""
+    rep = await report(client, wid)
+    return rep if rep.status == "awaiting_merge" and rep.pull_request and rep.review else None
+
+
+async def checks_green(client: Client, wid: str) -> bool:
+    rep = await report(client, wid)
+    return rep.review is not None and rep.review.checks == "success"
+
+
 def git_show(url: str, rev: str, path: str) -> str:
     """A file as a bare remote holds it at ``rev`` (read straight from the remote, not a mirror)."""
     return subprocess.run(["git", "--git-dir", url.removeprefix("file://"), "show", f"{rev}:{path}"],

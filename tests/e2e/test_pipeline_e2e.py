@@ -16,7 +16,16 @@ from domain.models import MergeAuthorization, PipelineReport, target_workflow_id
 from sandbox.demo import skopeo_digest
 from sandbox.git_remotes import remote_head
 from sandbox.stack import MARINSKYRL_SLUG
-from tests.e2e.helpers import git_show, is_closed, report, request, start_pipeline, target_status, wait_until
+from tests.e2e.helpers import (
+    awaiting_merge,
+    checks_green,
+    git_show,
+    is_closed,
+    request,
+    start_pipeline,
+    wait_until,
+    waiting_on_visibility,
+)
 from workflows.pipeline import BuildPipelineWorkflow
 from workflows.target import TargetBuildWorkflow
 
@@ -35,19 +44,19 @@ async def test_build_to_merged_pr_with_visibility_gate_and_no_secret_leak(servic
     # Green builds, private package: every target waits without rebuilding; the operator flips it public.
     jobs_before = {}
     for key in keys:
-        waiting = await wait_until(lambda k=key: _waiting_on_visibility(s.client, wid, k), what=f"{key} waiting")
+        waiting = await wait_until(lambda k=key: waiting_on_visibility(s.client, wid, k), what=f"{key} waiting")
         jobs_before[key] = list(waiting.job_ids)
     s.token_registry.set_public(s.image_repo_path, True)
     for key in keys:
         await s.client.get_workflow_handle(target_workflow_id(wid, key)).signal(TargetBuildWorkflow.recheck)
 
     # PR opened; merge is refused while CI is pending, accepted once it is green.
-    rep = await wait_until(lambda: _awaiting_merge(s.client, wid), what="awaiting_merge")
+    rep = await wait_until(lambda: awaiting_merge(s.client, wid), what="awaiting_merge")
     with pytest.raises(WorkflowUpdateFailedError) as refused:
         await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="tester"))
     assert "required checks are pending" in str(refused.value.cause)
     s.github.set_check(MARINSKYRL_SLUG, rep.pull_request.head_sha, "ci")
-    await wait_until(lambda: _checks_green(s.client, wid), what="checks green seen by the workflow")
+    await wait_until(lambda: checks_green(s.client, wid), what="checks green seen by the workflow")
     await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="tester"))
     final: PipelineReport = await handle.result()
 
@@ -97,19 +106,3 @@ async def test_build_to_merged_pr_with_visibility_gate_and_no_secret_leak(servic
     for secret in secrets:
         assert secret and all(secret not in text for text in kept)
     assert await is_closed(s.client, wid)
-
-
-async def _waiting_on_visibility(client, wid, key):
-    st = await target_status(client, wid, key)
-    assert st is None or st.stage.value != "failed", f"{key} failed: {st.model_dump_json()}"
-    return st if st and st.waiting and st.waiting.kind == "package_visibility" else None
-
-
-async def _awaiting_merge(client, wid):
-    rep = await report(client, wid)
-    return rep if rep.status == "awaiting_merge" and rep.pull_request and rep.review else None
-
-
-async def _checks_green(client, wid):
-    rep = await report(client, wid)
-    return rep.review is not None and rep.review.checks == "success"

@@ -16,12 +16,13 @@ from clients.iris import IrisClient
 from domain.models import MergeAuthorization, PipelineReport, target_workflow_id
 from sandbox.stack import MARINSKYRL_SLUG
 from tests.e2e.helpers import (
-    report,
+    awaiting_merge,
+    checks_green,
     request,
     start_pipeline,
     stop_process,
-    target_status,
     wait_until,
+    waiting_on_visibility,
     worker_process,
 )
 from workflows.pipeline import BuildPipelineWorkflow
@@ -39,13 +40,13 @@ async def test_two_workers_build_four_targets_with_every_side_effect_once(servic
                                                  issue_url="https://github.com/marin-community/MarinSkyRL/issues/7"))
         wid = handle.id
         for key in KEYS:
-            await wait_until(lambda k=key: _waiting_on_visibility(s.client, wid, k), timeout=400, what=f"{key} waiting")
+            await wait_until(lambda k=key: waiting_on_visibility(s.client, wid, k), timeout=400, what=f"{key} waiting")
         s.token_registry.set_public(s.image_repo_path, True)
         for key in KEYS:
             await s.client.get_workflow_handle(target_workflow_id(wid, key)).signal(TargetBuildWorkflow.recheck)
-        rep = await wait_until(lambda: _awaiting_merge(s.client, wid), timeout=300, what="PR opened")
+        rep = await wait_until(lambda: awaiting_merge(s.client, wid), timeout=300, what="PR opened")
         s.github.set_check(MARINSKYRL_SLUG, rep.pull_request.head_sha, "ci")
-        await wait_until(lambda: _checks_green(s.client, wid), what="checks green")
+        await wait_until(lambda: checks_green(s.client, wid), what="checks green")
         await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="tester"))
         final: PipelineReport = await handle.result()
         histories = [await s.client.get_workflow_handle(w).fetch_history() for w in [wid, *(target_workflow_id(wid, k) for k in KEYS)]]
@@ -84,19 +85,3 @@ async def test_two_workers_build_four_targets_with_every_side_effect_once(servic
     for t in final.targets:
         assert t.log_check.log.uri in body and t.log_check.log.sha256[:16] in body
     assert s.config.work_dir not in body
-
-
-async def _waiting_on_visibility(client, wid, key):
-    st = await target_status(client, wid, key)
-    assert st is None or st.stage.value != "failed", f"{key} failed: {st.model_dump_json()}"
-    return st if st and st.waiting and st.waiting.kind == "package_visibility" else None
-
-
-async def _awaiting_merge(client, wid):
-    rep = await report(client, wid)
-    return rep if rep.status == "awaiting_merge" and rep.pull_request and rep.review else None
-
-
-async def _checks_green(client, wid):
-    rep = await report(client, wid)
-    return rep.review is not None and rep.review.checks == "success"

@@ -18,13 +18,15 @@ from domain.models import MergeAuthorization, PipelineReport, target_workflow_id
 from sandbox.git_remotes import commit_to_remote
 from sandbox.stack import MARINSKYRL_SLUG
 from tests.e2e.helpers import (
+    awaiting_merge,
+    checks_green,
     git_show,
-    report,
     request,
     start_pipeline,
     stop_process,
     target_status,
     wait_until,
+    waiting_on_visibility,
 )
 from tests.e2e.helpers import worker_process as worker
 from workflows import patches
@@ -48,12 +50,12 @@ async def test_a_build_started_on_version_a_finishes_on_version_b(service_config
         st = await wait_until(lambda: _monitoring(s.client, wid), what="version A monitoring the job")
         assert stop_process(a) == 0  # a rolling deploy: SIGTERM, drain, exit
         b = worker(s.config_path, s.state_dir / "worker-b.log")
-        await wait_until(lambda: _waiting_on_visibility(s.client, wid), timeout=300, what="visibility wait on B")
+        await wait_until(lambda: waiting_on_visibility(s.client, wid, KEY), timeout=300, what="visibility wait on B")
         s.token_registry.set_public(s.image_repo_path, True)
         await s.client.get_workflow_handle(target_workflow_id(wid, KEY)).signal(TargetBuildWorkflow.recheck)
-        rep = await wait_until(lambda: _awaiting_merge(s.client, wid), timeout=300, what="PR opened")
+        rep = await wait_until(lambda: awaiting_merge(s.client, wid), timeout=300, what="PR opened")
         s.github.set_check(MARINSKYRL_SLUG, rep.pull_request.head_sha, "ci")
-        await wait_until(lambda: _checks_green(s.client, wid), what="checks green")
+        await wait_until(lambda: checks_green(s.client, wid), what="checks green")
         await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="tester"))
         final: PipelineReport = await handle.result()
         child = s.client.get_workflow_handle(target_workflow_id(wid, KEY))
@@ -93,19 +95,3 @@ async def test_a_build_started_on_version_a_finishes_on_version_b(service_config
 async def _monitoring(client, wid):
     st = await target_status(client, wid, KEY)
     return st if st and st.progress and st.progress.state == "running" else None
-
-
-async def _waiting_on_visibility(client, wid):
-    st = await target_status(client, wid, KEY)
-    assert st is None or st.stage.value != "failed", f"{KEY} failed: {st.model_dump_json()}"
-    return st if st and st.waiting and st.waiting.kind == "package_visibility" else None
-
-
-async def _awaiting_merge(client, wid):
-    rep = await report(client, wid)
-    return rep if rep.status == "awaiting_merge" and rep.pull_request and rep.review else None
-
-
-async def _checks_green(client, wid):
-    rep = await report(client, wid)
-    return rep.review is not None and rep.review.checks == "success"
