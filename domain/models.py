@@ -86,6 +86,11 @@ class PipelineInput(BaseModel):
     plan_only: bool = False
     source_commit: str | None = None  # the default-branch head the starter saw (dedup key)
     harbor_commit: str | None = None
+    # Set by the pipeline itself when it continues as new while waiting for the merge.
+    resume: MergeWaitState | None = None
+    # History events one run may grow to while waiting for the merge before it continues as new
+    # (well under Temporal's 10,240-event warning; lowered only to record a short replay history).
+    merge_wait_events_per_run: int = 2_000
 
 
 class LoadStateInput(BaseModel):
@@ -425,3 +430,19 @@ class RebuildCheckResult(BaseModel):
     pipeline_workflow_id: str | None = None
     started: bool = False
     note: str = ""
+
+
+class MergeWaitState(BaseModel):
+    """What a continued pipeline run carries into the merge wait: bounded, whatever the wait's length.
+
+    The report (plan, validated targets, PR, last review) is the build's record; the rest is the
+    operator's pending authorization and the targets' last briefs for the UI."""
+
+    report: PipelineReport
+    merge_auth: MergeAuthorization | None = None
+    targets: list[TargetBrief] = Field(default_factory=list)
+    merge_wait_since: str | None = None  # ISO time the wait began (operator-wait metric)
+    runs: int = 1  # runs so far in this merge wait
+
+
+PipelineInput.model_rebuild()

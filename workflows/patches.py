@@ -17,3 +17,7 @@ VALIDATION_SETTLE = "validation-settle-inconclusive"
 # TargetBuildWorkflow registers its job with the per-cluster Iris watcher and sleeps until woken, instead of
 # one monitor_job activity per progress interval (runs started before keep polling).
 CLUSTER_WATCHER = "iris-cluster-watcher"
+
+# BuildPipelineWorkflow continues as new while waiting for the merge once its history grows past
+# PipelineInput.merge_wait_events_per_run (runs started before never do).
+MERGE_WAIT_CONTINUE_AS_NEW = "merge-wait-continue-as-new"

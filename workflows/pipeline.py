@@ -33,11 +33,13 @@ with workflow.unsafe.imports_passed_through():
         LoadStateInput,
         MergeAuthorization,
         MergeInput,
+        MergeWaitState,
         PipelineInput,
         PipelineReport,
         PlanTargetsInput,
         PreflightInput,
         PrepareSourceInput,
+        PullRequestInfo,
         RecordInput,
         ReviewState,
         SourceSnapshot,
@@ -54,7 +56,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows import metrics, options, patches
     from workflows.target import TargetBuildWorkflow
 
-WATCH_RETURN_S = 300.0  # an idle PR costs one short activity per 5 minutes of history
+# The PR watch long-polls GitHub (heartbeating) and returns on any change, else after an hour: an idle
+# PR costs ~6 history events an hour, and the wait continues as new long before Temporal's limits.
+WATCH_RETURN_S = 3600.0
 
 
 @workflow.defn
@@ -147,6 +151,8 @@ class BuildPipelineWorkflow:
         self._refresh()
 
     async def _run(self, inp: PipelineInput) -> PipelineReport:
+        if inp.resume is not None:  # a run continued while waiting for the merge
+            return await self._await_merge(inp, self._resume(inp.resume))
         rep = self._report
         await self._set_stage(Stage.LOADING)
         state: BuildState = await workflow.execute_activity_method(
@@ -227,7 +233,22 @@ class BuildPipelineWorkflow:
         rep.status = "awaiting_merge"
 
         await self._set_stage(Stage.AWAITING_MERGE)
+        return await self._await_merge(inp, pr)
+
+    async def _await_merge(self, inp: PipelineInput, pr: PullRequestInfo) -> PipelineReport:
+        """Watch the PR until merged; merge once an operator authorized it and checks are green.
+
+        Review can take weeks: once this run's history reaches ``merge_wait_events_per_run``, the wait
+        continues as a new run carrying only ``MergeWaitState``, so no run nears Temporal's limits."""
+        rep = self._report
+        watch_cancelled = False
         while True:
+            # Continue as new between two completed watches only (never with a cancelled watch still
+            # settling, right after an authorization arrived): the next run starts a fresh watch.
+            if not watch_cancelled and self._history_is_long(inp) and workflow.patched(
+                    patches.MERGE_WAIT_CONTINUE_AS_NEW):
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(inp.model_copy(update={"resume": self._merge_wait_state(inp)}))
             # Watch checks/reviews (returns on any change) while also waking at once on authorization.
             watch = asyncio.ensure_future(workflow.execute_activity_method(
                 RecordActivities.watch_pull_request,
@@ -240,9 +261,11 @@ class BuildPipelineWorkflow:
                 if not watch.done():
                     watch.cancel()  # authorization arrived: look again right away (last=None), then merge
                     _settle_quietly(watch)
+                    watch_cancelled = True
                     continue
                 authorized.cancel()
             self._review = rep.review = await watch
+            watch_cancelled = False
             self._show_merge_wait()
             if self._review.merged:  # merged by a human outside the service
                 break
@@ -271,6 +294,30 @@ class BuildPipelineWorkflow:
         workflow.upsert_search_attributes([sa.FAILURE_CLASS.value_unset()])
         self._refresh()
         return rep
+
+    @staticmethod
+    def _history_is_long(inp: PipelineInput) -> bool:
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= inp.merge_wait_events_per_run
+
+    def _merge_wait_state(self, inp: PipelineInput) -> MergeWaitState:
+        return MergeWaitState(
+            report=self._report, merge_auth=self._merge_auth, targets=list(self._targets.values()),
+            merge_wait_since=self._merge_wait_since.isoformat() if self._merge_wait_since else None,
+            runs=(inp.resume.runs if inp.resume else 1) + 1)
+
+    def _resume(self, state: MergeWaitState) -> PullRequestInfo:
+        """Take over the merge wait of the run this one continues (report, review, authorization)."""
+        self._report = rep = state.report
+        self._review = rep.review
+        self._merge_auth = state.merge_auth
+        self._targets = {b.key: b for b in state.targets}
+        self._merge_wait_since = datetime.fromisoformat(state.merge_wait_since) if state.merge_wait_since else None
+        self._stage = Stage.AWAITING_MERGE
+        self._step = Stage.AWAITING_MERGE.value
+        self._show_merge_wait()
+        assert rep.pull_request is not None, "a merge wait always has its PR"
+        return rep.pull_request
 
     def _show_merge_wait(self) -> None:
         """While awaiting merge: say whether CI, a reviewer or an operator's authorization is awaited."""

@@ -69,6 +69,7 @@ MERGE_WAIT_ID = "history-pipeline-merge-wait"
 WATCHED_ID = "history-target-watched"
 WATCHER_CLUSTER = "history-cluster"
 INCONCLUSIVE_ID = "history-target-validation-inconclusive"
+CONTINUED_ID = "history-pipeline-merge-wait-continued"
 KEY = "amd64-standard"
 # file name -> workflow id (the replay test reads this too)
 HISTORIES = {
@@ -81,6 +82,8 @@ HISTORIES = {
     "target_watched.json": WATCHED_ID,
     "watcher.json": watcher_id(WATCHER_CLUSTER),
     "target_validation_inconclusive.json": INCONCLUSIVE_ID,
+    "pipeline_merge_wait_continued.json": CONTINUED_ID,
+    "pipeline_merge_wait_resumed.json": CONTINUED_ID,
 }
 
 
@@ -180,6 +183,37 @@ async def _merge_wait(env: WorkflowEnvironment) -> dict[str, str]:
     return {"pipeline_merge_wait.json": history.to_json()}
 
 
+async def _merge_wait_continued(env: WorkflowEnvironment) -> dict[str, str]:
+    """A merge wait that continues as new (a low per-run bound stands for weeks of review), then the PR is
+    merged on GitHub: the run that continued, and the run that resumed and ended merged."""
+    s = Standins(reviews=[review("pending")])
+    async with worker(env.client, TASK_QUEUE, s):
+        h = await env.client.start_workflow(
+            BuildPipelineWorkflow.run,
+            PipelineInput(request=request(), request_id=CONTINUED_ID, source_commit=COMMIT,
+                          merge_wait_events_per_run=120),
+            id=CONTINUED_ID, task_queue=TASK_QUEUE)
+        first_run = h.result_run_id
+
+        async def continued():
+            last = (await env.client.get_workflow_handle(CONTINUED_ID, run_id=first_run).fetch_history()).events[-1]
+            return last.HasField("workflow_execution_continued_as_new_event_attributes") and last
+        last = await eventually(continued, what="continued as new", attempts=2000)
+        second_run = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+
+        async def watched_again():  # the resumed run keeps watching before the PR is merged
+            history = await env.client.get_workflow_handle(CONTINUED_ID, run_id=second_run).fetch_history()
+            return len(history.events) > 40
+        await eventually(watched_again, what="the resumed run watching", attempts=2000)
+        s.set_review(review("success").model_copy(update={"merged": True, "merge_commit": "8" * 40}))
+        await result(env.client.get_workflow_handle(CONTINUED_ID))
+        texts = {}
+        for name, run in (("pipeline_merge_wait_continued.json", first_run),
+                          ("pipeline_merge_wait_resumed.json", second_run)):
+            texts[name] = (await env.client.get_workflow_handle(CONTINUED_ID, run_id=run).fetch_history()).to_json()
+    return texts
+
+
 async def _watched(env: WorkflowEnvironment) -> None:
     """Round 0: the watcher wakes the target with a preemption; round 1: pending past one safety re-check."""
     s = Standins(rounds={KEY: [Round(state="worker_failed", evidence=PREEMPTED), Round(pending_for_s=1500)]})
@@ -234,7 +268,8 @@ async def main(rewrite_all: bool = False) -> None:
         await _operator_retry(env)
         await _validation_inconclusive(env)
         await _failed(env)
-        texts = await _merge_wait(env)  # last: it leaves an in-flight watch behind on this server
+        texts = await _merge_wait_continued(env)
+        texts.update(await _merge_wait(env))  # last: it leaves an in-flight watch behind on this server
         for name, wid in HISTORIES.items():
             path = HERE / name
             if path.exists() and not rewrite_all:
