@@ -22,7 +22,8 @@ from activities.errors import InputError, boundary
 from clients.credentials import CredentialError, fetch_secret
 from clients.evidence import EvidenceStore
 from clients.git_source import FetchedRepo, MirrorCache, list_files_at, read_blobs_at
-from clients.iris import IrisClient, KubectlPortForward
+from clients.iris import IrisClient
+from clients.kube import KubectlPortForward
 from clients.registry import RegistryPool
 from domain.config import ServiceConfig
 from domain.models import FileRef
@@ -148,7 +149,8 @@ async def iris_client(config: ServiceConfig, cluster_name: str, *,
         elif cluster.port_forward:
             pf = cluster.port_forward
             url = await stack.enter_async_context(KubectlPortForward(
-                cluster.kubeconfig, cluster.kube_context, namespace=pf.namespace, service=pf.service, port=pf.port))
+                cluster.kubeconfig, cluster.kube_context, namespace=pf.namespace, service=pf.service, port=pf.port,
+                kubectl=cluster.kubectl))
         else:
             raise input_error(f"clusters.{cluster_name}: set controller_url or port_forward")
         client = IrisClient(url, client_revision_date=cluster.client_revision_date, cluster_name=cluster_name,

@@ -15,8 +15,11 @@ import asyncio
 import json
 import os
 import signal
+import socket
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from clients.iris import Unavailable
 
 
 class PodFacts(BaseModel):
@@ -160,3 +163,94 @@ async def kubectl_client_version(kubectl: str = "kubectl", timeout_s: float = 20
         return str((json.loads(out).get("clientVersion") or {}).get("gitVersion") or "unknown")
     except (ValueError, AttributeError):
         raise KubectlUnavailable(f"{kubectl} version printed no JSON") from None
+
+
+# ------------------------------------------------------------------------- port-forward to a controller
+def _free_local_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class KubectlPortForward:
+    """``async with KubectlPortForward(...) as url:`` runs ``kubectl port-forward`` to the controller
+    Service on a free 127.0.0.1 port for the length of the block and yields ``http://127.0.0.1:<p>``."""
+
+    def __init__(self, kubeconfig: str | None, context: str | None, namespace: str = "iris",
+                 service: str = "iris-controller-svc", port: int = 10000, *, kubectl: str = "kubectl",
+                 local_port: int | None = None, ready_timeout_s: float = 30.0):
+        self.kubeconfig = kubeconfig
+        self.context = context
+        self.namespace = namespace
+        self.service = service
+        self.port = port
+        self.kubectl = kubectl
+        self.local_port = local_port
+        self.ready_timeout_s = ready_timeout_s
+        self._proc: asyncio.subprocess.Process | None = None
+
+    def argv(self, local_port: int) -> list[str]:
+        argv = [self.kubectl]
+        if self.kubeconfig:
+            argv += ["--kubeconfig", os.path.expanduser(self.kubeconfig)]
+        if self.context:
+            argv += ["--context", self.context]
+        return argv + ["--namespace", self.namespace, "port-forward", "--address", "127.0.0.1",
+                       f"svc/{self.service}", f"{local_port}:{self.port}"]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.local_port}"
+
+    async def __aenter__(self) -> str:
+        self.local_port = self.local_port or _free_local_port()
+        self._proc = await asyncio.create_subprocess_exec(
+            *self.argv(self.local_port), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        try:
+            await asyncio.wait_for(self._wait_ready(), self.ready_timeout_s)
+        except BaseException:
+            await self.aclose()
+            raise
+        return self.url
+
+    async def _wait_ready(self) -> None:
+        assert self._proc and self._proc.stdout
+        seen: list[str] = []
+        while True:
+            line = (await self._proc.stdout.readline()).decode(errors="replace")
+            if not line:
+                raise Unavailable("port-forward", "transport",
+                                  f"kubectl port-forward exited: {' | '.join(seen[-3:]) or 'no output'}")
+            seen.append(line.strip())
+            if line.startswith("Forwarding from"):
+                asyncio.get_running_loop().create_task(self._drain())
+                return
+
+    async def _drain(self) -> None:
+        """Keep reading kubectl's output so it never blocks on a full pipe."""
+        try:
+            while self._proc and self._proc.stdout and await self._proc.stdout.readline():
+                pass
+        except (OSError, ValueError):
+            pass
+
+    async def aclose(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            await asyncio.wait_for(proc.wait(), 5)
+        except TimeoutError:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            await proc.wait()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

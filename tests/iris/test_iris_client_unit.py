@@ -19,7 +19,6 @@ from clients.iris import (
     IrisClient,
     JobInfo,
     JobState,
-    KubectlPortForward,
     LaunchSpec,
     NotFound,
     PermissionDenied,
@@ -29,6 +28,7 @@ from clients.iris import (
     TaskState,
     Unavailable,
 )
+from clients.kube import KubectlPortForward
 
 STANDIN = str(Path(__file__).resolve().parents[1] / "standins" / "kubectl_standin")
 
