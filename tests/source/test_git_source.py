@@ -17,6 +17,7 @@ from clients.git_source import (
     PathNotFound,
     RefNotFound,
     UnmanagedWorktree,
+    adopt_pushed_commit,
     build_request_of,
     changed_paths,
     commit_build_change,
@@ -226,6 +227,32 @@ def test_push_branch_idempotent_and_conflict(remotes: Remotes, mirrors: MirrorCa
         push_branch(worktree, url, "build/req-1", result.sha)
     assert err.value.remote_sha == other and "build/req-1" in str(err.value)
     assert remote_branch_sha(worktree, url, "build/req-1") == other
+
+
+def test_a_rerun_keeps_and_reuses_its_own_pushed_pin_commit(remotes: Remotes, mirrors: MirrorCache, tmp_path: Path):
+    """Failure in recording, then a re-run: the branch holds build + pins commits of this request. The
+    re-run's publish leaves them (not a conflict) and its record step reuses the pushed pins commit when
+    it writes the same content, in another work directory and at another time."""
+    _, _, worktree, _, build = _prepare(remotes, mirrors, tmp_path / "wt")
+    url, branch = remotes.marinskyrl_url, "build/req-1"
+    push_branch(worktree, url, branch, build.sha)
+    first = create_worktree(mirrors.fetch(url), build.sha, tmp_path / "rec-1")
+    (first / "PINS.txt").write_text("amd64 sha256:aaa\n")
+    pins = commit_build_change(first, message="pins", request_id="req-1-pins", author=AUTHOR)
+    push_branch(first, url, branch, pins.sha)
+
+    push_branch(worktree, url, branch, build.sha, keep_own=("req-1-pins",))  # the re-run's publish
+    assert remote_branch_sha(worktree, url, branch) == pins.sha
+    with pytest.raises(BranchConflict):  # without naming its own commits it is still refused
+        push_branch(worktree, url, branch, build.sha)
+
+    again = create_worktree(mirrors.fetch(url), build.sha, tmp_path / "rec-2")
+    (again / "PINS.txt").write_text("amd64 sha256:aaa\n")
+    assert adopt_pushed_commit(again, url, branch, request_id="req-1-pins", parent=build.sha) == pins.sha
+    assert git.Repo(again).head.commit.hexsha == pins.sha and not git.Repo(again).is_dirty(untracked_files=True)
+    other = create_worktree(mirrors.fetch(url), build.sha, tmp_path / "rec-3")
+    (other / "PINS.txt").write_text("amd64 sha256:bbb\n")  # different digests: not reused
+    assert adopt_pushed_commit(other, url, branch, request_id="req-1-pins", parent=build.sha) is None
 
 
 def test_changed_paths_for_rebuild_boundary(remotes: Remotes, mirrors: MirrorCache, tmp_path: Path):
