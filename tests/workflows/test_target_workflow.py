@@ -50,6 +50,10 @@ async def _status(handle) -> TargetStatus:
     return await handle.query(TargetBuildWorkflow.status)
 
 
+async def _done(handle) -> bool:
+    return (await _status(handle)).stage == Stage.DONE
+
+
 async def _waiting(handle) -> TargetStatus | None:
     st = await _status(handle)
     return st if st.stage == Stage.WAITING else None
@@ -192,6 +196,9 @@ async def test_private_package_waits_then_recheck_signal_revalidates_without_reb
         assert st.waiting.command == f"python starter.py recheck {wid} {KEY}"
         assert await _search_attribute(handle, sa.FAILURE_CLASS) == "visibility"  # the wait is published
         await handle.signal(TargetBuildWorkflow.recheck)
+        # Wait by query, not by result(): awaiting a result unlocks the test server's time skipping,
+        # which may then fire the slow timer before the worker has picked up the signal.
+        await eventually(lambda: _done(handle), what="validated after the recheck")
         res: TargetResult = await result(handle)
 
     assert res.status == "validated" and res.validation and res.validation.ok
