@@ -191,7 +191,7 @@ async def _build(config, request, plan_only, follow_, as_json):
         _out(f"ui: {url}", as_json)
     if plan_only or follow_:
         if follow_ and not plan_only:
-            await _follow(client, wid, interval=10.0, as_json=as_json)
+            await _follow(client, wid, config.temporal.task_queue, interval=10.0, as_json=as_json)
         code = await _print_result(client, wid, as_json)
         sys.exit(code)
     sys.exit(await _until_planned(client, config, wid, as_json))
@@ -289,13 +289,13 @@ def follow(ctx, workflow_id, interval):
 
     async def go():
         client = await _client(config)
-        await _follow(client, workflow_id, max(min(interval, 60.0), 0.5))
+        await _follow(client, workflow_id, config.temporal.task_queue, max(min(interval, 60.0), 0.5))
         sys.exit(await _print_result(client, workflow_id, False))
 
     _run(go())
 
 
-async def _follow(client: Client, wid: str, interval: float, as_json: bool = False) -> None:
+async def _follow(client: Client, wid: str, task_queue: str, interval: float, as_json: bool = False) -> None:
     """Show progress until the pipeline ends: a live table on a TTY, short lines otherwise (on stderr
     under --json, so stdout stays pure JSON)."""
     from runtime import progress
@@ -305,7 +305,7 @@ async def _follow(client: Client, wid: str, interval: float, as_json: bool = Fal
     stream = sys.stderr if as_json else sys.stdout
     view = (progress.LiveView() if stream.isatty() and not as_json
             else progress.PlainView(lambda line: click.echo(line, err=as_json)))
-    live = WatchedProgress(client)  # running jobs: live progress from the cluster watcher, fast log reads
+    live = WatchedProgress(client, task_queue)  # running jobs: live progress from the cluster watcher, fast log reads
     try:
         while True:
             desc = await oc.describe(client, wid)

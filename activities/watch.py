@@ -263,7 +263,8 @@ class WatchActivities(ActivityGroup):
         alive and has told this target what it knows, the watcher's live progress is returned and the
         controller is not asked at all (so safety re-checks cost no Iris request)."""
         if inp.known is not None:
-            seen = await _watched_progress(activity.client(), inp.cluster, inp.job_id, inp.known)
+            seen = await _watched_progress(activity.client(), inp.cluster, activity.info().task_queue, inp.job_id,
+                                           inp.known)
             if seen is not None:
                 return seen
         progress = (inp.known or JobProgress(job_id=inp.job_id, state="unknown", terminal=False)).model_copy()
@@ -282,7 +283,7 @@ class WatchActivities(ActivityGroup):
         request = WatchRequest(job_id=inp.job_id, workflow_id=inp.workflow_id, markers=inp.markers, known=progress,
                                registered_at=inp.registered_at)
         await activity.client().start_workflow(
-            "IrisWatcherWorkflow", WatcherInput(cluster=inp.cluster), id=watcher_id(inp.cluster),
+            "IrisWatcherWorkflow", WatcherInput(cluster=inp.cluster), id=watcher_id(inp.cluster, activity.info().task_queue),
             task_queue=activity.info().task_queue, start_signal="watch", start_signal_args=[request],
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             static_summary=f"Iris watcher for cluster {inp.cluster}: one status request per interval for every "
@@ -382,11 +383,11 @@ async def _wake(client: Client, engine: ClusterWatch) -> int:
 HEARTBEAT_FRESH_S = 60.0  # a watcher whose last heartbeat is older than this is presumed stuck or dead
 
 
-async def watcher_view(client: Client, cluster: str) -> dict | None:
+async def watcher_view(client: Client, cluster: str, task_queue: str) -> dict | None:
     """The running watcher's latest heartbeat details (``{"jobs": {job_id: {"told", "now", ...}}}``), or
     None when no watcher runs or its heartbeat is stale. Reads Temporal only, never the controller."""
     try:
-        desc = await client.get_workflow_handle(watcher_id(cluster)).describe()
+        desc = await client.get_workflow_handle(watcher_id(cluster, task_queue)).describe()
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             return None
@@ -404,10 +405,11 @@ async def watcher_view(client: Client, cluster: str) -> dict | None:
     return None
 
 
-async def _watched_progress(client: Client, cluster: str, job_id: str, known: JobProgress) -> JobProgress | None:
+async def _watched_progress(client: Client, cluster: str, task_queue: str, job_id: str,
+                            known: JobProgress) -> JobProgress | None:
     """The watcher's live progress of ``job_id`` if the watcher is alive and agrees with the target on
     what it was told (state, terminal, missing); None when anything may have been lost."""
-    view = await watcher_view(client, cluster)
+    view = await watcher_view(client, cluster, task_queue)
     entry = ((view or {}).get("jobs") or {}).get(job_id)
     if not entry:
         return None
@@ -427,8 +429,9 @@ class WatchedProgress:
     A target's own status only changes when the watcher wakes it (rarely, by design); the watcher's
     heartbeat has the latest marker, pending reason and elapsed time. Reads Temporal only."""
 
-    def __init__(self, client: Client):
+    def __init__(self, client: Client, task_queue: str):
         self.client = client
+        self.task_queue = task_queue  # the workers' queue: its watchers are the ones to read
         self._leased: dict[str, float] = {}  # job id -> when the lease was last sent (epoch s)
 
     async def overlay(self, clusters: dict[str, str], statuses: dict) -> None:
@@ -440,7 +443,7 @@ class WatchedProgress:
             cluster = clusters[key]
             if cluster not in views:
                 try:
-                    views[cluster] = await watcher_view(self.client, cluster)
+                    views[cluster] = await watcher_view(self.client, cluster, self.task_queue)
                 except RPCError:
                     views[cluster] = None
             entry = ((views[cluster] or {}).get("jobs") or {}).get(st.progress.job_id)
@@ -453,7 +456,7 @@ class WatchedProgress:
                 due.setdefault(clusters[key], []).append(st.progress.job_id)
         for cluster, job_ids in due.items():
             try:
-                await self.client.get_workflow_handle(watcher_id(cluster)).signal(
+                await self.client.get_workflow_handle(watcher_id(cluster, self.task_queue)).signal(
                     "follow", FollowRequest(job_ids=job_ids, until_s=now + FOLLOW_LEASE_S))
             except RPCError:
                 continue  # no watcher running: nothing to speed up

@@ -269,9 +269,9 @@ async def history(args, client, tq: str, cluster: str) -> dict:
 
 
 # ------------------------------------------------------------------------------ 3. resume after SIGKILL
-async def heartbeat_time(client: Client, cluster: str) -> tuple[float | None, int]:
+async def heartbeat_time(client: Client, cluster: str, tq: str) -> tuple[float | None, int]:
     try:
-        desc = await client.get_workflow_handle(watcher_id(cluster)).describe()
+        desc = await client.get_workflow_handle(watcher_id(cluster, tq)).describe()
     except Exception:  # noqa: BLE001
         return None, 0
     for p in desc.raw_description.pending_activities:
@@ -289,7 +289,7 @@ async def resume(args, client, make_worker, tq: str, cluster: str, iris: IrisCli
         wid = f"bench-{run}-resume-e{end}"
         (h,) = await start_targets(client, tq, cluster, [(wid, end)])
         for _ in range(240):  # the watcher is polling (it has heartbeated)
-            if (await heartbeat_time(client, cluster))[0] is not None:
+            if (await heartbeat_time(client, cluster, tq))[0] is not None:
                 break
             await asyncio.sleep(0.5)
         await asyncio.sleep(3)
@@ -299,7 +299,7 @@ async def resume(args, client, make_worker, tq: str, cluster: str, iris: IrisCli
         t_new = time.time()
         hb = None
         while time.time() - t_new < 120:
-            t_hb, _attempt = await heartbeat_time(client, cluster)
+            t_hb, _attempt = await heartbeat_time(client, cluster, tq)
             if t_hb and t_hb > t_new:
                 hb = t_hb
                 break

@@ -266,7 +266,8 @@ async def run_one(i: int, stack: SandboxStack, client: Client, archs: list[str],
             pass
     config = load_config(stack.config_path)
     for cluster in {t.cluster for t in (res.report.targets if res.report else [])}:
-        res.watcher_polls[cluster] = await watcher_polls(client, cluster, since=res.pipeline.started)
+        res.watcher_polls[cluster] = await watcher_polls(client, cluster, config.temporal.task_queue,
+                                                         since=res.pipeline.started)
     for t in res.report.targets if res.report else []:
         async with IrisClient(stack.iris.url, client_revision_date=config.clusters[t.cluster].client_revision_date,
                               cluster_name=t.cluster) as iris:
@@ -279,12 +280,12 @@ async def run_one(i: int, stack: SandboxStack, client: Client, archs: list[str],
     return res
 
 
-async def watcher_polls(client: Client, cluster: str, *, since: float) -> int:
+async def watcher_polls(client: Client, cluster: str, tq: str, *, since: float) -> int:
     """Polls the cluster's watcher made (every run since ``since``): completed activities report them in
     their result, a running one in its heartbeat details."""
     total = 0
     try:
-        async for wf in client.list_workflows(f"WorkflowId = '{watcher_id(cluster)}'"):
+        async for wf in client.list_workflows(f"WorkflowId = '{watcher_id(cluster, tq)}'"):
             h = client.get_workflow_handle(wf.id, run_id=wf.run_id)
             for ev in (await h.fetch_history()).events:
                 if ev.event_time.ToMicroseconds() / 1e6 < since:
@@ -292,7 +293,7 @@ async def watcher_polls(client: Client, cluster: str, *, since: float) -> int:
                 if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
                     (res,) = await client.data_converter.decode(ev.activity_task_completed_event_attributes.result.payloads)
                     total += int((res or {}).get("polls", 0))
-            view = await watcher_view(client, cluster) if wf.status == WorkflowExecutionStatus.RUNNING else None
+            view = await watcher_view(client, cluster, tq) if wf.status == WorkflowExecutionStatus.RUNNING else None
             total += int((view or {}).get("polls", 0))
     except Exception:  # noqa: BLE001 - visibility not ready: unknown, not zero
         return -1

@@ -20,9 +20,12 @@ from pydantic import BaseModel, Field
 from domain.models import JobProgress
 
 
-def watcher_id(cluster: str) -> str:
-    """The one watcher workflow of a cluster (a fixed id: every target of the cluster finds it)."""
-    return f"iris-watcher/{cluster}"
+def watcher_id(cluster: str, task_queue: str) -> str:
+    """The one watcher workflow of a cluster for the workers of ``task_queue`` (a fixed id: every target
+    of the cluster finds it). The task queue is part of the id because the watcher runs where its
+    targets' workers poll: a deployment (or a test) on another queue must not signal a watcher whose
+    workers are elsewhere, or gone, and wait for its targets' safety timers instead."""
+    return f"iris-watcher/{task_queue}/{cluster}"
 
 
 def user_prefix(job_id: str) -> str:

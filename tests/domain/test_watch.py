@@ -37,5 +37,6 @@ def test_an_unreachable_controller_is_progress_not_a_state_change():
 
 
 def test_ids():
-    assert watcher_id("cw-us-east-02a") == "iris-watcher/cw-us-east-02a"
+    assert watcher_id("cw-us-east-02a", "gpu-rl-builder") == "iris-watcher/gpu-rl-builder/cw-us-east-02a"
+    assert watcher_id("c", "q1") != watcher_id("c", "q2")  # a queue only signals a watcher its workers run
     assert user_prefix("/gpu-rl-builder/build-amd64") == "/gpu-rl-builder/"

@@ -80,7 +80,7 @@ HISTORIES = {
     "target_failed.json": f"{FAILED_ID}/{KEY}",
     "pipeline_merge_wait.json": MERGE_WAIT_ID,
     "target_watched.json": WATCHED_ID,
-    "watcher.json": watcher_id(WATCHER_CLUSTER),
+    "watcher.json": watcher_id(WATCHER_CLUSTER, TASK_QUEUE),
     "target_validation_inconclusive.json": INCONCLUSIVE_ID,
     "pipeline_merge_wait_continued.json": CONTINUED_ID,
     "pipeline_merge_wait_resumed.json": CONTINUED_ID,
@@ -246,7 +246,7 @@ async def _watcher(env: WorkflowEnvironment) -> None:
     async with Worker(env.client, task_queue=TASK_QUEUE, workflows=[IrisWatcherWorkflow],
                       activities=[_watch_cluster_standin]):
         h = await env.client.start_workflow(
-            IrisWatcherWorkflow.run, WatcherInput(cluster=WATCHER_CLUSTER), id=watcher_id(WATCHER_CLUSTER),
+            IrisWatcherWorkflow.run, WatcherInput(cluster=WATCHER_CLUSTER), id=watcher_id(WATCHER_CLUSTER, TASK_QUEUE),
             task_queue=TASK_QUEUE, start_signal="watch",
             start_signal_args=[WatchRequest(job_id="/tester/job", workflow_id="some-target", known=known,
                                             registered_at="2026-12-01T00:00:00+00:00")])

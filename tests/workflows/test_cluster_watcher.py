@@ -75,7 +75,7 @@ async def test_one_watcher_serves_every_running_target_with_one_request_per_poll
                 TargetBuildWorkflow.run, target_input(f"w{run}-{i}", target), id=f"w{run}-{i}", task_queue=tq)
                 for i in range(N_TARGETS)]
             results: list[TargetResult] = await asyncio.gather(*(result(h, timeout=120) for h in handles))
-            watcher = temporal_client.get_workflow_handle(watcher_id(cluster))
+            watcher = temporal_client.get_workflow_handle(watcher_id(cluster, tq))
 
             async def watcher_closed():
                 return (await watcher.describe()).status == WorkflowExecutionStatus.COMPLETED
@@ -141,7 +141,7 @@ async def test_follow_shows_the_watchers_live_progress_and_leases_the_fast_log_c
     marker = next(m.text for m in target.expected_markers if m.text)
     config = _config(tmp_path, cluster, iris_controller.url).model_copy(update={"policy": policy})
     activities = [a for a in s.all() if getattr(a, "__temporal_activity_definition").name != "watch_job"]
-    live = WatchedProgress(temporal_client)
+    live = WatchedProgress(temporal_client, tq)
     try:
         async with Worker(temporal_client, task_queue=tq, workflows=[TargetBuildWorkflow, IrisWatcherWorkflow],
                           activities=[*activities, *WatchActivities(config).all()]):
@@ -157,7 +157,7 @@ async def test_follow_shows_the_watchers_live_progress_and_leases_the_fast_log_c
                 return statuses[target.key] if statuses[target.key].progress.last_marker == marker else None
             seen = await eventually(followed_marker, what="the marker through the watcher", attempts=600)
             own = (await h.query(TargetBuildWorkflow.status)).progress
-            ws = await temporal_client.get_workflow_handle(watcher_id(cluster)).query(IrisWatcherWorkflow.watched)
+            ws = await temporal_client.get_workflow_handle(watcher_id(cluster, tq)).query(IrisWatcherWorkflow.watched)
             open(gate, "w").close()
             res = await result(h, timeout=120)
     finally:
