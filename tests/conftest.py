@@ -12,12 +12,14 @@ pytest_plugins = sorted(
 
 
 def pytest_configure(config):
-    """A SIGTERM (CI timeout, `timeout`, a cancelled job) ends the session through normal exit, so the
-    fixtures' finalizers and atexit hooks stop every service process the session started."""
+    """A SIGTERM (CI timeout, `timeout`, a cancelled job) ends the session like Ctrl-C, so the fixtures'
+    finalizers and atexit hooks stop every service process the session started.
+
+    KeyboardInterrupt, not SystemExit: pytest records a SystemExit raised inside a running test as that
+    test's failure and goes on with the next test; an interrupt ends the session and tears it down."""
     import signal
-    import sys
 
     def _terminate(signum, _frame):
-        sys.exit(128 + signum)
+        raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, _terminate)

@@ -1,0 +1,61 @@
+"""A SIGTERM to the test session (CI's timeout) ends it at once and stops what its fixtures started, even
+while an async test is running: one real pytest subprocess with this suite's conftest."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SESSION = '''
+import asyncio, subprocess, pytest
+
+@pytest.fixture(scope="session")
+def service():
+    proc = subprocess.Popen(["sleep", "600"])
+    open({pidfile!r}, "w").write(str(proc.pid))
+    yield proc
+    proc.terminate()
+    proc.wait()
+
+@pytest.mark.asyncio
+async def test_runs_long(service):
+    open({ready!r}, "w").close()
+    await asyncio.sleep(600)
+
+def test_never_reached():
+    open({reached!r}, "w").close()
+'''
+
+
+def test_sigterm_during_an_async_test_ends_the_session_and_stops_its_services(tmp_path):
+    pidfile, ready, reached = tmp_path / "pid", tmp_path / "ready", tmp_path / "reached"
+    test_file = tmp_path / "test_session.py"
+    test_file.write_text(SESSION.format(pidfile=str(pidfile), ready=str(ready), reached=str(reached)))
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.conftest",
+                             "-q", "-o", "asyncio_mode=strict", "--rootdir", str(tmp_path), str(test_file)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.1)
+        service_pid = int(pidfile.read_text())
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, out  # CI must not read an interrupted session as green
+    assert not reached.exists(), out  # the session ended; it did not go on with the next test
+    try:
+        os.kill(service_pid, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    assert not alive, "the session fixture's process outlived the interrupted session"
