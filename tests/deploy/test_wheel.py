@@ -1,13 +1,15 @@
 """``pip install .`` gives a working service: every package in the wheel, and both entry points run from
-an empty directory. (The installed worker against the sandbox Temporal: tests/deploy/test_image.py.)"""
+an empty directory; the stand-ins (``sandbox``) and the tests ship in neither the wheel nor the image.
+(The installed worker against the sandbox Temporal: tests/deploy/test_image.py.)"""
 
 from __future__ import annotations
 
 import zipfile
+from pathlib import Path
 
 import pytest
 
-from tests.deploy.wheel_venv import ROOT
+from tests.deploy.wheel_venv import ROOT, dockerfile_stages
 
 SERVICE_PACKAGES = ("domain", "clients", "activities", "workflows", "runtime")
 
@@ -37,3 +39,20 @@ def test_entry_points_help_from_an_empty_directory(wheel_venv, command):
     # The installed code runs, not the source folder's.
     where = wheel_venv.run(str(wheel_venv.bin / "python"), "-c", "import runtime, worker; print(runtime.__file__)")
     assert where.returncode == 0 and str(wheel_venv.prefix) in where.stdout, where.stderr
+
+
+def test_no_sandbox_or_test_code_in_the_wheel_or_the_image(wheel_venv):
+    """The stand-ins, their fixtures (the kaniko stand-in) and the tests are test code: never shipped."""
+    names = zipfile.ZipFile(wheel_venv.wheel).namelist()
+    shipped = sorted(n for n in names if n.split("/", 1)[0] in ("sandbox", "tests"))
+    assert not shipped, f"test code in the wheel: {shipped[:5]} ({len(shipped)} files)"
+    top_level = next(n for n in names if n.endswith("top_level.txt"))
+    assert {"sandbox", "tests"}.isdisjoint(zipfile.ZipFile(wheel_venv.wheel).read(top_level).decode().split())
+    copied = [src for stage in dockerfile_stages() for c in stage if c.cmd == "COPY" for src in c.value[:-1]]
+    assert "domain" in copied and not [s for s in copied if s.split("/", 1)[0] in ("sandbox", "tests", ".")], copied
+    # The installed service does not find the stand-ins; the source tree (scripts, tests) still does.
+    gone = wheel_venv.run(str(wheel_venv.bin / "python"), "-c", "import sandbox")
+    assert gone.returncode != 0 and "No module named 'sandbox'" in gone.stderr
+    import sandbox.github_standin
+
+    assert Path(sandbox.github_standin.__file__).resolve().is_relative_to(ROOT / "sandbox")
