@@ -153,13 +153,21 @@ def _from_iris(e: _iris.IrisError) -> ActivityFailure:
 
 
 def _from_git(e: _git.GitSourceError) -> ActivityFailure:
+    # A remote that answered "no such repository", "bad credential" or "not allowed" is final: retrying
+    # for the whole budget only hides the cause. The message names the remote (its credential redacted).
+    if isinstance(e, _git.RemoteNotFound):
+        return NotFound(f"git: {e}; check repos.*_url in the service configuration")
+    if isinstance(e, _git.RemoteAuthFailed):
+        return AuthenticationFailed(f"git: {e}; replace the git credential of that remote")
+    if isinstance(e, _git.RemotePermissionDenied):
+        return PermissionDenied(f"git: {e}; grant the git credential access to that remote")
     if isinstance(e, _git.RefNotFound | _git.PathNotFound):
         return NotFound(f"git: {e}")
     if isinstance(e, _git.MissingPin | _git.NotText):
         return InputError(f"git: {e}")
     if isinstance(e, _git.BranchConflict | _git.WorktreeError | _git.CommitVerificationFailed):
         return Conflict(f"git: {e}")
-    return Transient(f"git: {e}")  # a failed fetch/push/ls-remote: usually the remote is unreachable
+    return Transient(f"git: {e}")  # network-level: the remote could not be reached, timed out or hung up
 
 
 def _file_not_found(e: FileNotFoundError) -> ActivityFailure:

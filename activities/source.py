@@ -25,6 +25,7 @@ from clients.bundle import BundleError, build_bundle
 from clients.git_source import (
     FetchedRepo,
     GitSourceError,
+    RemoteRefused,
     WorktreeError,
     build_request_of,
     changed_paths,
@@ -153,6 +154,8 @@ class SourceActivities(ActivityGroup):
                 # A re-run after a failure in recording finds its own pin commit on top: kept, not refused.
                 push_branch(wt, self.config.repos.marinskyrl_url, branch, result.sha,
                             keep_own=(f"{inp.request_id}-pins",))
+            except RemoteRefused:
+                raise  # no such remote, refused credential or permission: final, typed by the boundary
             except GitSourceError as e:
                 raise input_error(f"push of {branch}: {e}") from None
             pushed = True

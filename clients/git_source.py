@@ -46,6 +46,26 @@ class RefNotFound(GitSourceError):
     pass
 
 
+class RemoteRefused(GitSourceError):
+    """A remote answered, and its answer is final: retrying cannot change it (base of the three below)."""
+
+    def __init__(self, message: str, remote: str):
+        super().__init__(message)
+        self.remote = remote
+
+
+class RemoteNotFound(RemoteRefused):
+    """The remote repository does not exist (a wrong URL, or it was deleted)."""
+
+
+class RemoteAuthFailed(RemoteRefused):
+    """The remote refused the credential (or none was given where one is needed)."""
+
+
+class RemotePermissionDenied(RemoteRefused):
+    """The credential is accepted but may not do this (e.g. push to a read-only repository)."""
+
+
 class PathNotFound(GitSourceError):
     pass
 
@@ -117,14 +137,49 @@ def redact_url(text: str) -> str:
     return re.sub(r"(?i)([a-z][a-z0-9+.-]*://)[^/@\s]+@", r"\1***@", text)
 
 
+_NETWORK_COMMANDS = {"fetch", "push", "ls-remote", "clone", "pull"}
+# git's own words (and a git host's) for a remote whose answer is final; anything else a network command
+# prints (cannot resolve or connect, timeouts, 5xx, a hung-up connection) stays a retryable failure.
+_REFUSALS: list[tuple[type[RemoteRefused], re.Pattern[str], str]] = [
+    (RemoteNotFound, re.compile(r"does not appear to be a git repository|repository '[^']*' not found|"
+                                r"Repository not found|returned error: 404", re.I),
+     "does not exist (wrong URL, or the repository was deleted)"),
+    (RemoteAuthFailed, re.compile(r"Authentication failed|could not read (Username|Password)|returned error: 401|"
+                                  r"terminal prompts disabled|Permission denied \(publickey|Invalid username or "
+                                  r"password|Host key verification failed", re.I),
+     "refused the credential"),
+    (RemotePermissionDenied, re.compile(r"returned error: 403|Permission to \S+ denied|remote: Permission denied|"
+                                        r"insufficient permission|not allowed to push", re.I),
+     "refused the operation (the credential lacks permission)"),
+]
+
+
+def _remote_arg(args: tuple[str, ...]) -> str:
+    """The remote of a network command: its first argument that is not an option."""
+    return next((a for a in args[1:] if not a.startswith("-")), "?")
+
+
+def classify_git_failure(command: str, remote: str, status: object, stderr: str) -> GitSourceError:
+    """A failed git command as the error it means: a final refusal by the remote (typed, naming the
+    remote, never its credential), or ``GitCommandFailed`` (network-level or local: retryable)."""
+    text = redact_url(f"git {command} failed ({status}): {stderr}")
+    if command in _NETWORK_COMMANDS:
+        for cls, pattern, meaning in _REFUSALS:
+            if pattern.search(stderr):
+                where = redact_url(remote)
+                return cls(f"git remote {where} {meaning}: {text}", where)
+    return GitCommandFailed(text)
+
+
 def _run(repo: git.Repo | git.Git, *args: str, env: dict[str, str] | None = None, **kw) -> str:
-    """Run a git command; errors re-raised as GitCommandFailed with credentials redacted."""
+    """Run a git command; errors re-raised (credentials redacted) as a remote's final refusal
+    (``RemoteRefused``) or ``GitCommandFailed``."""
     runner = repo.git if isinstance(repo, git.Repo) else repo
     try:
         return runner.execute(["git", *args], env=env, **kw)
     except git.GitCommandError as exc:
         stderr = exc.stderr.strip() if isinstance(exc.stderr, str) else str(exc.stderr)
-        raise GitCommandFailed(redact_url(f"git {args[0]} failed ({exc.status}): {stderr}")) from None
+        raise classify_git_failure(args[0], _remote_arg(args), exc.status, stderr) from None
 
 
 def _git_env(extra: dict[str, str] | None) -> dict[str, str]:

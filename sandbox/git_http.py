@@ -1,0 +1,104 @@
+"""A git smart-HTTP remote with Basic auth, served by real ``git http-backend`` (CGI).
+
+Why: the sandbox's git remotes are ``file://`` paths, which can never refuse a credential. This
+serves the same bare repositories over HTTP the way a git host does: a wrong token gets 401, a token
+without write access gets 403 on push, a repository that does not exist gets 404 — so the error
+boundary is tested against git's real messages for each. Only ``http-backend`` speaks git here; this
+module checks the credential and relays CGI.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+HTTP_BACKEND = "/usr/lib/git-core/git-http-backend"
+
+
+@dataclass
+class GitHttpRemote:
+    """Serves every bare repository under ``root`` at ``http://127.0.0.1:<port>/<name>.git``."""
+
+    root: Path
+    users: dict[str, str]  # user -> token that may read
+    writers: set[str] = field(default_factory=set)  # users who may also push
+    server: ThreadingHTTPServer | None = None
+
+    def url(self, name: str, user: str | None = None, token: str | None = None) -> str:
+        assert self.server is not None
+        cred = f"{user}:{token}@" if user else ""
+        return f"http://{cred}127.0.0.1:{self.server.server_address[1]}/{name}"
+
+    def start(self) -> GitHttpRemote:
+        remote = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self._serve()
+
+            def do_POST(self) -> None:
+                self._serve()
+
+            def _serve(self) -> None:
+                user = self._user()
+                if user is None:
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="git"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                parts = urlsplit(self.path)
+                push = "git-receive-pack" in (parts.path + parts.query)
+                if push and user not in remote.writers:
+                    self.send_response(403)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_PROJECT_ROOT": str(remote.root),
+                       "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": parts.path, "QUERY_STRING": parts.query,
+                       "REQUEST_METHOD": self.command, "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+                       "CONTENT_LENGTH": str(len(body)), "REMOTE_USER": user, "REMOTE_ADDR": "127.0.0.1",
+                       "GIT_HTTP_MAX_REQUEST_BUFFER": "100M"}
+                if self.headers.get("Git-Protocol"):
+                    env["GIT_PROTOCOL"] = self.headers["Git-Protocol"]
+                out = subprocess.run([HTTP_BACKEND], input=body, env=env, capture_output=True, timeout=120).stdout
+                head, _, payload = out.partition(b"\r\n\r\n")
+                status, headers = 200, []
+                for line in head.decode("latin-1").split("\r\n"):
+                    name, _, value = line.partition(":")
+                    if name.lower() == "status":
+                        status = int(value.strip().split()[0])
+                    elif name:
+                        headers.append((name, value.strip()))
+                self.send_response(status)
+                for name, value in headers:
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def _user(self) -> str | None:
+                auth = self.headers.get("Authorization", "")
+                if not auth.startswith("Basic "):
+                    return None
+                user, _, token = base64.b64decode(auth[6:]).decode(errors="replace").partition(":")
+                return user if remote.users.get(user) == token else None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
