@@ -58,6 +58,7 @@ from runtime import operator_client as oc
 from runtime import search_attributes as sa
 from runtime.operator_client import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CommandError
 from runtime.temporal import connect, connection_options, flags_from, resolve_config, workflow_ui_url
+from runtime.version import version
 from workflows.pipeline import BuildPipelineWorkflow
 from workflows.rebuild import RebuildCheckWorkflow
 from workflows.target import TargetBuildWorkflow
@@ -112,6 +113,7 @@ def _run(coro):
               help="Service configuration TOML (default: $GPU_RL_BUILDER_CONFIG). A Temporal profile, "
                    "TEMPORAL_* variables and the flags below override its [temporal] section.")
 @connection_options
+@click.version_option(version(), "--version", prog_name="gpu-rl-builder", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, config_path: str | None, **connection) -> None:
     """Build MarinSkyRL GPU-RL images on Iris, durably, through Temporal."""
@@ -436,7 +438,7 @@ def approve_merge(ctx, workflow_id, by, note):
 @click.argument("workflow_id")
 @click.argument("target")
 @click.argument("action", type=click.Choice(["retry", "abort"]))
-@click.option("--by", default="operator")
+@click.option("--by", required=True, help="Operator making the decision.")
 @click.option("--note", default="")
 @click.pass_context
 def decide(ctx, workflow_id, target, action, by, note):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import signal
 import socket
@@ -38,6 +39,7 @@ from runtime.temporal import (
     resolve_config,
 )
 from runtime.tools import missing_tools
+from runtime.version import version
 from workflows.pipeline import BuildPipelineWorkflow
 from workflows.rebuild import RebuildCheckWorkflow
 from workflows.target import TargetBuildWorkflow
@@ -49,6 +51,37 @@ WORKFLOWS = [BuildPipelineWorkflow, TargetBuildWorkflow, RebuildCheckWorkflow, I
 # behind each other (temporalio's default is 100). Workflow tasks are short and CPU-bound.
 MAX_CONCURRENT_ACTIVITIES = 500
 MAX_CONCURRENT_WORKFLOW_TASKS = 200
+
+
+class FlagError(Exception):
+    """A flag's value cannot be used (e.g. its port is taken): one line naming the flag, exit 2."""
+
+
+def _host_port(flag: str, bind: str) -> tuple[str, int]:
+    host, sep, port = bind.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise FlagError(f"{flag} {bind}: expected HOST:PORT, e.g. 0.0.0.0:9464")
+    return host, int(port)
+
+
+def _bind_error(flag: str, bind: str, port: int, e: BaseException) -> FlagError:
+    if (isinstance(e, OSError) and e.errno == errno.EADDRINUSE) or "in use" in str(e):
+        return FlagError(f"{flag} {bind}: port {port} is already in use (another worker on this host?); "
+                         f"pass a free port to {flag}")
+    return FlagError(f"{flag} {bind}: cannot listen there: {e}")
+
+
+def serve_metrics(bind: str) -> None:
+    """Expose the SDK's Prometheus metrics on ``bind`` (the Temporal runtime owns the listener, so a
+    taken port surfaces as its ValueError; turned into one line naming the flag)."""
+    from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+    _host, port = _host_port("--metrics", bind)
+    try:
+        runtime = Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=bind)))
+    except (ValueError, OSError) as e:
+        raise _bind_error("--metrics", bind, port, e) from None
+    Runtime.set_default(runtime)
 
 
 def activities_for(config) -> list:
@@ -80,10 +113,14 @@ async def run_worker(config_path: str | None, graceful_shutdown_s: float, metric
     if missing := missing_tools(config):
         raise ConfigError("cannot run this configuration here: " + "; ".join(missing))
     if metrics_bind:
-        from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-
-        Runtime.set_default(Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=metrics_bind))))
-    client = await connect(config)
+        serve_metrics(metrics_bind)
+    probes = _listen_health(health_bind)  # a taken port is refused before connecting
+    try:
+        client = await connect(config)
+    except BaseException:
+        if probes:
+            probes.close()
+        raise
     worker = build_worker(client, config, graceful_shutdown_s=graceful_shutdown_s)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -91,7 +128,7 @@ async def run_worker(config_path: str | None, graceful_shutdown_s: float, metric
         loop.add_signal_handler(sig, stop.set)
     log.info("worker started", task_queue=config.temporal.task_queue, temporal=describe(config.temporal))
     # Health outlives the worker so probes keep answering (live, not ready) while it drains.
-    async with _health(health_bind, client, worker, config.temporal.task_queue), worker:
+    async with _health(probes, client, worker, config.temporal.task_queue), worker:
         await stop.wait()
         log.info("shutdown requested: draining in-flight activities", grace_s=graceful_shutdown_s)
     log.info("worker stopped")
@@ -105,17 +142,30 @@ def _check_tools(config_path: str | None) -> None:
         click.echo(f"ok {tool} ({why})")
 
 
-@contextlib.asynccontextmanager
-async def _health(bind: str | None, client, worker: Worker, task_queue: str, interval_s: float = 10.0):
-    """Serve /livez, /readyz and /healthz on ``bind`` while the worker runs (see runtime.health)."""
+HEALTH_INTERVAL_S = 10.0
+
+
+def _listen_health(bind: str | None) -> health.HealthServer | None:
+    """Listen for /livez, /readyz and /healthz on ``bind`` (probes answer "not ready" until monitored)."""
     if not bind:
+        return None
+    _host, port = _host_port("--health", bind)
+    try:
+        return health.HealthServer(health.HealthState(stale_after_s=6 * HEALTH_INTERVAL_S), bind)
+    except OSError as e:
+        raise _bind_error("--health", bind, port, e) from None
+
+
+@contextlib.asynccontextmanager
+async def _health(server: health.HealthServer | None, client, worker: Worker, task_queue: str,
+                  interval_s: float = HEALTH_INTERVAL_S):
+    """Keep the probes' state current while the worker runs (see runtime.health)."""
+    if server is None:
         yield
         return
-    state = health.HealthState(stale_after_s=6 * interval_s)
-    server = health.HealthServer(state, bind)
-    task = asyncio.create_task(health.monitor(state, client, task_queue, worker.config()["identity"], worker,
-                                              interval_s))
-    get_logger("worker").info("health endpoint listening", bind=bind, paths="/livez /readyz /healthz")
+    task = asyncio.create_task(health.monitor(server.state, client, task_queue, worker.config()["identity"],
+                                              worker, interval_s))
+    get_logger("worker").info("health endpoint listening", port=server.port, paths="/livez /readyz /healthz")
     try:
         yield
     finally:
@@ -133,6 +183,7 @@ async def _health(bind: str | None, client, worker: Worker, task_queue: str, int
               help="Only check that every tool the configuration runs (git, gh, uv, kubectl, ...) is on PATH.")
 @click.option("--log-level", default="INFO", show_default=True)
 @connection_options
+@click.version_option(version(), "--version", prog_name="gpu-rl-builder-worker", message="%(prog)s %(version)s")
 def main(config_path, graceful_shutdown, metrics_bind, health_bind, check_tools, log_level, **connection) -> None:
     """Run a gpu-rl-builder worker until SIGTERM/SIGINT, then drain gracefully."""
     configure_logging(log_level)
@@ -141,7 +192,7 @@ def main(config_path, graceful_shutdown, metrics_bind, health_bind, check_tools,
             _check_tools(config_path)
             return
         asyncio.run(run_worker(config_path, graceful_shutdown, metrics_bind, flags_from(connection), health_bind))
-    except (ConfigError, CredentialError) as e:  # bad input: named, exit 2, before polling
+    except (ConfigError, CredentialError, FlagError) as e:  # bad input: named, exit 2, before polling
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
     sys.stdout.flush()

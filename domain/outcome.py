@@ -51,7 +51,7 @@ def q(arg: str) -> str:
 
 
 def decide_command(workflow_id: str, key: str, action: str = "retry") -> str:
-    return f"{STARTER} decide {q(workflow_id)} {q(key)} {action}"
+    return f"{STARTER} decide {q(workflow_id)} {q(key)} {action} --by <your-name>"
 
 
 def recheck_command(workflow_id: str, key: str) -> str:

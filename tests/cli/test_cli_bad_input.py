@@ -91,7 +91,7 @@ async def test_commands_on_unknown_finished_or_foreign_ids_print_one_line(servic
     await s.client.start_workflow(RebuildCheckWorkflow.run, RebuildCheckInput(request=request()), id=foreign,
                                   task_queue=queue)
     try:
-        for args in (("approve-merge", f"nope-{u}", "--by", "ana"), ("decide", f"nope-{u}", "amd64-standard", "retry"),
+        for args in (("approve-merge", f"nope-{u}", "--by", "ana"), ("decide", f"nope-{u}", "amd64-standard", "retry", "--by", "ana"),
                      ("recheck", f"nope-{u}", "amd64-standard"), ("cancel", f"nope-{u}"), ("report", f"nope-{u}"),
                      ("follow", f"nope-{u}")):
             one_line_error(await starter(cfg, *args), 2, f"nope-{u}", "no such workflow")
@@ -100,7 +100,7 @@ async def test_commands_on_unknown_finished_or_foreign_ids_print_one_line(servic
             one_line_error(await starter(cfg, *args), 2, foreign, "RebuildCheckWorkflow")
         for args in (("approve-merge", finished, "--by", "ana"), ("cancel", finished)):
             one_line_error(await starter(cfg, *args), 1, finished, "already finished (terminated)")
-        one_line_error(await starter(cfg, "decide", finished, "amd64-standard", "retry"), 2, "no target")
+        one_line_error(await starter(cfg, "decide", finished, "amd64-standard", "retry", "--by", "ana"), 2, "no target")
         one_line_error(await starter(cfg, "status", "--query", "BuildStage = = 'x'"), 2, "--query")
 
         # A finished build's report is read from its history: no worker serves this queue.

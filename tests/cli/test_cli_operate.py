@@ -73,7 +73,7 @@ async def test_operator_drives_one_build_end_to_end_through_the_cli(service_stac
         line = await wait_until(lambda: _status_line(cfg, target_workflow_id(wid, KEY)), what="status lists the waiting target")
         assert "\trunning\tstage=waiting\tvisibility" in line
 
-        refused = await starter(cfg, "decide", wid, KEY, "retry")
+        refused = await starter(cfg, "decide", wid, KEY, "retry", "--by", "tester")
         assert refused.code == 1
         assert "refused" in refused.err and "not waiting for an operator decision" in refused.err
 

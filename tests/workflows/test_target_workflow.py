@@ -141,7 +141,7 @@ async def test_unknown_failure_waits_for_operator_and_retry_resubmits(time_skipp
         assert st.failure_class == "unknown"
         w = st.waiting
         assert w and w.kind == "operator_decision" and w.target == KEY and st.job_ids[0] in w.detail
-        assert w.command == f"python starter.py decide {wid} {KEY} retry"
+        assert w.command == f"python starter.py decide {wid} {KEY} retry --by <your-name>"
         assert len(s.names("submit_job")) == 1
         ack = await handle.execute_update(TargetBuildWorkflow.decide, OperatorDecision(action="retry", by="ana"))
         assert "retry accepted" in ack

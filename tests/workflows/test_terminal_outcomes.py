@@ -121,9 +121,9 @@ async def test_a_waiting_target_makes_the_pipeline_wait_then_cancel_is_recorded(
         assert await handle.query(BuildPipelineWorkflow.stage) == "waiting"
         assert (await _attrs(handle))[0] == "waiting"
         w = rep.waiting[0]
-        assert (w.kind, w.target, w.command) == ("operator_decision", KEY, f"python starter.py decide {wid} {KEY} retry")
+        assert (w.kind, w.target, w.command) == ("operator_decision", KEY, f"python starter.py decide {wid} {KEY} retry --by <your-name>")
         shown = await details(handle)
-        assert "stage **waiting**" in shown and f"`python starter.py decide {wid} {KEY} retry`" in shown
+        assert "stage **waiting**" in shown and f"`python starter.py decide {wid} {KEY} retry --by <your-name>`" in shown
 
         await handle.cancel()
         with pytest.raises(WorkflowFailureError) as info:
