@@ -77,21 +77,51 @@ def skopeo_digest(host: str, ref: str, user: str, token: str) -> str | None:
     return "sha256:" + hashlib.sha256(out.stdout).hexdigest() if out.returncode == 0 else None
 
 
+class _Stopped(KeyboardInterrupt):
+    """SIGTERM/SIGHUP, raised where the demo is (like Ctrl-C's KeyboardInterrupt) so the same cleanup runs."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stopped(signum, _frame) -> None:
+    raise _Stopped(signum)
+
+
+def _stop_like_ctrl_c() -> None:
+    """Why: by default SIGTERM (``kill``, a CI timeout, a closing terminal's SIGHUP) ends Python at once,
+    skipping every ``finally``: the worker and the four services of the stack would be left running."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_stopped)
+
+
+def _no_interruptions() -> None:
+    """While stopping: a second Ctrl-C or SIGTERM must not cut the cleanup short."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 @click.command()
 @click.option("--state-dir", type=click.Path(path_type=Path), default=None,
               help="Where the stack keeps its state (default: a fresh temporary directory).")
 @click.option("--arch", "archs", multiple=True, default=("amd64",), show_default=True)
 @click.option("--variant", "variants", multiple=True, default=("standard",), show_default=True)
-@click.option("--keep", is_flag=True, help="Leave the stack and worker running until Ctrl-C.")
+@click.option("--keep", is_flag=True, help="Leave the stack and worker running until Ctrl-C or SIGTERM.")
 @click.option("--timeout", default=900, show_default=True, help="Give up after this many seconds.")
 def main(state_dir, archs, variants, keep, timeout):
     from sandbox.stack import IMAGE_REPO_PATH, MARINSKYRL_SLUG, SandboxStack
 
+    _stop_like_ctrl_c()
     state_dir = state_dir or Path(tempfile.mkdtemp(prefix="gpu-rl-sandbox-"))
     click.echo(f"sandbox state: {state_dir}")
-    stack = SandboxStack(state_dir).start()
     worker = None
     code = 1
+    try:
+        stack = SandboxStack(state_dir).start()  # stops what it started if interrupted half-way
+    except KeyboardInterrupt as e:
+        click.echo(f"interrupted ({e}) while starting the stack; sandbox stopped", err=True)
+        sys.exit(128 + getattr(e, "signum", signal.SIGINT))
     try:
         config = stack.config_path
         click.echo(f"Temporal UI: {stack.temporal.ui_url}")
@@ -150,12 +180,17 @@ def main(state_dir, archs, variants, keep, timeout):
                 code = 1
         click.echo(f"Temporal UI: {stack.temporal.ui_url}/namespaces/default/workflows/{wid}")
         if keep:
-            click.echo("stack is up (--keep); Ctrl-C to stop everything")
+            click.echo("stack is up (--keep); Ctrl-C or SIGTERM to stop everything")
+            sys.stdout.flush()
             try:
                 signal.pause()
             except KeyboardInterrupt:
                 pass
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM or SIGHUP before the end: stop everything, say so
+        code = 128 + getattr(e, "signum", signal.SIGINT)
+        click.echo(f"interrupted ({e or 'SIGINT'}); stopping everything", err=True)
     finally:
+        _no_interruptions()
         if worker is not None and worker.poll() is None:
             os.killpg(worker.pid, signal.SIGTERM)
             try:
