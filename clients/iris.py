@@ -1,7 +1,9 @@
 """Iris controller client: Connect RPC JSON over httpx, typed, Temporal-free.
 
-Targets the legacy ``iris.cluster.ControllerService`` surface of marin-iris 0.2.20 (still served by
-newer controllers) plus ``finelog.logging.LogService/FetchLogs``. Replies are parsed leniently:
+Targets ``iris.cluster.ControllerService`` of marin-iris 0.2.227 and the finelog log server behind the
+controller's endpoint proxy (``/proxy/system.log-server/finelog.logging.LogService/FetchLogs``; 0.2.227
+answers the old top-level ``/finelog.logging.LogService/FetchLogs`` with 404). Paths, RPCs and fields
+are checked against the installed marin-iris protos by tests/contract. Replies are parsed leniently:
 int64 arrives as strings, enums as names (sometimes numbers), default fields are omitted and newer
 controllers add fields; unknown fields are ignored, missing ones get defaults.
 
@@ -313,6 +315,10 @@ class LaunchSpec(_Model):
     resources: Resources = Resources()
     replicas: int = Field(default=1, ge=1)
     max_retries_failure: int = Field(default=0, ge=0)
+    # Job-level failure budget. None: equal to ``max_retries_failure``, as ``iris job run --max-retries N``
+    # sends it (iris/cli/job.py: max_retries_failure=N, max_task_failures=N); 0.2.227 fails a job whose
+    # failed tasks exceed it even while the task still has retries left.
+    max_task_failures: int | None = Field(default=None, ge=0)
     max_retries_preemption: int = Field(default=1000, ge=0)
     timeout_s: float | None = None  # per task
     scheduling_timeout_s: float | None = None
@@ -347,6 +353,7 @@ class LaunchSpec(_Model):
             "environment": {"envVars": dict(self.env)},
             "replicas": self.replicas,
             "maxRetriesFailure": self.max_retries_failure,
+            "maxTaskFailures": self.max_retries_failure if self.max_task_failures is None else self.max_task_failures,
             "maxRetriesPreemption": self.max_retries_preemption,
             "existingJobPolicy": f"EXISTING_JOB_POLICY_{self.existing_job_policy.upper()}",
             "clientRevisionDate": self.client_revision_date or default_revision_date,
@@ -472,6 +479,10 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
 
 CONTROLLER_SERVICE = "iris.cluster.ControllerService"
 LOG_SERVICE = "finelog.logging.LogService"
+# The controller proxies endpoint ``/system/log-server`` at ``/proxy/system.log-server`` (marin-iris:
+# ``rigging.connect.proxy_path(iris.cluster.endpoints.LOG_SERVER_ENDPOINT_NAME)``; the contract test
+# checks this equals it).
+LOG_SERVER_PROXY_PREFIX = "/proxy/system.log-server"
 LIST_JOBS_PAGE = 500
 LIST_JOBS_MAX_OFFSET = 5000
 _ARCH_ATTRIBUTE_KEYS = ("arch", "architecture", "cpu-arch", "cpu_arch", "kubernetes.io/arch", "machine")
@@ -550,9 +561,9 @@ class IrisClient:
                                revision_date=self.client_revision_date, cluster_name=self.cluster_name)
         raise _ERRORS_BY_CODE.get(code, Internal)(method, code, message, r.status_code)
 
-    async def _call(self, method: str, body: dict, *, service: str = CONTROLLER_SERVICE,
+    async def _call(self, method: str, body: dict, *, service: str = CONTROLLER_SERVICE, prefix: str = "",
                     retry: bool = True, timeout_s: float | None = None, secrets: Iterable[str] = ()) -> dict:
-        path = f"/{service}/{method}"
+        path = f"{prefix}/{service}/{method}"
         attempts = self._max_attempts if retry else 1
         delay = self._backoff_s
         for attempt in range(1, attempts + 1):
@@ -673,7 +684,7 @@ class IrisClient:
             body["substring"] = substring
         if min_level:
             body["minLevel"] = min_level
-        reply = await self._call("FetchLogs", body, service=LOG_SERVICE)
+        reply = await self._call("FetchLogs", body, service=LOG_SERVICE, prefix=LOG_SERVER_PROXY_PREFIX)
         return LogPage(entries=[LogEntry.from_wire(e) for e in reply.get("entries") or []],
                        cursor=_int(reply.get("cursor"), cursor or 0))
 

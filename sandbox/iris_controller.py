@@ -1,4 +1,4 @@
-"""A real marin-iris 0.2.20 controller in local mode, run as a subprocess for tests and the sandbox.
+"""A real marin-iris controller (0.2.227) in local mode, run as a subprocess for tests and the sandbox.
 
 Why a subprocess: the local cluster runs its workers as threads and every task as a host
 subprocess; keeping all of that out of the test process lets ``stop()`` kill it as a unit and lets
@@ -154,7 +154,7 @@ def _start_once(
     """Start a local controller on 127.0.0.1 (a free port unless ``port`` is given, e.g. to restart on
     the same URL) with its state under ``state_dir``; return once ``GET /health`` answers ok.
 
-    ``timeout_scan_interval_s``: 0.2.20 checks per-task execution timeouts only every 60 s; tests
+    ``timeout_scan_interval_s``: the controller checks per-task execution timeouts only every 60 s; tests
     may shorten that scan (the only behaviour changed; None keeps the controller's own 60 s)."""
     state_dir = Path(state_dir).resolve()
     for sub in ("home", "tmp", "cwd"):
@@ -210,28 +210,32 @@ def _tail(path: Path, n: int = 20) -> str:
 
 
 def _serve(state_dir: Path, port: int, timeout_scan_interval_s: float | None = None) -> None:
-    """Subprocess body: build the local cluster with its DB and bundle store under state_dir."""
+    """Subprocess body: build the local cluster with its DB, log server and bundle store under state_dir.
+
+    0.2.227 moved the local cluster to ``iris.cluster.local_cluster.LocalCluster`` and its config to
+    ``iris/config/examples/local.yaml`` (a pydantic ``IrisClusterConfig`` loaded by ``load_config``)."""
     from importlib.resources import files
 
-    from iris.cluster.backends.local.cluster import LocalCluster
-    from iris.cluster.config import IrisConfig, make_local_config
+    from iris.cluster.config import load_config, make_local_config
+    from iris.cluster.local_cluster import LocalCluster
 
-    config_path = files("iris") / "config" / "local.yaml"
-    proto = make_local_config(IrisConfig.load(str(config_path)).proto)
-    proto.controller.local.port = port
-    _shape_like_coreweave(proto)
+    config = make_local_config(load_config(str(files("iris") / "config" / "examples" / "local.yaml")))
+    config.controller.local.port = port
+    _shape_like_coreweave(config)
     bundles = state_dir / "bundles"
     bundles.mkdir(exist_ok=True)
-    proto.storage.remote_state_dir = f"file://{bundles}"
+    config.storage.remote_state_dir = f"file://{bundles}"
 
-    class _Dir:  # stands in for the TemporaryDirectory LocalCluster keeps its DB in
+    class _Dir:  # stands in for the TemporaryDirectory LocalCluster keeps its DB and log server in
         name = str(state_dir / "db")
 
         def cleanup(self) -> None:
             pass
 
-    cluster = LocalCluster(proto)
-    cluster._db_dir = _Dir()  # noqa: SLF001 - keep the DB in state_dir so a restart restores it
+    Path(_Dir.name).mkdir(exist_ok=True)
+    cluster = LocalCluster(config)
+    cluster._db_dir.cleanup()  # noqa: SLF001 - the temporary one it made; ours survives a restart
+    cluster._db_dir = _Dir()  # noqa: SLF001 - keep the DB (and logs) in state_dir so a restart restores it
     url = cluster.start()
     if timeout_scan_interval_s:
         from rigging.timing import RateLimiter
@@ -246,25 +250,28 @@ def _serve(state_dir: Path, port: int, timeout_scan_interval_s: float | None = N
     cluster.stop()
 
 
-def _shape_like_coreweave(proto) -> None:
+def _shape_like_coreweave(config) -> None:
     """Advertise node shapes like the CoreWeave pools the ops templates target.
 
     The local scheduler believes the config's worker sizes (tasks are host processes either way), so
     the real launch templates (48 CPU / 512 GB on amd64; GB200x1 / 96 CPU / 640 GB on arm64) schedule
     here unchanged instead of the service shrinking real requests for the sandbox."""
-    cpu = proto.scale_groups["cpu"]
-    cpu.resources.cpu_millicores = 128_000
-    cpu.resources.memory_bytes = 2014 * 2**30
-    cpu.resources.disk_bytes = 2 * 2**40
-    cpu.slice_template.disk_size_gb = 2048
-    gpu = proto.scale_groups["gb200"]
-    gpu.CopyFrom(cpu)
-    gpu.name = "gb200"
-    gpu.resources.cpu_millicores = 144_000
-    gpu.resources.memory_bytes = 955 * 2**30
-    gpu.resources.device_type = gpu.slice_template.accelerator_type = 2  # ACCELERATOR_TYPE_GPU
-    gpu.resources.device_variant = gpu.slice_template.accelerator_variant = "GB200"
-    gpu.resources.device_count = gpu.slice_template.gpu_count = 4
+    from iris.cluster.config import ScaleGroupConfig
+
+    base = config.scale_groups["cpu"].model_dump(exclude_none=True)
+    base.pop("resources", None)
+    shapes = {
+        "cpu": {"cpu_millicores": 128_000, "memory_bytes": 2014 * 2**30, "disk_bytes": 2 * 2**40,
+                "device_type": "cpu", "device_variant": "cpu"},
+        "gb200": {"cpu_millicores": 144_000, "memory_bytes": 955 * 2**30, "disk_bytes": 2 * 2**40,
+                  "device_type": "gpu", "device_variant": "GB200", "device_count": 4},
+    }
+    capacity = config.scale_groups["cpu"].resources.capacity_type
+    config.scale_groups = {
+        name: ScaleGroupConfig.model_validate(
+            {**base, "name": name, "resources": {**res, "capacity_type": capacity}})
+        for name, res in shapes.items()
+    }
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
-"""Session fixtures for the real local Iris controller (marin-iris 0.2.20, local mode).
+"""Session fixtures for the real local Iris controller (marin-iris 0.2.227, local mode).
 
 ``iris_controller``: one controller subprocess per test session (started lazily, stopped with all its
-tasks at session end); its per-task-timeout scan runs every 1 s instead of 0.2.20's 60 s so the
+tasks at session end); its per-task-timeout scan runs every 1 s instead of the controller's 60 s so the
 timeout test stays short. ``iris_client``: an ``IrisClient`` bound to it sending today's date as
 ``client_revision_date`` (the controller's freshness gate stays on).
 """

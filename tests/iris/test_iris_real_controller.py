@@ -1,4 +1,4 @@
-"""IrisClient against a real marin-iris 0.2.20 controller in local mode (tasks are host processes)."""
+"""IrisClient against a real marin-iris 0.2.227 controller in local mode (tasks are host processes)."""
 
 from __future__ import annotations
 
@@ -68,24 +68,39 @@ async def test_per_task_timeout(iris_client, iris_job_name):
     assert "timeout" in info.error.lower()
 
 
-async def test_scheduling_timeout_is_unschedulable(iris_client, iris_job_name):
-    name = iris_job_name("unsched")
-    big = Resources(cpu_millicores=999_000, memory_bytes=SMALL.memory_bytes, disk_bytes=SMALL.disk_bytes)
-    await iris_client.launch_job(bash_spec(name, "true", resources=big, scheduling_timeout_s=2))
-    info = await wait_terminal(iris_client, name)
-    assert info.state is JobState.UNSCHEDULABLE
-    assert "Scheduling timeout" in info.error
+GB200_NODE = Resources(cpu_millicores=1000, memory_bytes=SMALL.memory_bytes, gpu=GpuRequest(variant="GB200", count=4))
 
 
-async def test_too_much_cpu_stays_pending_with_reason(iris_client, iris_job_name):
-    name = iris_job_name("pending")
+async def test_waiting_for_capacity_pending_reason_then_scheduling_timeout(iris_client, iris_job_name):
+    """All four GB200 nodes busy: a fifth whole-node job waits with a reason, and one with a scheduling
+    timeout becomes UNSCHEDULABLE (0.2.227 refuses a request no node could hold at launch instead)."""
+    blocker = iris_job_name("block")
+    await iris_client.launch_job(bash_spec(blocker, "sleep 120", resources=GB200_NODE, replicas=4))
+    try:
+        await wait_for(iris_client, blocker, lambda i: [t.state for t in i.tasks] == [TaskState.RUNNING] * 4,
+                       timeout_s=120)
+        waiting = iris_job_name("pending")
+        await iris_client.launch_job(bash_spec(waiting, "true", resources=GB200_NODE))
+        info = await wait_for(iris_client, waiting, lambda i: bool(i.pending_reason))
+        assert info.state is JobState.PENDING
+        assert "GPU" in info.pending_reason or "gpu" in info.pending_reason
+        await iris_client.terminate(waiting)
+        assert (await wait_terminal(iris_client, waiting)).state is JobState.KILLED
+
+        name = iris_job_name("unsched")
+        await iris_client.launch_job(bash_spec(name, "true", resources=GB200_NODE, scheduling_timeout_s=2))
+        info = await wait_terminal(iris_client, name)
+        assert info.state is JobState.UNSCHEDULABLE
+        assert "Scheduling timeout" in info.error
+    finally:
+        await iris_client.terminate(blocker)
+
+
+async def test_more_cpu_than_any_node_rejected_at_launch(iris_client, iris_job_name):
     big = Resources(cpu_millicores=999_000, memory_bytes=SMALL.memory_bytes, disk_bytes=SMALL.disk_bytes)
-    await iris_client.launch_job(bash_spec(name, "true", resources=big))
-    info = await wait_for(iris_client, name, lambda i: bool(i.pending_reason))
-    assert info.state is JobState.PENDING
-    assert "CPU" in info.pending_reason
-    await iris_client.terminate(name)
-    assert (await wait_terminal(iris_client, name)).state is JobState.KILLED
+    with pytest.raises(FailedPrecondition) as err:
+        await iris_client.launch_job(bash_spec(iris_job_name("big"), "true", resources=big))
+    assert "unschedulable" in err.value.message and "cpu" in err.value.message
 
 
 async def test_infeasible_device_rejected_at_launch(iris_client, iris_job_name):
@@ -144,6 +159,24 @@ async def test_logs_with_cursor(iris_client, iris_job_name):
     assert [e.data for e in exact.entries] == data
 
 
+async def test_logs_only_behind_the_log_server_proxy(iris_controller, iris_client, iris_job_name):
+    """0.2.227 serves FetchLogs only behind the controller's endpoint proxy: the old top-level path is
+    404, so a client calling it could never judge a build (issue #17)."""
+    import httpx
+
+    from clients.iris import LOG_SERVER_PROXY_PREFIX, LOG_SERVICE
+
+    name = iris_job_name("proxy")
+    await iris_client.launch_job(bash_spec(name, "echo via-proxy"))
+    await wait_terminal(iris_client, name)
+    assert "via-proxy" in (await wait_for_logs(iris_client, name, 1)).lines
+    body = {"source": f"{name}/", "matchScope": "MATCH_SCOPE_PREFIX"}
+    async with httpx.AsyncClient(base_url=iris_controller.url) as http:
+        old = await http.post(f"/{LOG_SERVICE}/FetchLogs", json=body)
+        new = await http.post(f"{LOG_SERVER_PROXY_PREFIX}/{LOG_SERVICE}/FetchLogs", json=body)
+    assert (old.status_code, new.status_code) == (404, 200)
+
+
 async def wait_for_logs(client, name, n, tries=50):
     import asyncio
 
@@ -180,7 +213,9 @@ async def test_launch_error_message_is_scrubbed_of_env(iris_client, iris_job_nam
 
 
 async def test_freshness_gate_is_on(iris_controller, iris_job_name):
-    old = (datetime.date.today() - datetime.timedelta(days=30)).isoformat()
+    from iris.version import client_revision_date  # 0.2.227 measures the gate from its own build date
+
+    old = (datetime.date.fromisoformat(client_revision_date()) - datetime.timedelta(days=15)).isoformat()
     async with IrisClient(iris_controller.url, client_revision_date=old, cluster_name="local") as client:
         with pytest.raises(ClientTooOld) as err:
             await client.launch_job(bash_spec(iris_job_name("old"), "true"))
