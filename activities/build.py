@@ -55,7 +55,7 @@ from domain.models import (
     TerminateInput,
     ValidateInput,
 )
-from domain.redact import redact
+from domain.redact import redact, redact_obj
 from domain.validation import ExpectedImage, ValidationReport
 
 LOG_PAGE_LINES = 5000
@@ -176,7 +176,7 @@ class BuildActivities(ActivityGroup):
                 except Unavailable as e:
                     progress.controller_reachable = False
                     progress.error = f"controller unreachable: {e}"
-                activity.heartbeat(progress.model_dump(mode="json"))
+                activity.heartbeat(redact_obj(progress.model_dump(mode="json")))
                 if progress.terminal or time.monotonic() - started >= inp.return_after_s:
                     return progress
                 # Adaptive: poll fast right after a change, back off while nothing moves.

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from clients.kube import KubectlPortForward
 from clients.registry import RegistryPool
 from domain.config import ServiceConfig
 from domain.models import FileRef
+from domain.redact import redact_obj, redact_value
 
 CONTRACT_PATHS = ("AGENTS.md", ".agents/ops/gpu-rl-image-build.md", "docker/build_gpu_rl_kaniko.sh")
 # Every activity heartbeats this often while it runs (workflows/options.py sizes heartbeat timeouts to it),
@@ -108,7 +110,7 @@ class ActivityGroup:
             defn = getattr(value, "__temporal_activity_definition", None)
             if defn is None or getattr(value, "__activity_boundary__", False):
                 continue
-            wrapped = boundary(_heartbeating(value))
+            wrapped = boundary(_redacting(_heartbeating(value)))
             wrapped.__dict__.pop("__temporal_activity_definition", None)  # copied by functools.wraps
             setattr(cls, attr, activity.defn(name=defn.name)(wrapped))
 
@@ -123,6 +125,15 @@ class ActivityGroup:
 
     def all(self) -> list:
         raise NotImplementedError
+
+    _learned_at: float | None = None
+
+    def learn_secrets_once(self, max_age_s: float = 300.0) -> None:
+        """``learn_secrets`` at most every ``max_age_s`` (a credential command is not run per activity)."""
+        now = time.monotonic()
+        if self._learned_at is None or now - self._learned_at > max_age_s:
+            self.learn_secrets()
+            self._learned_at = now
 
     def learn_secrets(self) -> None:
         """Fetch every configured credential now so ``redact`` knows its current value, whichever
@@ -159,6 +170,18 @@ async def iris_client(config: ServiceConfig, cluster_name: str, *,
         yield client
 
 
+def _redacting(fn):
+    """Every activity result passes through ``redact_value`` before it becomes a history payload, after
+    this process learned every configured credential (a worker that took over never fetched them)."""
+    @functools.wraps(fn)
+    async def run(self, *args, **kwargs):
+        result = await fn(self, *args, **kwargs)
+        if isinstance(self, ActivityGroup):
+            await asyncio.to_thread(self.learn_secrets_once)
+        return redact_value(result)
+    return run
+
+
 def _heartbeating(fn):
     @functools.wraps(fn)
     async def run(*args, **kwargs):
@@ -178,7 +201,7 @@ class Heartbeater:
     async def _loop(self) -> None:
         while True:
             if activity.in_activity():
-                activity.heartbeat(self.details)
+                activity.heartbeat(redact_obj(self.details))
             await asyncio.sleep(self.every_s)
 
     async def __aenter__(self) -> Heartbeater:

@@ -16,6 +16,7 @@ import git
 from temporalio import activity
 
 from activities.common import ActivityGroup, Heartbeater, input_error
+from clients.child_env import child_env
 from clients.credentials import fetch_secret
 from clients.git_source import (
     DirtyWorktree,
@@ -34,7 +35,7 @@ from domain.contract import ContractError, load_contract
 from domain.issue_ref import parse_issue_ref
 from domain.models import MergeInput, PullRequestInfo, RecordInput, ReviewState, WatchInput
 from domain.pins import PinEntry, PinTableError, update_pin_table
-from domain.redact import redact
+from domain.redact import redact, redact_obj
 from domain.render import inert_markdown
 from domain.report import evidence_lines, target_rows
 from runtime.temporal import workflow_ui_url
@@ -107,7 +108,9 @@ class RecordActivities(ActivityGroup):
         except PinTableError as e:
             raise input_error(str(e)) from None
         if gh.lint_command:
-            out = subprocess.run(gh.lint_command, cwd=wt, capture_output=True, text=True, timeout=900)
+            # Repository code: it gets the allow-listed environment, none of the service's credentials.
+            out = subprocess.run(gh.lint_command, cwd=wt, capture_output=True, text=True, timeout=900,
+                                 env=child_env())
             if out.returncode != 0:
                 raise input_error(f"lint command {' '.join(gh.lint_command)} failed: {redact(out.stderr[-2000:])}")
         forbidden = sorted(set(worktree_changes(wt)) & protected)
@@ -176,7 +179,7 @@ class RecordActivities(ActivityGroup):
         async with gh:
             while True:
                 state = await _review_state(gh, inp.pr_number)
-                activity.heartbeat(state.model_dump(mode="json"))
+                activity.heartbeat(redact_obj(state.model_dump(mode="json")))
                 if state != inp.last or time.monotonic() - started >= inp.return_after_s:
                     return state
                 await asyncio.sleep(5)

@@ -148,6 +148,11 @@ class SourceActivities(ActivityGroup):
         base_date = git.Repo(wt).commit(inp.base_commit).committed_date
         result = commit_build_change(wt, message=message, request_id=inp.request_id, author=author,
                                      date=f"{base_date + 1} +0000")
+        # Before the push: a refused bundle (a symlink, a suspicious file) leaves nothing behind.
+        try:
+            bundle = build_bundle(wt, self.paths.bundle(inp.request_id, result.sha))
+        except BundleError as e:
+            raise input_error(f"Iris bundle of {result.sha[:12]} refused before submission: {e}") from None
         pushed = False
         if inp.push:
             try:
@@ -159,10 +164,6 @@ class SourceActivities(ActivityGroup):
             except GitSourceError as e:
                 raise input_error(f"push of {branch}: {e}") from None
             pushed = True
-        try:
-            bundle = build_bundle(wt, self.paths.bundle(inp.request_id, result.sha))
-        except BundleError as e:
-            raise input_error(f"Iris bundle of {result.sha[:12]} refused before submission: {e}") from None
         return SourceSnapshot(
             build_commit=result.sha, base_commit=inp.base_commit, branch=branch, pushed=pushed,
             created_commit=result.sha != inp.base_commit, harbor_commit=inp.harbor_commit, harbor_diff=diff,

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from clients.child_env import child_env
 from domain.bundle_rules import (
     MAX_BUNDLE_SIZE_BYTES,
     SNIFF_BYTES,
@@ -62,6 +63,18 @@ class NotAGitWorktree(BundleError):
     pass
 
 
+class NotARegularFile(BundleError):
+    """A bundle path that is a symlink or resolves outside the worktree: it would ship whatever the link
+    points at on the worker (a mounted secret, another checkout) to Iris, its bundle store and the image."""
+
+    def __init__(self, found: list[tuple[str, str]]):
+        listed = "; ".join(f"{path}: {reason}" for path, reason in found[:10])
+        more = f" (+{len(found) - 10} more)" if len(found) > 10 else ""
+        super().__init__(f"the bundle holds regular files of the repository only: {listed}{more}; remove the "
+                         "link from the repository (or replace it with the file it points at)")
+        self.found = found
+
+
 class BundleInfo(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -78,13 +91,36 @@ def list_bundle_files(worktree: Path) -> list[str]:
     try:
         out = subprocess.run(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=worktree, capture_output=True, check=True,
+            cwd=worktree, capture_output=True, check=True, env=child_env(),
         ).stdout
     except subprocess.CalledProcessError as exc:
         raise NotAGitWorktree(f"{worktree}: git ls-files failed: {exc.stderr.decode(errors='replace')}") from exc
     paths = [p.decode("utf-8", errors="surrogateescape") for p in out.split(b"\0")]
-    # Iris keeps what is_file() accepts: deleted tracked files drop out, symlinks to files ride as content.
-    return [p for p in filter_bundle_paths(paths) if (worktree / p).is_file()]
+    # Iris keeps what is_file() accepts, following links: a tracked symlink would ship its target's content.
+    # Refused instead (a deleted tracked file still drops out).
+    root = worktree.resolve()
+    kept, refused = [], []
+    for p in filter_bundle_paths(paths):
+        full = worktree / p
+        if full.is_symlink() or any(parent.is_symlink() for parent in _parents_within(worktree, p)):
+            refused.append((p, f"symlink to {os.readlink(full) if full.is_symlink() else 'a linked directory'}"))
+        elif not full.exists():
+            continue
+        elif not full.resolve().is_relative_to(root):
+            refused.append((p, "resolves outside the worktree"))
+        elif full.is_file():
+            kept.append(p)
+        else:
+            refused.append((p, "not a regular file"))
+    if refused:
+        raise NotARegularFile(refused)
+    return kept
+
+
+def _parents_within(worktree: Path, rel: str) -> list[Path]:
+    """The directories between ``worktree`` and ``rel`` (a linked directory makes every file below it a link)."""
+    parts = Path(rel).parts[:-1]
+    return [worktree.joinpath(*parts[:i]) for i in range(1, len(parts) + 1)]
 
 
 def describe_files(worktree: Path, paths: list[str]) -> list[BundleFile]:

@@ -23,14 +23,35 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import git
+import git.cmd
+import git.index.fun
 import gitdb.exc
 from pydantic import BaseModel, ConfigDict
+
+from clients.child_env import child_env
 
 TRAILER_KEY = "Build-Request"
 MANAGED_CONFIG_KEY = "gpu-rl-builder.managed"
 _TRAILER_RE = re.compile(rf"^{TRAILER_KEY}:\s*(\S+)\s*$", re.MULTILINE)
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _PIN_VALUE_RE = re.compile(r"^[A-Za-z0-9._+:/@-]+$")
+
+
+# ------------------------------------------------------------------------ the environment of git
+_gitpython_popen = git.cmd.safer_popen
+
+
+def _allow_listed_popen(*args, env=None, **kwargs):
+    """Every git process GitPython starts (commands and its persistent ``cat-file``) gets the allow-listed
+    environment (clients/child_env.py) plus git's own ``GIT_*`` settings. Why wrapping GitPython's one
+    spawn point: ``Git.execute`` always starts from a copy of ``os.environ`` and has no option not to."""
+    return _gitpython_popen(*args, env=child_env(base=env or {}, allow={k for k in env or {} if k.startswith("GIT_")}),
+                            **kwargs)
+
+
+if getattr(git.cmd.safer_popen, "__name__", "") != "_allow_listed_popen":
+    git.cmd.safer_popen = _allow_listed_popen
+    git.index.fun.safer_popen = _allow_listed_popen  # commit hooks (we pass --no-verify; still covered)
 
 
 # ----------------------------------------------------------------------------------------- errors

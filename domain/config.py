@@ -7,6 +7,7 @@ them at execution time (``CredentialSource``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tomllib
 from pathlib import Path
@@ -43,7 +44,12 @@ class CredentialSource(_Model):
             case "file":
                 return f"file:{self.path}"
             case "command":
-                return "command:" + " ".join(self.argv or [])
+                # The executable's name and a fingerprint of the argv: an argument may itself be a
+                # secret (``--token=…``), and this text reaches plans, history and errors.
+                argv = self.argv or []
+                exe = os.path.basename(argv[0]) if argv else "?"
+                digest = hashlib.sha256("\0".join(argv).encode()).hexdigest()[:12]
+                return f"command:{exe} (argv sha256:{digest})"
             case "temporal_profile":
                 return f"temporal-profile:{self.name}" + (f"@{self.path}" if self.path else "")
             case _:

@@ -120,3 +120,25 @@ def test_suspicious_rules_pure():
 )
 def test_always_excluded_patterns(path: str, excluded: bool):
     assert is_excluded(path) is excluded
+
+
+@pytest.mark.parametrize("link", ["file", "dir", "dangling", "inside"])
+def test_symlinks_are_refused_naming_the_path(checkout: Path, tmp_path: Path, link: str):
+    """A tracked symlink would ship what it points at on the worker (a mounted token) to Iris and the image."""
+    from clients.bundle import NotARegularFile
+
+    secret = tmp_path / "worker-secret"
+    secret.write_text("worker-only-token\n")
+    (tmp_path / "secrets-dir").mkdir()
+    (tmp_path / "secrets-dir/token").write_text("worker-only-token\n")
+    target = {"file": secret, "dir": tmp_path / "secrets-dir", "dangling": tmp_path / "nope",
+              "inside": Path("../README.md")}[link]
+    (checkout / "skyrl-train").mkdir()
+    os.symlink(target, checkout / "skyrl-train/NOTES.txt")
+    repo = git.Repo(checkout)
+    repo.git.add("--all", "--force")
+    repo.git.execute(["git", "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "link"])
+    out = tmp_path / "b.zip"
+    with pytest.raises(NotARegularFile, match="skyrl-train/NOTES.txt: symlink to "):
+        build_bundle(checkout, out)
+    assert not out.exists()
