@@ -8,6 +8,7 @@ them at execution time (``CredentialSource``).
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 import tomllib
 from pathlib import Path
@@ -56,6 +57,37 @@ class CredentialSource(_Model):
                 return f"literal:{self.value}"
 
 
+def split_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for an IPv6 literal) → (host, port); ValueError naming the value."""
+    host, sep, port = address.strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    bad = (not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c in host for c in "/[] ")
+           or (":" in host and not _is_ip(host)))
+    if bad:
+        raise ValueError(f"address {address[:80]!r}: expected HOST:PORT (e.g. temporal.example.org:7233, "
+                         "[::1]:7233)")
+    return host, int(port)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def is_loopback_host(host: str) -> bool:
+    """``localhost`` or a loopback IP literal (a name is never resolved: DNS must not decide)."""
+    if host.lower() in ("localhost", "localhost.localdomain") or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class TemporalSettings(_Model):
     """How to reach Temporal. ``runtime.temporal.resolve_config`` layers a Temporal client profile,
     TEMPORAL_* variables and command-line flags over these values; TLS material is named by path."""
@@ -71,6 +103,14 @@ class TemporalSettings(_Model):
     tls_client_cert_path: str | None = None  # mTLS pair (Temporal Cloud certificates, team server)
     tls_client_key_path: str | None = None
     tls_server_name: str | None = None  # SNI / certificate name override
+
+    @model_validator(mode="after")
+    def _address(self) -> TemporalSettings:
+        split_address(self.address)  # HOST:PORT, refused here (config, profile, TEMPORAL_ADDRESS, --address)
+        return self
+
+    def uses_tls(self) -> bool:
+        return bool(self.tls or self.tls_client_cert_path or self.tls_server_ca_cert_path or self.tls_server_name)
 
     @model_validator(mode="after")
     def _mtls_pair(self) -> TemporalSettings:
@@ -280,11 +320,19 @@ def load_config(path: str | os.PathLike[str] | None = None) -> ServiceConfig:
         raise ConfigError(f"no configuration file: pass --config or set {CONFIG_ENV}")
     p = Path(path).expanduser()
     try:
-        data = tomllib.loads(p.read_text())
+        data = tomllib.loads(p.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{p}: configuration file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: is a directory, not a configuration file") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {e.start}); save the configuration as UTF-8") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the configuration file: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: not a TOML table")
     try:
         return ServiceConfig.model_validate(data)
     except ValidationError as e:

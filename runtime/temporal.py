@@ -29,7 +29,14 @@ from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import TLSConfig
 
 from clients.credentials import fetch_secret
-from domain.config import ConfigError, CredentialSource, ServiceConfig, TemporalSettings
+from domain.config import (
+    ConfigError,
+    CredentialSource,
+    ServiceConfig,
+    TemporalSettings,
+    is_loopback_host,
+    split_address,
+)
 from domain.redact import register_secret
 
 
@@ -149,8 +156,22 @@ def _api_key(source: CredentialSource) -> str:
     return profile.api_key
 
 
+def check_transport(settings: TemporalSettings) -> str | None:
+    """Refuse an API key over plaintext to anything but loopback (``ConfigError``: one line, exit 2,
+    before any byte is sent); return a warning for loopback (a local dev server has no TLS)."""
+    if not settings.api_key or settings.uses_tls():
+        return None
+    host, _ = split_address(settings.address)
+    if not is_loopback_host(host):
+        raise ConfigError(f"temporal.api_key is set but TLS is off for {settings.address}: refusing to send the "
+                          "API key in cleartext; set temporal.tls = true (or TEMPORAL_TLS=true), or drop the key")
+    return (f"warning: the Temporal API key goes in cleartext to {settings.address} (loopback, so allowed); "
+            "set temporal.tls = true for anything else")
+
+
 def connect_kwargs(settings: TemporalSettings) -> dict[str, Any]:
     """Keyword arguments for ``Client.connect`` (secrets and key material are read here, not earlier)."""
+    warning = check_transport(settings)  # before the key is read or anything is sent
     tls: bool | TLSConfig = settings.tls
     if settings.tls_client_cert_path or settings.tls_server_ca_cert_path or settings.tls_server_name:
         tls = TLSConfig(
@@ -162,12 +183,15 @@ def connect_kwargs(settings: TemporalSettings) -> dict[str, Any]:
             client_private_key=(_read_pem(settings.tls_client_key_path, "tls_client_key_path")
                                 if settings.tls_client_key_path else None),
         )
-    return {
+    kwargs = {
         "target_host": settings.address,
         "namespace": settings.namespace,
         "api_key": _api_key(settings.api_key) if settings.api_key else None,
         "tls": tls,
     }
+    if warning:
+        click.echo(warning, err=True)
+    return kwargs
 
 
 def describe(settings: TemporalSettings) -> str:
