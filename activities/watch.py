@@ -1,63 +1,83 @@
-"""The per-cluster Iris watcher: one request per interval for every running job, targets woken on change.
+"""The per-cluster Iris watcher: one status request per interval for every running job, targets woken on change.
 
 Why a long-lived heartbeating activity (run by ``workflows/watcher.py``) rather than a workflow that
-polls with a timer: the poll loop keeps its state (what each target was last told, the log cursors,
-the Iris client and, for tunnelled clusters, one kubectl port-forward) in memory for its whole life,
-and a poll that finds nothing new costs no history event at all — only a heartbeat. The workflow
-holds the durable part (who watches which job) and restarts the activity after a crash; the
-activity's heartbeat details carry its small resume state and the live progress of every job (the
-Temporal UI shows them on the watcher workflow, ``starter.py follow`` reads them).
+polls with a timer: the poll loop keeps its working state (what each target was last told, the
+cluster's log cursor, the Iris client and, for tunnelled clusters, one kubectl port-forward) in memory
+for its whole life, and a poll that finds nothing new costs no history event at all. The workflow holds
+the durable part (who watches which job, and what each target was told, reported back in ``told``
+batches); a restarted activity rebuilds from it in pages. Every payload is bounded whatever the number
+of jobs (``domain/watch.py``): the heartbeat carries counters, the log cursor and the live progress of
+followed jobs only.
 
-Per interval (``policy.watch_interval_s``, a fixed cadence): one status request for every watched
-job — ``GetJobState`` with all ids, or every ``watch_progress_interval_s`` instead ``ListJobs`` per
-(user prefix, state), which also brings pending reasons and preemption counts — and a ``GetJobStatus``
-(no tasks) only for a job whose state changed. Per job, every ``watch_progress_interval_s`` (or
-``watch_follow_interval_s`` while someone follows it): one ``FetchLogs`` page from its cursor for the
-latest build marker.
+Per tick, on an adaptive cadence inside a per-cluster token bucket of
+``policy.watch_status_budget_per_min`` status requests (fast while a job is followed or near its end,
+slow while every job is queued): one status request for every watched job — ``GetJobState`` with all
+ids, or every ``watch_progress_interval_s`` instead ``ListJobs`` per (user prefix, state), which also
+brings pending reasons and preemption counts. Jobs whose state changed are handed to a dispatcher beside
+the poll loop, which reads their details in batches (``ListJobs`` by common prefix and new state, newest
+first; ``GetJobStatus`` only for the few not found that way) and wakes their targets concurrently, so a
+burst of ends never delays the next poll. Logs: one ``FetchLogs`` per cluster every
+``watch_log_interval_s`` (``watch_follow_interval_s`` while someone follows) for the common prefix of
+every running job, from the log store's global cursor (``seq``), routed to jobs by key.
 
 Guarantees kept from per-target polling: an unreachable controller is never terminal (the job keeps
 its last known state, marked unreachable); a job absent from ``GetJobState`` is confirmed with
 ``GetJobStatus`` before it is reported missing, and missing is never success (the target lets the
-registry decide).
+registry decide). A loop that makes no progress for ``STALL_S`` stops the activity (and its heartbeat),
+so Temporal retries it at once, on any worker, within one heartbeat timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Optional
 
 import httpx
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.build import _progress, _scan_markers
+from activities.build import _progress
 from activities.common import HEARTBEAT_EVERY_S, ActivityGroup, Heartbeater, iris_client
 from clients.iris import IrisClient, JobState, NotFound, Unavailable
 from domain.config import PolicySettings, ServiceConfig
 from domain.models import JobProgress
 from domain.watch import (
+    TOLD_BATCH,
+    AdoptChunk,
     FollowRequest,
+    PageRequest,
     WatchClusterInput,
     WatchClusterResult,
     WatcherInput,
     WatchJobInput,
+    WatchPage,
     WatchRequest,
     WatchSet,
+    marker_set_key,
     should_wake,
     user_prefix,
     watcher_id,
 )
 
 JOB_CHANGED_SIGNAL = "job_changed"  # TargetBuildWorkflow.job_changed
-LOG_FETCH_CONCURRENCY = 4  # the controller serves at most 4 FetchLogs at once
-DETAIL_CONCURRENCY = 8  # GetJobStatus of jobs that changed in the same tick
-SIGNAL_CONCURRENCY = 16  # wake-ups sent at once
+DETAIL_CONCURRENCY = 8  # GetJobStatus of changed jobs not found by a batched ListJobs
+BATCH_MIN = 3  # this many changed jobs in one new state are read with one ListJobs, not one GetJobStatus each
+SIGNAL_CONCURRENCY = 32  # wake-ups sent at once
+LOG_PAGE = 5000  # lines per prefix FetchLogs
+LOG_PAGES_PER_READ = 4  # a read that finds full pages continues, at most this many requests per interval
+LOG_LOOKBACK_MS = 120_000  # a fresh cursor reads only lines newer than the watcher's start minus this
+FOLLOW_VIEW_MAX = 200  # live progress in the heartbeat: followed jobs only, at most this many
+STATUS_METHODS = ("GetJobState", "ListJobs", "GetJobStatus")
+STALL_S = 8.0  # a poll iteration (or dispatch) running longer than this is a stalled watcher
+POLL_DEADLINE_S = 5.0  # one status request's bound inside an iteration (past it: unreachable this tick)
 
 
 @dataclass
@@ -67,55 +87,146 @@ class Tracked:
     request: WatchRequest
     now: JobProgress  # the latest observation
     told: JobProgress  # what the target was last told (or told us it knows)
-    cursor: int = 0  # FetchLogs cursor (exclusive)
     told_at: float = 0.0  # monotonic time of the last wake-up sent
-    progress_at: float = float("-inf")  # monotonic time of the last progress refresh
-    detail_needed: bool = False  # fetch GetJobStatus on the next poll even if the state looks unchanged
+    detail_needed: bool = False  # fetch details on the next poll even if the state looks unchanged
+
+
+@dataclass
+class Budget:
+    """A token bucket of status requests per cluster: at most ``per_min`` a minute on average, bursts of a
+    few (``cap``). Requests made off the poll loop (details of a burst) may overdraw it: the next poll
+    then waits, so the minute's total stays within the budget."""
+
+    per_min: float
+    clock: Callable[[], float] = time.monotonic
+    cap: float = 3.0
+    tokens: float = 1.0
+    at: float | None = None
+
+    def _refill(self) -> None:
+        now = self.clock()
+        if self.at is not None:
+            self.tokens = min(self.cap, self.tokens + (now - self.at) * self.per_min / 60.0)
+        self.at = now
+
+    def spend(self, n: float = 1.0) -> None:
+        self._refill()
+        self.tokens -= n
+
+    def wait_s(self) -> float:
+        """Seconds until one request may be made."""
+        self._refill()
+        return 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) * 60.0 / self.per_min
+
+
+def common_prefix(job_ids: list[str]) -> str:
+    """The longest common prefix of ``job_ids`` (one job: ``<job>/``): the FetchLogs/ListJobs prefix
+    that covers all of them and as few other jobs as possible."""
+    if not job_ids:
+        return "/"
+    if len(job_ids) == 1:
+        return f"{job_ids[0]}/"
+    return os.path.commonprefix(job_ids) or "/"
 
 
 @dataclass
 class ClusterWatch:
-    """The watcher's loop body, Temporal-free: ``sync`` the watch set, ``poll``, ``refresh`` progress,
-    then ``wakeups`` says which targets to signal. Tests drive it directly against a real controller."""
+    """The watcher's loop body, Temporal-free: ``apply`` pages of the watch set, ``poll``, ``dispatch`` the
+    changes, ``read_logs``; ``wakeups`` says which targets to signal. Tests drive it directly."""
 
     policy: PolicySettings
     jobs: dict[str, Tracked] = field(default_factory=dict)
+    markers: dict[str, list[str]] = field(default_factory=dict)  # marker set key -> texts (once per contract)
     following: dict[str, float] = field(default_factory=dict)
     clock: Callable[[], float] = time.monotonic
     details_at: float = float("-inf")  # when the last ListJobs poll (with pending reasons, preemptions) ran
+    rev: int = 0  # the watch set revision applied so far
+    log_cursor: int = 0  # the log store's global cursor (seq) after the last prefix read
+    log_since_ms: int = 0  # a fresh cursor reads lines newer than this only
+    log_at: float = float("-inf")  # monotonic time of the last prefix read
+    dirty: set[str] = field(default_factory=set)  # jobs whose details the dispatcher must read
+    unreported: dict[str, JobProgress] = field(default_factory=dict)  # told targets, not yet told the workflow
+    hints: dict[str, str] = field(default_factory=dict)  # dirty job -> the state GetJobState reported
+    budget: Budget | None = None
+
+    def __post_init__(self) -> None:
+        if self.budget is None:
+            self.budget = Budget(self.policy.watch_status_budget_per_min, clock=self.clock)
+        if not self.log_since_ms:
+            self.log_since_ms = int(time.time() * 1000) - LOG_LOOKBACK_MS
 
     # ---------------------------------------------------------------- watch set
+    def _adopt(self, req: WatchRequest) -> None:
+        t = self.jobs.get(req.job_id)
+        if t is None:
+            # watch_job has just read the job's status: no second read unless it did not get one.
+            self.jobs[req.job_id] = Tracked(request=req, now=req.known.model_copy(), told=req.known.model_copy(),
+                                            told_at=self.clock(), detail_needed=req.known.state == "unknown")
+        elif t.request.registered_at != req.registered_at:
+            # A re-registration resets what the target is known to know: anything it missed is re-sent.
+            t.request, t.told, t.told_at = req, req.known.model_copy(), self.clock()
+        else:
+            t.request = req
+
+    def apply(self, page: WatchPage) -> None:
+        """One page of the workflow's ``changes`` (in revision order)."""
+        self.markers.update(page.marker_sets)
+        for job_id in page.removed:
+            self.jobs.pop(job_id, None)
+            self.following.pop(job_id, None)
+            self.dirty.discard(job_id)
+        for req in page.watches:
+            self._adopt(req)
+            if req.job_id in page.following:
+                self.following[req.job_id] = page.following[req.job_id]
+        self.rev = max(self.rev, page.next)
+
     def sync(self, ws: WatchSet) -> None:
-        """Adopt the workflow's watch set: add new jobs, drop removed ones; a re-registration (new
-        ``registered_at``) resets what the target is known to know, so anything it missed is re-sent."""
+        """Adopt a whole watch set (markers inline): add new jobs, drop the others."""
         wanted = {w.job_id: w for w in ws.watches}
-        for job_id in list(self.jobs):
-            if job_id not in wanted:
-                del self.jobs[job_id]
-        for job_id, req in wanted.items():
-            t = self.jobs.get(job_id)
-            if t is None:
-                # watch_job has just read the job's status: no second read unless it did not get one.
-                self.jobs[job_id] = Tracked(request=req, now=req.known.model_copy(), told=req.known.model_copy(),
-                                            told_at=self.clock(), detail_needed=req.known.state == "unknown",
-                                            progress_at=self.clock() - self._phase(job_id))
-            elif t.request.registered_at != req.registered_at:
-                t.request, t.told, t.told_at = req, req.known.model_copy(), self.clock()
+        for job_id in [j for j in self.jobs if j not in wanted]:
+            del self.jobs[job_id]
+        for req in wanted.values():
+            key = req.marker_set or marker_set_key(req.markers)
+            if req.markers:
+                self.markers.setdefault(key, list(req.markers))
+            self._adopt(req.model_copy(update={"markers": [], "marker_set": key}))
         self.following = dict(ws.following)
 
-    def _phase(self, job_id: str) -> float:
-        """A fixed per-job offset within the progress interval: the first log read of each job comes
-        within one interval of its registration, and the reads of many jobs are spread evenly instead of
-        hitting the controller all at once every minute."""
-        return self.policy.watch_progress_interval_s * (zlib.crc32(job_id.encode()) / 2**32)
+    def markers_of(self, job_id: str) -> list[str]:
+        t = self.jobs[job_id]
+        return self.markers.get(t.request.marker_set) or t.request.markers
+
+    # ---------------------------------------------------------------- cadence
+    def _followed(self, job_id: str) -> bool:
+        return self.following.get(job_id, 0) > time.time()
+
+    def _near_end(self, t: Tracked) -> bool:
+        """The job's latest marker is one of its final two: the build is pushing, its end is near."""
+        markers = self.markers.get(t.request.marker_set) or t.request.markers
+        return bool(markers) and t.now.last_marker is not None and t.now.last_marker in markers[-2:]
+
+    def interval(self) -> float:
+        """Seconds to the next poll: fast while a running job is followed or near its end, slow while
+        every job is queued, else the normal interval (the budget caps all of them)."""
+        running = [t for t in self.jobs.values() if not t.told.terminal and t.now.state == JobState.RUNNING.value]
+        pol = self.policy
+        if any(self._followed(j) or self._near_end(self.jobs[j]) for j in (t.request.job_id for t in running)):
+            return pol.watch_fast_interval_s
+        if not running and self._active():
+            return max(pol.watch_idle_interval_s, pol.watch_interval_s)
+        return pol.watch_interval_s
 
     # ---------------------------------------------------------------- one poll (one request)
+    def _active(self) -> list[str]:
+        return [j for j, t in self.jobs.items() if not t.told.terminal]
+
     async def poll(self, iris: IrisClient) -> None:
         """One status request for every watched job: ``GetJobState`` with all ids, or — when the details
         are due (every ``watch_progress_interval_s``) — ``ListJobs`` per (user prefix, state), which also
-        brings pending reasons and preemption counts. A job whose state differs (or is absent) gets one
-        ``GetJobStatus``: details are read per change, never per job per interval."""
-        ids = [j for j, t in self.jobs.items() if not t.told.terminal]
+        brings pending reasons and preemption counts. Jobs whose state differs (or that are absent) are
+        marked ``dirty`` for the dispatcher: details are read per change, never per job per interval."""
+        ids = self._active()
         if not ids:
             return
         now = self.clock()
@@ -123,48 +234,89 @@ class ClusterWatch:
             await self._poll_listing(iris, ids)
             self.details_at = now
             return
+        self.budget.spend()
         try:
-            states = await iris.job_states(ids)
-        except Unavailable as e:
+            states = await asyncio.wait_for(iris.job_states(ids), POLL_DEADLINE_S)
+        except (Unavailable, TimeoutError) as e:
             for j in ids:
                 self._unreachable(j, e)
             return
-        await self._read_details(iris, [
-            j for j in ids if (state := states.get(j)) is None or state.value != self.jobs[j].now.state
-            or self.jobs[j].detail_needed or not self.jobs[j].now.controller_reachable])
+        for j in ids:
+            t, state = self.jobs[j], states.get(j)
+            if state is None or state.value != t.now.state or t.detail_needed or not t.now.controller_reachable:
+                self.dirty.add(j)
+                if state is not None:
+                    self.hints[j] = state.value
 
     async def _poll_listing(self, iris: IrisClient, ids: list[str]) -> None:
         wanted = sorted({(user_prefix(j), self.jobs[j].now.state) for j in ids
                          if self.jobs[j].now.state in (JobState.PENDING.value, JobState.RUNNING.value)})
         listed = {}
         for prefix, state in wanted:
+            self.budget.spend()
             try:
-                listed.update((i.job_id, i) for i in await iris.list_jobs(prefix=prefix, state=state, limit=5000))
-            except Unavailable as e:
+                listed.update((i.job_id, i) for i in await asyncio.wait_for(
+                    iris.list_jobs(prefix=prefix, state=state, limit=5000), POLL_DEADLINE_S * 2))
+            except (Unavailable, TimeoutError) as e:
                 for j in ids:
                     self._unreachable(j, e)
                 return
-        changed = []
         for j in ids:
             t, info = self.jobs[j], listed.get(j)
             if info is not None and info.state.value == t.now.state and not t.detail_needed \
                     and t.now.controller_reachable:
                 t.now = _progress(info, t.now)
             else:  # not listed under the state we knew: it changed (or vanished); read it
-                changed.append(j)
-        await self._read_details(iris, changed)
+                self.dirty.add(j)
 
-    async def _read_details(self, iris: IrisClient, job_ids: list[str]) -> None:
-        """GetJobStatus for the jobs that changed, a few at once (many jobs can end in the same tick)."""
+    async def dispatch(self, iris: IrisClient) -> list[str]:
+        """Read the details of every dirty job — batched: one ``ListJobs`` per (common prefix, new state)
+        when several changed to the same state, ``GetJobStatus`` for the rest — and return them."""
+        job_ids = [j for j in self.dirty if j in self.jobs]
+        self.dirty.clear()
+        if not job_ids:
+            return []
+        by_state: dict[str, list[str]] = {}
+        for j in job_ids:
+            by_state.setdefault(self.hints.pop(j, ""), []).append(j)
+        singles: list[str] = []
+        for state, group in by_state.items():
+            if state and state != self.jobs[group[0]].now.state and len(group) >= BATCH_MIN:
+                singles += await self._batch(iris, state, group)
+            else:
+                singles += group
         sem = asyncio.Semaphore(DETAIL_CONCURRENCY)
 
         async def one(j: str) -> None:
             async with sem:
                 await self._details(iris, j)
-        await asyncio.gather(*(one(j) for j in job_ids))
+        await asyncio.gather(*(one(j) for j in singles))
+        return job_ids
+
+    async def _batch(self, iris: IrisClient, state: str, group: list[str]) -> list[str]:
+        """One ListJobs (newest first, by the group's common prefix) for jobs that changed to ``state``;
+        returns the jobs it did not find (read one by one)."""
+        self.budget.spend()
+        try:
+            listed = {i.job_id: i for i in await iris.list_jobs(prefix=common_prefix(group), state=state,
+                                                                 limit=len(group) + 100, newest_first=True)}
+        except Unavailable:
+            return group
+        rest = []
+        for j in group:
+            info = listed.get(j)
+            if info is None:
+                rest.append(j)
+                continue
+            t = self.jobs[j]
+            t.now, t.detail_needed = _progress(info, t.now), False
+        return rest
 
     async def _details(self, iris: IrisClient, job_id: str) -> None:
-        t = self.jobs[job_id]
+        t = self.jobs.get(job_id)
+        if t is None:
+            return
+        self.budget.spend()
         try:
             info = await iris.job_status(job_id, with_tasks=False)
             t.now = _progress(info, t.now)
@@ -179,34 +331,50 @@ class ClusterWatch:
 
     def _unreachable(self, job_id: str, err: Exception) -> None:
         t = self.jobs[job_id]
-        t.now = t.now.model_copy(update=dict(controller_reachable=False, error=f"controller unreachable: {err}"))
+        t.now = t.now.model_copy(update=dict(controller_reachable=False,
+                                             error=f"controller unreachable: {err or type(err).__name__}"))
 
-    # ---------------------------------------------------------------- log progress (slower cadence)
-    def _logs_due(self, job_id: str, now: float) -> bool:
-        t = self.jobs[job_id]
-        every = (self.policy.watch_follow_interval_s if self.following.get(job_id, 0) > time.time()
-                 else self.policy.watch_progress_interval_s)
-        return (t.now.state == JobState.RUNNING.value and bool(t.request.markers) and not t.told.terminal
-                and now - t.progress_at >= every)
+    # ---------------------------------------------------------------- logs: one prefix read per cluster
+    def logs_due(self) -> bool:
+        running = [j for j in self._active() if self.jobs[j].now.state == JobState.RUNNING.value
+                   and self.markers_of(j)]
+        if not running:
+            return False
+        every = (self.policy.watch_follow_interval_s if any(self._followed(j) for j in running)
+                 else self.policy.watch_log_interval_s)
+        return self.clock() - self.log_at >= every
 
-    async def refresh(self, iris: IrisClient) -> None:
-        """The latest build marker of each running job whose log read is due: one ``FetchLogs`` page
-        from its cursor (a page short of the limit is the end), at most 4 at once."""
-        now = self.clock()
-        due = [j for j in self.jobs if self._logs_due(j, now)]
-        sem = asyncio.Semaphore(LOG_FETCH_CONCURRENCY)
-
-        async def scan(j: str) -> None:
+    async def read_logs(self, iris: IrisClient) -> int:
+        """New lines of every running job with one ``FetchLogs`` (the jobs' common prefix) from the log
+        store's global cursor, routed to jobs by key; the latest build marker of each is progress.
+        Returns the requests made (more than one only when a page came back full)."""
+        running = [j for j in self._active() if self.jobs[j].now.state == JobState.RUNNING.value]
+        self.log_at = self.clock()
+        if not running:
+            return 0
+        prefix = common_prefix(running)
+        requests = 0
+        for _ in range(LOG_PAGES_PER_READ):
+            requests += 1
+            page = await iris.fetch_logs(prefix, "prefix", cursor=self.log_cursor or None,
+                                         since_ms=self.log_since_ms, max_lines=LOG_PAGE)
+            for e in page.entries:
+                job_id = e.task_id.rsplit("/", 1)[0] if e.task_id else ""
+                t = self.jobs.get(job_id)
+                if t is None or t.told.terminal:
+                    continue
+                for m in self.markers_of(job_id):
+                    if m in e.data:
+                        t.now = t.now.model_copy(update={"last_marker": m})
+            advanced = bool(page.entries) and page.cursor > self.log_cursor
+            if advanced:
+                self.log_cursor = page.cursor
+            if not advanced or len(page.entries) < LOG_PAGE:
+                break
+        for j in running:
             t = self.jobs[j]
-            t.progress_at = now
-            async with sem:
-                try:
-                    t.cursor, marker = await _scan_markers(iris, j, t.cursor, t.now.last_marker, t.request.markers)
-                except Unavailable:
-                    return
-            t.now = t.now.model_copy(update=dict(last_marker=marker, log_cursor=t.cursor))
-
-        await asyncio.gather(*(scan(j) for j in due))
+            t.now = t.now.model_copy(update={"log_cursor": self.log_cursor})
+        return requests
 
     # ---------------------------------------------------------------- who to wake
     def wakeups(self) -> list[tuple[str, JobProgress]]:
@@ -219,29 +387,44 @@ class ClusterWatch:
         t = self.jobs.get(job_id)
         if t is not None:
             t.told, t.told_at = progress.model_copy(), self.clock()
+            self.unreported[job_id] = t.told
+
+    def take_unreported(self) -> list[list[JobProgress]]:
+        """What targets were told since the last report, in batches of TOLD_BATCH (the ``told`` signal)."""
+        told, self.unreported = list(self.unreported.values()), {}
+        return [told[i:i + TOLD_BATCH] for i in range(0, len(told), TOLD_BATCH)]
 
     def finished(self) -> list[str]:
         """Jobs whose terminal state the target has been told: nothing more to watch."""
         return [j for j, t in self.jobs.items() if t.told.terminal]
 
-    # ---------------------------------------------------------------- resume state
-    def details(self) -> dict:
-        """Heartbeat details: per job what the target was told, the log cursor and the live progress."""
-        return {"jobs": {j: {"registered_at": t.request.registered_at, "cursor": t.cursor,
-                             "told": t.told.model_dump(mode="json"), "now": t.now.model_dump(mode="json")}
-                         for j, t in self.jobs.items()}}
+    def forget(self, job_ids: list[str]) -> None:
+        for j in job_ids:
+            self.jobs.pop(j, None)
+            self.following.pop(j, None)
 
-    def resume(self, details: dict | None, ws: WatchSet) -> None:
-        """Start from the last heartbeat of a crashed attempt: targets are not told twice, logs are not
-        re-read from 0 (a registration newer than the heartbeat wins)."""
-        self.sync(ws)
-        for j, d in ((details or {}).get("jobs") or {}).items():
-            t = self.jobs.get(j)
-            if t is None or d.get("registered_at") != t.request.registered_at:
-                continue
-            t.cursor = int(d.get("cursor") or 0)
-            t.told = JobProgress.model_validate(d["told"])
-            t.now = JobProgress.model_validate(d["now"])
+    # ---------------------------------------------------------------- heartbeat (bounded)
+    def details(self) -> dict:
+        """Heartbeat details: counters, the resume state (revision, log cursor) and the live progress of
+        followed jobs only (at most FOLLOW_VIEW_MAX), whatever the number of watched jobs."""
+        live = {}
+        for j in sorted((j for j in self.jobs if self._followed(j)), key=lambda j: -self.following[j]):
+            if len(live) >= FOLLOW_VIEW_MAX:
+                break
+            t = self.jobs[j]
+            live[j] = {"registered_at": t.request.registered_at, "told": t.told.model_dump(mode="json"),
+                       "now": t.now.model_dump(mode="json")}
+        states: dict[str, int] = {}
+        for t in self.jobs.values():
+            states[t.now.state] = states.get(t.now.state, 0) + 1
+        return {"jobs": live, "watched": len(self.jobs), "states": states, "rev": self.rev,
+                "log_cursor": self.log_cursor, "log_since_ms": self.log_since_ms}
+
+    def resume(self, details: dict | None) -> None:
+        """Start from the last heartbeat of a crashed attempt: the log is not re-read from the start."""
+        d = details or {}
+        self.log_cursor = int(d.get("log_cursor") or 0)
+        self.log_since_ms = int(d.get("log_since_ms") or self.log_since_ms)
 
 
 class WatchActivities(ActivityGroup):
@@ -295,74 +478,192 @@ class WatchActivities(ActivityGroup):
         """Poll every watched job of the cluster until none is left (or ``return_after_s``); wake targets.
 
         Ends when the watch set stays empty for two intervals, when the worker shuts down (the workflow
-        starts it again elsewhere) or after ``return_after_s``."""
+        starts it again elsewhere), after ``return_after_s``, or when the workflow's history is long
+        enough to continue as new. A stalled loop raises (retried at once by the workflow's policy)."""
         pol = self.config.policy
         client = activity.client()
         me = client.get_workflow_handle(activity.info().workflow_id)
         engine = ClusterWatch(pol)
         result = WatchClusterResult()
-        ws = await me.query("watched", result_type=WatchSet)
         details = activity.info().heartbeat_details
-        engine.resume(details[0] if details else None, ws)
-        async with Heartbeater(HEARTBEAT_EVERY_S) as beat, \
+        engine.resume(details[0] if details else None)
+        first = await _read_changes(me, engine)
+        if first.adopting:
+            await _adopt_previous(client, me, first.adopting)
+            await _read_changes(me, engine)
+        async with _Watchdog(engine) as beat, \
                 iris_client(self.config, inp.cluster, transport=self._transport) as iris:
-            # Heartbeats go out in the background (a slow poll never looks like a dead worker) and carry
-            # the latest resume state and live progress.
             beat.details = {**engine.details(), "polls": 0, "requests": {}}
-            logs = asyncio.create_task(_read_logs(engine, iris, pol.watch_interval_s))
+            tasks = [asyncio.create_task(_read_logs(engine, iris, beat)),
+                     asyncio.create_task(_dispatcher(engine, iris, client, me, beat))]
             try:
-                return await self._poll_loop(inp, engine, iris, beat, me, client, result)
+                return await self._poll_loop(inp, engine, iris, beat, me, result)
             finally:
-                logs.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await logs
+                for t in tasks:
+                    t.cancel()
+                for t in tasks:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await t
+                with contextlib.suppress(RPCError, asyncio.CancelledError):
+                    await _report_told(me, engine)
 
-    async def _poll_loop(self, inp: WatchClusterInput, engine: ClusterWatch, iris: IrisClient, beat: Heartbeater,
-                         me, client: Client, result: WatchClusterResult) -> WatchClusterResult:
-        pol = self.config.policy
+    async def _poll_loop(self, inp: WatchClusterInput, engine: ClusterWatch, iris: IrisClient, beat: _Watchdog,
+                         me, result: WatchClusterResult) -> WatchClusterResult:
         started, empty_polls = time.monotonic(), 0
         next_poll = time.monotonic()
         while True:
-            # Poll and wake first, on a fixed cadence: the detection delay is at most one interval.
+            beat.step("poll")
+            # Poll first: the changes it finds go to the dispatcher (details, wake-ups) beside this loop.
             await engine.poll(iris)
-            result.signals += await _wake(client, engine)
-            finished = engine.finished()
-            if finished:
-                with contextlib.suppress(RPCError):
-                    await me.signal("unwatch", finished)
+            if engine.dirty:
+                beat.wake.set()
             result.polls += 1
             result.requests = dict(iris.requests)
-            beat.details = {**engine.details(), "polls": result.polls, "requests": result.requests}
+            beat.details = {**engine.details(), "polls": result.polls, "requests": result.requests,
+                            "signals": result.signals + beat.signals}
             if time.monotonic() - started >= inp.return_after_s or activity.is_worker_shutdown():
-                return result
+                break
             try:
-                ws = await me.query("watched", result_type=WatchSet)
+                page = await _read_changes(me, engine)
             except RPCError as e:
-                activity.logger.warning(f"watch set not readable, keeping the last one: {e}")
+                activity.logger.warning(f"watch set changes not readable, keeping the last ones: {e}")
             else:
-                engine.sync(ws)
+                if page.continue_suggested:
+                    break
             empty_polls = empty_polls + 1 if not engine.jobs else 0
             if empty_polls >= 2:
-                return result
-            next_poll = max(next_poll + pol.watch_interval_s, time.monotonic())
+                break
+            beat.step(None)
+            next_poll = max(next_poll + engine.interval(), time.monotonic() + engine.budget.wait_s())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(activity.wait_for_worker_shutdown(), next_poll - time.monotonic())
+                await asyncio.wait_for(activity.wait_for_worker_shutdown(), max(0.0, next_poll - time.monotonic()))
+        result.signals += beat.signals
+        return result
 
 
-async def _read_logs(engine: ClusterWatch, iris: IrisClient, every_s: float) -> None:
-    """Log reads run beside the poll loop: hundreds of due reads never delay a status poll (a new marker is
-    picked up by the next poll's wake-ups)."""
+class _Watchdog(Heartbeater):
+    """Heartbeats in the background only while the loops make progress: a step (a poll iteration, a
+    dispatch) that runs past STALL_S stops the heartbeat and fails the activity, so Temporal starts a
+    fresh attempt at once instead of trusting a watcher that no longer polls."""
+
+    def __init__(self, engine: ClusterWatch):
+        super().__init__(HEARTBEAT_EVERY_S)
+        self.engine = engine
+        self.steps: dict[str, float] = {}  # loop -> monotonic start of its current step
+        self.wake = asyncio.Event()  # the dispatcher has work
+        self.signals = 0
+        self._main: asyncio.Task | None = None
+
+    def step(self, name: str | None, loop: str = "poll") -> None:
+        if name is None:
+            self.steps.pop(loop, None)
+        else:
+            self.steps[loop] = time.monotonic()
+
+    def stalled(self) -> str | None:
+        now = time.monotonic()
+        for loop, since in self.steps.items():
+            if now - since > STALL_S:
+                return f"the watcher's {loop} step has run {now - since:.0f}s (> {STALL_S:.0f}s)"
+        return None
+
+    async def _loop(self) -> None:
+        while True:
+            why = self.stalled()
+            if why:
+                activity.logger.warning(f"watcher stalled: {why}; ending this attempt")
+                if self._main is not None:
+                    self._main.cancel(msg=why)
+                return
+            if activity.in_activity():
+                activity.heartbeat(self.details)
+            await asyncio.sleep(min(self.every_s, 1.0))
+
+    async def __aenter__(self) -> _Watchdog:
+        self._main = asyncio.current_task()
+        return await super().__aenter__()
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        await super().__aexit__(exc_type, exc, tb)
+        if exc_type is asyncio.CancelledError and self.stalled():
+            raise ApplicationError(f"watcher stalled: {self.stalled()}", type="WatcherStalled") from None
+
+
+async def _read_changes(me, engine: ClusterWatch) -> WatchPage:
+    """Apply every page of the workflow's changes after the engine's revision (one small page when
+    nothing changed)."""
     while True:
+        page = await me.query("changes", PageRequest(since=engine.rev), result_type=WatchPage)
+        engine.apply(page)
+        if not page.more:
+            return page
+
+
+async def _adopt_previous(client: Client, me, run_id: str) -> None:
+    """Hand the previous (closed) run's watch set to the current run, page by page: query the closed
+    run, signal each page as an ``adopt`` chunk (the last one ``done``). Idempotent: the workflow keeps
+    what it already holds, so a retried adoption changes nothing."""
+    prev = client.get_workflow_handle(me.id, run_id=run_id)
+    since = 0
+    while True:
+        page = await prev.query("changes", PageRequest(since=since), result_type=WatchPage)
+        since = page.next
+        await me.signal("adopt", AdoptChunk(from_run_id=run_id, watches=page.watches, marker_sets=page.marker_sets,
+                                            following=page.following, done=not page.more))
+        if not page.more:
+            return
+
+
+async def _report_told(me, engine: ClusterWatch) -> None:
+    """Tell the workflow what targets were told (batches), so a restart starts from it; kept for the
+    next try when the signal fails."""
+    for batch in engine.take_unreported():
         try:
-            await engine.refresh(iris)
-        except Exception as e:  # noqa: BLE001 - progress only: never stop watching over a log read
-            activity.logger.warning(f"log progress read failed: {e}")
-        await asyncio.sleep(every_s)
+            await me.signal("told", batch)
+        except RPCError:
+            for p in batch:
+                engine.unreported.setdefault(p.job_id, p)
+            raise
+
+
+async def _dispatcher(engine: ClusterWatch, iris: IrisClient, client: Client, me, beat: _Watchdog) -> None:
+    """Beside the poll loop: read the details of changed jobs (batched), wake their targets
+    concurrently, report what they were told and drop finished watches."""
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(beat.wake.wait(), 1.0)
+        beat.wake.clear()
+        beat.step("dispatch", loop="dispatch")
+        try:
+            await engine.dispatch(iris)
+            beat.signals += await _wake(client, engine)
+            finished = engine.finished()
+            await _report_told(me, engine)
+            engine.forget(finished)
+        except RPCError as e:
+            activity.logger.warning(f"could not report to the watcher workflow: {e}")
+        finally:
+            beat.step(None, loop="dispatch")
+
+
+async def _read_logs(engine: ClusterWatch, iris: IrisClient, beat: _Watchdog) -> None:
+    """Log reads run beside the poll loop: one prefix read per interval; a new marker is picked up by
+    the dispatcher's next round of wake-ups."""
+    while True:
+        if engine.logs_due():
+            try:
+                await engine.read_logs(iris)
+            except Exception as e:  # noqa: BLE001 - progress only: never stop watching over a log read
+                activity.logger.warning(f"log progress read failed: {e}")
+            if engine.wakeups():
+                beat.wake.set()
+        await asyncio.sleep(1.0)
 
 
 async def _wake(client: Client, engine: ClusterWatch) -> int:
-    """Signal each target with something new; a target that no longer runs is dropped, a transient
-    failure is retried on the next poll (the target is not marked as told)."""
+    """Signal each target with something new, all at once (up to SIGNAL_CONCURRENCY in flight); a target
+    that no longer runs is dropped, a transient failure is retried on the next round (the target is not
+    marked as told)."""
     sem = asyncio.Semaphore(SIGNAL_CONCURRENCY)
 
     async def one(workflow_id: str, progress: JobProgress) -> int:
@@ -380,7 +681,7 @@ async def _wake(client: Client, engine: ClusterWatch) -> int:
     return sum(await asyncio.gather(*(one(w, p) for w, p in engine.wakeups())))
 
 
-HEARTBEAT_FRESH_S = 60.0  # a watcher whose last heartbeat is older than this is presumed stuck or dead
+HEARTBEAT_FRESH_S = 30.0  # a watcher whose last heartbeat is older than this is presumed stuck or dead
 
 
 async def watcher_view(client: Client, cluster: str, task_queue: str) -> dict | None:
@@ -407,16 +708,24 @@ async def watcher_view(client: Client, cluster: str, task_queue: str) -> dict | 
 
 async def _watched_progress(client: Client, cluster: str, task_queue: str, job_id: str,
                             known: JobProgress) -> JobProgress | None:
-    """The watcher's live progress of ``job_id`` if the watcher is alive and agrees with the target on
-    what it was told (state, terminal, missing); None when anything may have been lost."""
+    """What the watcher knows of ``job_id`` if the watcher is alive (a fresh heartbeat) and its record of
+    what it told the target agrees with the target (state, terminal, missing); None when anything may
+    have been lost. The live progress comes from the heartbeat for followed jobs, else the record."""
     view = await watcher_view(client, cluster, task_queue)
-    entry = ((view or {}).get("jobs") or {}).get(job_id)
-    if not entry:
+    if view is None:
         return None
-    told, now = JobProgress.model_validate(entry["told"]), JobProgress.model_validate(entry["now"])
+    try:
+        entry = await client.get_workflow_handle(watcher_id(cluster, task_queue)).query(
+            "watched_job", job_id, result_type=Optional[WatchRequest])  # noqa: UP045 - a runtime type for the converter
+    except RPCError:
+        return None
+    if entry is None:
+        return None
+    told = entry.known
     if (told.state, told.terminal, told.missing) != (known.state, known.terminal, known.missing):
         return None
-    return now
+    live = ((view.get("jobs") or {}).get(job_id) or {}).get("now")
+    return JobProgress.model_validate(live) if live else told
 
 
 FOLLOW_LEASE_S = 300.0  # a follower asks again every FOLLOW_LEASE_S / 2: the fast log cadence ends with it

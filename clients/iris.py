@@ -622,8 +622,9 @@ class IrisClient:
         return {k: JobState.parse(v) for k, v in (reply.get("states") or {}).items()}
 
     async def list_jobs(self, prefix: str | None = None, state: JobState | str | None = None,
-                        limit: int = 1000) -> list[JobInfo]:
-        """All users' jobs (optionally by anchored id prefix and short state name), paging through."""
+                        limit: int = 1000, newest_first: bool = False) -> list[JobInfo]:
+        """All users' jobs (optionally by anchored id prefix and short state name), paging through;
+        ``newest_first``: by submission date, newest first (JOB_SORT_FIELD_DATE, SORT_DIRECTION_DESC)."""
         jobs: list[JobInfo] = []
         offset = 0
         while len(jobs) < limit and offset <= LIST_JOBS_MAX_OFFSET:
@@ -632,6 +633,8 @@ class IrisClient:
                 query["jobIdPrefix"] = prefix
             if state:
                 query["stateFilter"] = str(JobState(state) if not isinstance(state, JobState) else state)
+            if newest_first:
+                query["sortField"], query["sortDirection"] = "JOB_SORT_FIELD_DATE", "SORT_DIRECTION_DESC"
             reply = await self._call("ListJobs", {"query": query})
             page = [JobInfo.from_wire(j) for j in reply.get("jobs") or []]
             jobs.extend(page)

@@ -182,9 +182,17 @@ class PolicySettings(_Model):
     poll_max_interval_s: float = 30.0
     progress_interval_s: float = 50.0  # legacy per-target monitor_job (workflows started before the watcher)
     # The per-cluster watcher (activities/watch.py): one GetJobState per interval for every running job.
+    # The cadence adapts within ``watch_status_budget_per_min`` status requests per cluster (a token
+    # bucket): ``watch_fast_interval_s`` while a job is followed or near its end (its last marker is one of
+    # its final two), ``watch_interval_s`` while jobs run, ``watch_idle_interval_s`` while all are queued.
     watch_interval_s: float = 5.0
-    watch_progress_interval_s: float = 60.0  # log markers / pending reason per job (≤ 1 FetchLogs a minute)
-    watch_follow_interval_s: float = 10.0  # the same while someone follows the job
+    watch_fast_interval_s: float = Field(default=2.5, gt=0)
+    watch_idle_interval_s: float = Field(default=15.0, gt=0)
+    watch_status_budget_per_min: float = Field(default=12.0, gt=0)
+    watch_progress_interval_s: float = 60.0  # pending reasons / preemptions (ListJobs instead of GetJobState)
+    # One FetchLogs per cluster (prefix of every running job, from the global log cursor) this often.
+    watch_log_interval_s: float = Field(default=30.0, gt=0)
+    watch_follow_interval_s: float = 10.0  # the same while someone follows a job
     watch_signal_progress_s: float = 900.0  # progress-only wake-ups of a target at most this often
     monitor_safety_interval_s: float = 1200.0  # a target re-checks its watch when not woken for this long
 

@@ -15,9 +15,18 @@ heartbeat details, which the Temporal UI and ``starter.py follow`` read without 
 
 from __future__ import annotations
 
+import hashlib
+
 from pydantic import BaseModel, Field
 
 from domain.models import JobProgress
+
+# Every payload the watcher sends or receives (query replies, heartbeat details, signals, the
+# continue-as-new input) stays under Temporal's 512 KB warning whatever the number of watched jobs:
+# replies are pages cut at this many bytes of entries, batches of what targets were told are cut at
+# TOLD_BATCH entries, and the continue-as-new input names the previous run instead of carrying its set.
+PAGE_BUDGET_BYTES = 192 * 1024
+TOLD_BATCH = 200
 
 
 def watcher_id(cluster: str, task_queue: str) -> str:
@@ -34,15 +43,25 @@ def user_prefix(job_id: str) -> str:
     return f"/{parts[1]}/" if len(parts) > 2 and parts[1] else "/"
 
 
+def marker_set_key(markers: list[str]) -> str:
+    """A stable key of a marker list: the watcher holds each build contract's markers once (31 texts,
+    ~2 KB) and every job refers to them by this key."""
+    return hashlib.sha256("\n".join(markers).encode()).hexdigest()[:16] if markers else ""
+
+
 class WatchRequest(BaseModel):
     """A target asks to be woken on changes of ``job_id``; ``known`` is what the target knows now
-    (the watcher signals anything that differs from it)."""
+    (the watcher signals anything that differs from it).
+
+    The ``watch`` signal carries the marker texts; the watcher stores them once per build contract
+    (``marker_set``) and keeps ``markers`` empty in what it holds, pages and hands over."""
 
     job_id: str
     workflow_id: str  # the target workflow to wake (signal ``job_changed``)
     markers: list[str] = Field(default_factory=list)  # marker texts whose latest sighting is progress
     known: JobProgress
     registered_at: str  # the target's workflow time at registration: a re-registration resets ``known``
+    marker_set: str = ""  # key into the watcher's marker sets (set by the watcher)
 
 
 class WatchJobInput(BaseModel):
@@ -62,12 +81,47 @@ class FollowRequest(BaseModel):
 
 
 class WatcherInput(BaseModel):
-    """The watcher workflow's whole state (small: one entry per running job), carried across
-    continue-as-new."""
+    """The watcher workflow's input. Since the bounded watch set, a continued run carries only the
+    previous run's id (its watches are adopted in pages by the watch activity); ``watches`` and
+    ``following`` are what runs of the previous release carried across continue-as-new."""
 
     cluster: str
     watches: list[WatchRequest] = Field(default_factory=list)
     following: dict[str, float] = Field(default_factory=dict)  # job id -> until (epoch s)
+    previous_run_id: str | None = None  # adopt this closed run's watch set (paged) before anything else
+    events_per_run: int = 2000  # continue-as-new past this many history events
+
+
+class PageRequest(BaseModel):
+    """``changes`` query: entries changed after revision ``since`` (0: the whole set), one page."""
+
+    since: int = 0
+    budget_bytes: int = PAGE_BUDGET_BYTES
+
+
+class WatchPage(BaseModel):
+    """One page of the watch set in revision order. ``next`` is the ``since`` of the next page; ``more``
+    says a next page exists now. Marker sets are included for the page's jobs only."""
+
+    watches: list[WatchRequest] = Field(default_factory=list)
+    removed: list[str] = Field(default_factory=list)
+    marker_sets: dict[str, list[str]] = Field(default_factory=dict)
+    following: dict[str, float] = Field(default_factory=dict)
+    next: int = 0
+    more: bool = False
+    watched: int = 0  # jobs watched in all
+    adopting: str | None = None  # a previous run whose watch set is not adopted yet
+    continue_suggested: bool = False  # the run's history is long: return, the workflow continues as new
+
+
+class AdoptChunk(BaseModel):
+    """A page of a previous run's watch set, signalled to the current run (``done`` on the last)."""
+
+    from_run_id: str
+    watches: list[WatchRequest] = Field(default_factory=list)
+    marker_sets: dict[str, list[str]] = Field(default_factory=dict)
+    following: dict[str, float] = Field(default_factory=dict)
+    done: bool = False
 
 
 class WatchSet(BaseModel):

@@ -231,7 +231,8 @@ def write_service_config(path: Path, state_dir: Path, *, temporal, iris, token_r
         # Short timers so the sandbox and tests see progress and re-checks quickly.
         "policy": {"progress_interval_s": 5.0, "poll_min_interval_s": 0.5, "poll_max_interval_s": 3.0,
                    "visibility_recheck_interval_s": 60, "watch_interval_s": 1.0, "watch_progress_interval_s": 5.0,
-                   "watch_follow_interval_s": 2.0, "watch_signal_progress_s": 30.0,
+                   "watch_follow_interval_s": 2.0, "watch_signal_progress_s": 30.0, "watch_fast_interval_s": 0.5,
+                   "watch_idle_interval_s": 1.0, "watch_status_budget_per_min": 90, "watch_log_interval_s": 2.0,
                    "monitor_safety_interval_s": 120},
     }
     if github is not None:

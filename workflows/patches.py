@@ -21,3 +21,7 @@ CLUSTER_WATCHER = "iris-cluster-watcher"
 # BuildPipelineWorkflow continues as new while waiting for the merge once its history grows past
 # PipelineInput.merge_wait_events_per_run (runs started before never do).
 MERGE_WAIT_CONTINUE_AS_NEW = "merge-wait-continue-as-new"
+
+# IrisWatcherWorkflow continues as new carrying only the previous run's id (its watch set is adopted in
+# pages by the watch activity), not the whole watch set (runs started before carry it, as they did).
+WATCHER_BOUNDED = "watcher-bounded-watch-set"

@@ -1,10 +1,17 @@
-"""One watcher workflow per Iris cluster (id ``iris-watcher/<cluster>``): who watches which job.
+"""One watcher workflow per Iris cluster (id ``iris-watcher/<task queue>/<cluster>``): who watches which job.
 
 Targets register through ``watch_job`` (signal-with-start, so the first target of a cluster starts it);
-the ``watch_cluster`` activity reads the watch set through the ``watched`` query every interval, polls
-the controller once for all jobs and signals the targets whose job changed; it unwatches a job once
-its target has been told the terminal state. The workflow ends when nothing is left to watch and
-continues-as-new (carrying only the watch set) before its history grows large.
+the ``watch_cluster`` activity holds the working state (what each target was told, log cursors) in
+memory, reads the watch set once in pages at start and then only what changed (``changes`` query by
+revision), polls the controller once for all jobs and signals the targets whose job changed. What it told
+a target comes back here (``told``, batched), so a restarted activity rebuilds its state from this
+workflow alone; a job whose target was told the terminal state is dropped.
+
+Bounded payloads at any job count: markers are held once per build contract (``marker_set``), query
+replies are pages of at most ``PAGE_BUDGET_BYTES``, ``told`` batches are cut at ``TOLD_BATCH`` jobs,
+and the continue-as-new input carries only the previous run's id: the new run's activity adopts that
+closed run's watch set page by page (``adopt`` signals) before it polls. Runs started before this change
+(patch ``WATCHER_BOUNDED``) continue as new the old way, carrying their watch set.
 """
 
 from __future__ import annotations
@@ -13,51 +20,169 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.watch import WatchActivities
-    from domain.watch import FollowRequest, WatchClusterInput, WatcherInput, WatchRequest, WatchSet
-    from workflows import options
+    from domain.models import JobProgress
+    from domain.watch import (
+        AdoptChunk,
+        FollowRequest,
+        PageRequest,
+        WatchClusterInput,
+        WatcherInput,
+        WatchPage,
+        WatchRequest,
+        WatchSet,
+        marker_set_key,
+    )
+    from workflows import options, patches
 
 WATCH_RETURN_S = 3600.0
 MAX_EVENTS_PER_RUN = 2000  # continue-as-new well before Temporal's 10,240-event warning
+ENTRY_OVERHEAD_BYTES = 64  # JSON punctuation around an entry in a page
 
 
 @workflow.defn
 class IrisWatcherWorkflow:
     @workflow.init
     def __init__(self, inp: WatcherInput) -> None:
-        self._watches: dict[str, WatchRequest] = {w.job_id: w for w in inp.watches}
+        self._watches: dict[str, WatchRequest] = {}
+        self._markers: dict[str, list[str]] = {}
         self._following: dict[str, float] = dict(inp.following)
+        # Revision of each job's last change (registration, follow, removal), in revision order: the
+        # activity reads ``changes`` after the revision it has, so a poll reads only what changed.
+        self._revs: dict[str, int] = {}
+        self._rev = 0
+        self._adopting = inp.previous_run_id
+        self._events_per_run = inp.events_per_run or MAX_EVENTS_PER_RUN
+        for w in inp.watches:
+            self._store(w)
 
+    # ------------------------------------------------------------------ state
+    def _bump(self, job_id: str) -> None:
+        self._rev += 1
+        self._revs.pop(job_id, None)
+        self._revs[job_id] = self._rev  # re-inserted: the dict stays in revision order
+
+    def _store(self, req: WatchRequest) -> None:
+        key = req.marker_set or marker_set_key(req.markers)
+        if req.markers:
+            self._markers.setdefault(key, list(req.markers))
+        self._watches[req.job_id] = req.model_copy(update={"markers": [], "marker_set": key})
+        self._bump(req.job_id)
+
+    def _drop(self, job_id: str) -> None:
+        if self._watches.pop(job_id, None) is not None:
+            self._following.pop(job_id, None)
+            self._bump(job_id)
+
+    # ------------------------------------------------------------------ signals
     @workflow.signal
     def watch(self, req: WatchRequest) -> None:
-        self._watches[req.job_id] = req
+        self._store(req)
 
     @workflow.signal
     def unwatch(self, job_ids: list[str]) -> None:
         for job_id in job_ids:
-            self._watches.pop(job_id, None)
-            self._following.pop(job_id, None)
+            self._drop(job_id)
+
+    @workflow.signal
+    def told(self, progress: list[JobProgress]) -> None:
+        """What the watcher told targets (a batch): a restarted activity starts from it; a terminal state
+        ends the watch."""
+        for p in progress:
+            w = self._watches.get(p.job_id)
+            if w is None:
+                continue
+            if p.terminal:
+                self._drop(p.job_id)
+            else:
+                self._watches[p.job_id] = w.model_copy(update={"known": p})
 
     @workflow.signal
     def follow(self, req: FollowRequest) -> None:
         for job_id in req.job_ids:
             self._following[job_id] = req.until_s
+            if job_id in self._watches:
+                self._bump(job_id)
+
+    @workflow.signal
+    def adopt(self, chunk: AdoptChunk) -> None:
+        """A page of the previous run's watch set. A job registered or dropped in this run already is
+        newer than the previous run's record of it and is kept as it is."""
+        if chunk.from_run_id != self._adopting:
+            return
+        self._markers.update({k: v for k, v in chunk.marker_sets.items() if k not in self._markers})
+        for w in chunk.watches:
+            if w.job_id not in self._revs:
+                self._store(w)
+                if w.job_id in chunk.following:
+                    self._following.setdefault(w.job_id, chunk.following[w.job_id])
+        if chunk.done:
+            self._adopting = None
+
+    # ------------------------------------------------------------------ queries (bounded replies)
+    @workflow.query
+    def changes(self, req: PageRequest) -> WatchPage:
+        """The entries changed after revision ``req.since``, in revision order, cut at ``budget_bytes``."""
+        page = WatchPage(next=req.since, watched=len(self._watches), adopting=self._adopting,
+                         continue_suggested=self._continue_due())
+        used = 0
+        for job_id, rev in self._revs.items():
+            if rev <= req.since:
+                continue
+            w = self._watches.get(job_id)
+            size = len(job_id) + ENTRY_OVERHEAD_BYTES if w is None else len(w.model_dump_json()) + ENTRY_OVERHEAD_BYTES
+            if w is not None and w.marker_set and w.marker_set not in page.marker_sets:
+                size += sum(len(m) + 4 for m in self._markers.get(w.marker_set, []))
+            if used and used + size > req.budget_bytes:
+                page.more = True
+                break
+            used += size
+            page.next = rev
+            if w is None:
+                if req.since:  # a full read (since 0) needs no tombstones
+                    page.removed.append(job_id)
+                continue
+            page.watches.append(w)
+            if w.marker_set and w.marker_set not in page.marker_sets:
+                page.marker_sets[w.marker_set] = list(self._markers.get(w.marker_set, []))
+            if job_id in self._following:
+                page.following[job_id] = self._following[job_id]
+        return page
+
+    @workflow.query
+    def watched_job(self, job_id: str) -> WatchRequest | None:
+        """One job's entry (``known`` = what its target was last told), for a target's safety re-check."""
+        return self._watches.get(job_id)
 
     @workflow.query
     def watched(self) -> WatchSet:
-        return WatchSet(watches=list(self._watches.values()), following=self._following)
+        """The previous release's whole-set query, now bounded: the first page only (markers resolved)."""
+        page = self.changes(PageRequest())
+        return WatchSet(watches=[w.model_copy(update={"markers": page.marker_sets.get(w.marker_set, [])})
+                                 for w in page.watches], following=page.following)
 
+    def _continue_due(self) -> bool:
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() > self._events_per_run
+
+    # ------------------------------------------------------------------ the run
     @workflow.run
     async def run(self, inp: WatcherInput) -> None:
-        while self._watches:
+        while self._watches or self._adopting:
             await workflow.execute_activity_method(
                 WatchActivities.watch_cluster, WatchClusterInput(cluster=inp.cluster, return_after_s=WATCH_RETURN_S),
                 **options.watch_cluster(WATCH_RETURN_S),
                 summary=f"poll Iris on {inp.cluster} for {len(self._watches)} job(s), wake targets on change")
             now = workflow.now().timestamp()
             self._following = {j: t for j, t in self._following.items() if t > now and j in self._watches}
-            info = workflow.info()
-            if self._watches and (info.is_continue_as_new_suggested()
-                                  or info.get_current_history_length() > MAX_EVENTS_PER_RUN):
+            if (self._watches or self._adopting) and self._continue_due():
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(WatcherInput(cluster=inp.cluster, watches=list(self._watches.values()),
-                                                      following=self._following))
+                if workflow.patched(patches.WATCHER_BOUNDED):
+                    if self._adopting:
+                        continue  # hand over only an adopted set: the chain of previous runs stays one long
+                    workflow.continue_as_new(WatcherInput(cluster=inp.cluster, previous_run_id=workflow.info().run_id,
+                                                          events_per_run=self._events_per_run))
+                markers = self._markers
+                workflow.continue_as_new(WatcherInput(
+                    cluster=inp.cluster, following=self._following,
+                    watches=[w.model_copy(update={"markers": markers.get(w.marker_set, [])})
+                             for w in self._watches.values()]))

@@ -82,31 +82,34 @@ async def test_one_status_request_per_poll_serves_every_running_job(iris_control
         await engine.poll(iris)
         assert recorder.requests == Counter({"ListJobs": 1})
 
-        # The log progress: one FetchLogs page per running job; a new marker is progress only, so nobody
-        # is woken (the last wake-up was just now).
-        clock.t += PolicySettings().watch_progress_interval_s  # every job's first log read is now due
+        # The log progress: ONE FetchLogs for every running job (their common prefix, from the log
+        # store's global cursor), routed to jobs by key; a new marker is progress only, so nobody is
+        # woken (the last wake-up was just now).
+        reads = 0
         for _ in range(60):  # the log store may lag the job state a little
             recorder.requests.clear()
-            await engine.refresh(iris)
-            assert recorder.requests == Counter({"FetchLogs": N_JOBS})
+            assert engine.logs_due()
+            await engine.read_logs(iris)
+            reads += 1
+            assert recorder.requests == Counter({"FetchLogs": 1})
             if all(engine.jobs[j].now.last_marker == "step one" for j in ids):
                 break
             await asyncio.sleep(0.25)
-            clock.t += PolicySettings().watch_progress_interval_s
+            clock.t += PolicySettings().watch_log_interval_s
         assert all(engine.jobs[j].now.last_marker == "step one" for j in ids)
-        assert all(engine.jobs[j].cursor > 0 for j in ids)
+        assert engine.log_cursor > 0
         assert engine.wakeups() == []
-        recorder.requests.clear()
-        await engine.refresh(iris)  # not due again before the progress interval
-        assert recorder.requests == Counter()
+        assert not engine.logs_due()  # not due again before the log interval
 
         # The jobs finish: the next polls see the change with one GetJobState, then one GetJobStatus
         # per changed job, and every target is woken with its terminal state.
         open(gate, "w").close()
+        engine.details_at = clock.t  # no ListJobs poll due while the jobs end: GetJobState only
         woken: dict[str, JobProgress] = {}
         recorder.requests.clear()
         for polls in itertools.count(1):
             await engine.poll(iris)
+            await engine.dispatch(iris)
             for workflow_id, p in engine.wakeups():
                 woken[workflow_id] = p
                 engine.told(p.job_id, p)
@@ -115,8 +118,11 @@ async def test_one_status_request_per_poll_serves_every_running_job(iris_control
             await asyncio.sleep(0.25)
         assert {p.job_id for p in woken.values()} == set(ids)
         assert all(p.state == "succeeded" and p.terminal for p in woken.values())
-        assert recorder.requests["GetJobState"] + recorder.requests["ListJobs"] == polls  # one per poll
-        assert recorder.requests["GetJobStatus"] == N_JOBS  # details only for the jobs that changed
+        assert recorder.requests["GetJobState"] == polls  # one per poll
+        # Details only for the jobs that changed, batched: one ListJobs for the jobs that ended in the same
+        # tick (newest first, by their common prefix), GetJobStatus for a job that changed alone.
+        assert recorder.requests["GetJobStatus"] + recorder.requests["ListJobs"] <= N_JOBS
+        assert recorder.requests["ListJobs"] >= 1 or recorder.requests["GetJobStatus"] == N_JOBS
         assert sorted(engine.finished()) == sorted(ids)
         recorder.requests.clear()
         await engine.poll(iris)  # told terminal: nothing left to ask the controller
@@ -136,6 +142,7 @@ async def test_a_vanished_job_is_confirmed_before_it_is_reported_missing(iris_co
         engine.sync(WatchSet(watches=[_request(ghost, JobProgress(job_id=ghost, state="running", terminal=False),
                                                [])]))
         await engine.poll(iris)
+        await engine.dispatch(iris)
         assert recorder.requests == Counter({"ListJobs": 1, "GetJobStatus": 1})  # absent → confirmed
         ((_, p),) = engine.wakeups()
         assert p.missing and p.terminal and p.state == "missing" and "not a success" in (p.error or "")
@@ -145,6 +152,7 @@ async def test_a_vanished_job_is_confirmed_before_it_is_reported_missing(iris_co
                                                [])]))
         recorder.requests.clear()
         await engine.poll(iris)
+        await engine.dispatch(iris)
         assert recorder.requests == Counter({"GetJobState": 1, "GetJobStatus": 1})
         ((_, p2),) = engine.wakeups()
         assert p2.job_id == ghost2 and p2.missing and p2.terminal

@@ -28,7 +28,9 @@ from workflows.target import TargetBuildWorkflow
 from workflows.watcher import IrisWatcherWorkflow
 
 N_TARGETS = 4
-POLICY = PolicySettings(watch_interval_s=0.5, watch_progress_interval_s=2.0, monitor_safety_interval_s=600)
+POLICY = PolicySettings(watch_interval_s=0.5, watch_fast_interval_s=0.5, watch_idle_interval_s=0.5,
+                        watch_status_budget_per_min=600, watch_log_interval_s=2.0, watch_progress_interval_s=2.0,
+                        monitor_safety_interval_s=600)
 
 
 class RealJobs(Standins):

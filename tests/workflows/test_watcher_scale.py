@@ -1,0 +1,157 @@
+"""The watcher at scale: 1,500 watches on one cluster (a stand-in job list on the Iris side, the real
+IrisWatcherWorkflow and watch activity on the Temporal dev server). Every payload that crosses Temporal —
+query replies, heartbeat details, signals, the continue-as-new input — is measured by a pass-through
+payload codec and stays under 512 KB; the watcher continues as new while jobs are watched (the new run
+adopts the set in pages) and a job end is still delivered to its target."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import uuid
+
+from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.converter import PayloadCodec
+from temporalio.worker import Worker
+
+with workflow.unsafe.imports_passed_through():
+    from activities.watch import WatchActivities
+    from domain.config import PolicySettings, ServiceConfig
+    from domain.models import JobProgress
+    from domain.watch import PageRequest, WatcherInput, WatchPage, WatchRequest, watcher_id
+    from tests.iris.standin_jobs import StandinJobs
+    from workflows.watcher import IrisWatcherWorkflow
+
+N_WATCHES = 1500
+LIMIT = 512 * 1024
+MARKERS = [f"=== [build {i:02d}/31] step {i} of the GPU-RL image build: a marker line of realistic length ==="
+           for i in range(31)]  # like the real contract's 31 marker texts (~2.25 KB per job before)
+POLICY = PolicySettings(watch_interval_s=0.5, watch_fast_interval_s=0.5, watch_idle_interval_s=0.5,
+                        watch_status_budget_per_min=600, watch_signal_progress_s=3600)
+
+
+class SizeRecorder(PayloadCodec):
+    """Records the size of every payload encoded or decoded (passes them through unchanged)."""
+
+    def __init__(self) -> None:
+        self.largest = 0
+        self.count = 0
+
+    def _see(self, payloads) -> None:
+        for p in payloads:
+            self.count += 1
+            self.largest = max(self.largest, p.ByteSize())
+
+    async def encode(self, payloads: list[Payload]) -> list[Payload]:
+        self._see(payloads)
+        return list(payloads)
+
+    async def decode(self, payloads: list[Payload]) -> list[Payload]:
+        self._see(payloads)
+        return list(payloads)
+
+
+@workflow.defn
+class EndReceiver:
+    """Plays a target: waits for the watcher's ``job_changed`` with a terminal state."""
+
+    def __init__(self) -> None:
+        self.progress: JobProgress | None = None
+
+    @workflow.signal
+    def job_changed(self, progress: JobProgress) -> None:
+        self.progress = progress
+
+    @workflow.run
+    async def run(self) -> JobProgress:
+        await workflow.wait_condition(lambda: self.progress is not None and self.progress.terminal)
+        return self.progress
+
+
+def _config(tmp_path, cluster: str) -> ServiceConfig:
+    return ServiceConfig.model_validate({
+        "work_dir": str(tmp_path),
+        "repos": {"marinskyrl_url": "file:///nowhere", "harbor_url": "file:///nowhere"},
+        "clusters": {cluster: {"controller_url": "http://standin.invalid",
+                               "client_revision_date": datetime.date.today().isoformat()}},
+        "registry": {"user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "X"}},
+        "policy": POLICY.model_dump(),
+    })
+
+
+async def test_1500_watches_keep_every_payload_under_512kb_and_an_end_is_delivered(temporal_client, tmp_path):
+    run = uuid.uuid4().hex[:8]
+    cluster, tq = f"scale-{run}", f"tq-scale-{run}"
+    sizes = SizeRecorder()
+    client = await Client.connect(temporal_client.service_client.config.target_host,
+                                  namespace=temporal_client.namespace,
+                                  data_converter=dataclasses.replace(temporal_client.data_converter,
+                                                                     payload_codec=sizes))
+    job_ids = [f"/runner/gpu-rl-{run}-{i:05d}-amd64-standard-r0" for i in range(N_WATCHES)]
+    iris = StandinJobs({j: "running" for j in job_ids})
+    receiver_id, ended = f"receiver-{run}", job_ids[N_WATCHES // 2]
+    wid = watcher_id(cluster, tq)
+    requests = [WatchRequest(job_id=j, workflow_id=receiver_id if j == ended else f"gone-{run}-{i}",
+                             markers=MARKERS, registered_at="2026-12-01T00:00:00+00:00",
+                             known=JobProgress(job_id=j, state="running", terminal=False))
+                for i, j in enumerate(job_ids)]
+    watch = WatchActivities(_config(tmp_path, cluster), transport=iris)
+    async with Worker(client, task_queue=tq, workflows=[IrisWatcherWorkflow, EndReceiver],
+                      activities=[watch.watch_cluster], max_concurrent_activities=10):
+        receiver = await client.start_workflow(EndReceiver.run, id=receiver_id, task_queue=tq)
+        # A short run (400 events): 1,500 registrations make the watcher continue as new while it watches.
+        h = await client.start_workflow(IrisWatcherWorkflow.run, WatcherInput(cluster=cluster, events_per_run=400),
+                                        id=wid, task_queue=tq, start_signal="watch", start_signal_args=[requests[0]])
+        first_run = h.result_run_id
+        sem = asyncio.Semaphore(32)
+
+        async def register(req: WatchRequest) -> None:
+            async with sem:
+                await client.get_workflow_handle(wid).signal("watch", req)
+        await asyncio.gather(*(register(r) for r in requests[1:]))
+
+        async def watched_all() -> WatchPage | None:
+            if (await client.get_workflow_handle(wid).describe()).run_id == first_run:
+                return None  # not continued as new yet
+            page = await client.get_workflow_handle(wid).query("changes", PageRequest(), result_type=WatchPage)
+            return page if page.watched == N_WATCHES and not page.adopting else None
+        page = await _eventually(watched_all, "the watcher continued as new and its new run adopted every watch")
+        assert page.more  # the reply is a page, not the whole set
+
+        iris.set_state(ended, "succeeded")
+        got = await asyncio.wait_for(receiver.result(), 120)
+
+        async def dropped() -> bool:
+            page = await client.get_workflow_handle(wid).query("changes", PageRequest(), result_type=WatchPage)
+            return page.watched == N_WATCHES - 1
+        await _eventually(dropped, "the delivered job dropped from the watch set")
+        await client.get_workflow_handle(wid).terminate("test over")
+
+    assert got.job_id == ended and got.terminal and got.state == "succeeded"
+    # Every payload seen by the worker and the client (queries, heartbeats, signals, continue-as-new).
+    assert sizes.count > N_WATCHES
+    assert 0 < sizes.largest < LIMIT, sizes.largest
+    # The continue-as-new input names the previous run; it does not carry the 1,500 watches.
+    first = client.get_workflow_handle(wid, run_id=first_run)
+    events = [e async for e in first.fetch_history_events()]
+    can = [e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW]
+    assert can and sum(p.ByteSize() for p in can[0].workflow_execution_continued_as_new_event_attributes
+                       .input.payloads) < 4096
+    # Markers are held once per build contract: a page of hundreds of jobs carries one marker set.
+    assert len(page.marker_sets) == 1 and len(page.watches) > 100
+    assert all(not w.markers for w in page.watches)
+    # The Iris side: one status request per poll for all jobs, the end read once.
+    assert iris.requests["GetJobState"] >= 1 and iris.requests["GetJobStatus"] <= 1
+
+
+async def _eventually(predicate, what: str, attempts: int = 600, interval: float = 0.2):
+    for _ in range(attempts):
+        value = await predicate()
+        if value:
+            return value
+        await asyncio.sleep(interval)
+    raise AssertionError(f"gave up waiting for {what}")
