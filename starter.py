@@ -179,6 +179,12 @@ async def _build(config, request, plan_only, follow_, as_json):
         if differences:
             _fail(f"{wid} is already running for these commits with a different request ({'; '.join(differences)}); "
                   f"wait for it (`python starter.py follow {wid}`) or cancel it, then build again")
+    if not running and not await oc.has_workers(client, config.temporal.task_queue):
+        # Nothing can check the request (the build contract is read by a worker): refuse before starting
+        # anything rather than queue a request that may be invalid and report success.
+        _fail(f"no worker polls task queue {config.temporal.task_queue}: the request cannot be checked and "
+              "nothing was started; start a worker (`python worker.py`, same configuration) and build again",
+              EXIT_UNREACHABLE)
     try:
         handle = await _start(client, config, request, plan_only, src, harbor, wid)
     except WorkflowAlreadyStartedError:
@@ -208,11 +214,11 @@ async def _until_planned(client: Client, config: ServiceConfig, wid: str, as_jso
                          timeout_s: float = 600.0) -> int:
     """Wait until the pipeline has passed planning, so a refused request exits 2 (not 0) without --follow."""
     if not await oc.has_workers(client, config.temporal.task_queue):
-        _out(f"no worker polls task queue {config.temporal.task_queue} yet: the build starts when one does; "
-             f"follow it with `python starter.py follow {wid}`", as_json)
+        click.echo(f"error: no worker polls task queue {config.temporal.task_queue}: {wid} is queued and not "
+                   f"checked yet; start a worker, then `python starter.py follow {wid}`", err=True)
         if as_json:
             click.echo(json.dumps({"workflow_id": wid, "status": "running", "stage": "queued"}))
-        return EXIT_OK
+        return EXIT_UNREACHABLE
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         desc = await oc.describe(client, wid)

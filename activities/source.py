@@ -252,28 +252,29 @@ class SourceActivities(ActivityGroup):
             if cluster not in self.config.clusters:
                 raise input_error(f"--cluster {arch}={cluster}: cluster {cluster!r} is not configured "
                                   f"(configured: {', '.join(sorted(self.config.clusters))})")
-        cluster_archs: dict[str, str] = {}
-        for name, c in self.config.clusters.items():
-            arch = c.architecture
-            try:
-                async with iris_client(self.config, name) as iris:
-                    arch = await iris.cluster_arch_hint() or arch  # live cluster state wins
-            except (IrisError, OSError) as e:
-                activity.logger.warning(f"cluster {name}: no live architecture ({e}); using configuration")
-            if arch:
-                cluster_archs[name] = arch
-        try:
-            targets = plan_targets(contract, inp.request, build_commit=inp.build_commit,
-                                   harbor_commit=inp.harbor_commit, cluster_archs=cluster_archs,
-                                   image_repository_override=self.config.registry.image_repository)
-        except (ValueError, ContractError) as e:
-            raise input_error(str(e)) from None
+        # Every input check first, against the configured architectures: a refusal never waits on a
+        # controller. Then the live architecture of only the clusters the plan uses, read concurrently
+        # with a short per-cluster deadline (live state wins; an unanswered cluster keeps its config).
+        configured = {name: c.architecture for name, c in self.config.clusters.items() if c.architecture}
+        targets = self._plan(contract, inp, configured)
+        needed = sorted({t.cluster for t in targets if t.cluster in self.config.clusters})
+        live = await _live_architectures(self.config, needed, self.config.policy.plan_cluster_deadline_s)
+        if any(configured.get(name) != arch for name, arch in live.items()):
+            targets = self._plan(contract, inp, {**configured, **live})
         unknown = sorted({f"{t.architecture}→{t.cluster}" for t in targets if t.cluster not in self.config.clusters})
         if unknown:
             raise input_error(f"planned cluster(s) {', '.join(unknown)} (from {contract.ops.path} placements) are "
                               f"not configured (clusters: {', '.join(sorted(self.config.clusters))}); add them "
                               "to the configuration or pass --cluster ARCH=CLUSTER")
         return targets
+
+    def _plan(self, contract: BuildContract, inp: PlanTargetsInput, cluster_archs: dict[str, str]) -> list[TargetSpec]:
+        try:
+            return plan_targets(contract, inp.request, build_commit=inp.build_commit,
+                                harbor_commit=inp.harbor_commit, cluster_archs=cluster_archs,
+                                image_repository_override=self.config.registry.image_repository)
+        except (ValueError, ContractError) as e:
+            raise input_error(str(e)) from None
 
     # ------------------------------------------------------------------ 4. scheduled rebuild check
     @activity.defn
@@ -316,6 +317,22 @@ class SourceActivities(ActivityGroup):
         reasons.extend(verdict.reasons)
         return RebuildDecision(needed=verdict.needed, reasons=reasons, source_commit=src, harbor_commit=harbor_head,
                                last_source_commit=last_src, last_harbor_commit=last_harbor, changed_paths=changed)
+
+
+async def _live_architectures(config, clusters: list[str], deadline_s: float) -> dict[str, str]:
+    """The architecture each cluster's controller reports (its workers' attribute), asked of all clusters
+    at once, each within ``deadline_s``: a cluster that is down or slow keeps its configured value."""
+    async def one(name: str) -> tuple[str, str | None]:
+        async def ask() -> str | None:
+            async with iris_client(config, name) as iris:
+                return await iris.cluster_arch_hint()
+        try:
+            return name, await asyncio.wait_for(ask(), deadline_s)
+        except (IrisError, OSError, TimeoutError) as e:
+            activity.logger.warning(f"cluster {name}: no live architecture within {deadline_s:g}s "
+                                    f"({e or type(e).__name__}); using configuration")
+            return name, None
+    return {name: arch for name, arch in await asyncio.gather(*(one(n) for n in clusters)) if arch}
 
 
 def _head(wt) -> str | None:

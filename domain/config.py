@@ -195,6 +195,8 @@ class PolicySettings(_Model):
     watch_follow_interval_s: float = 10.0  # the same while someone follows a job
     watch_signal_progress_s: float = 900.0  # progress-only wake-ups of a target at most this often
     monitor_safety_interval_s: float = 1200.0  # a target re-checks its watch when not woken for this long
+    # Planning asks each cluster the plan uses for its live architecture at most this long (all at once).
+    plan_cluster_deadline_s: float = Field(default=1.5, gt=0)
 
 
 class EvidenceSettings(_Model):
