@@ -84,18 +84,27 @@ def serve_metrics(bind: str) -> None:
     Runtime.set_default(runtime)
 
 
-def activities_for(config) -> list:
-    source, build, record = SourceActivities(config), BuildActivities(config), RecordActivities(config)
-    return [*source.all(), *PreflightActivities(config).all(), *build.all(), *record.all(),
-            *WatchActivities(config).all()]
+def activity_groups(config) -> list:
+    return [SourceActivities(config), PreflightActivities(config), BuildActivities(config), RecordActivities(config),
+            WatchActivities(config)]
 
 
-def build_worker(client, config, *, graceful_shutdown_s: float = 30.0) -> Worker:
+def activities_for(config, groups: list | None = None) -> list:
+    return [a for g in (groups if groups is not None else activity_groups(config)) for a in g.all()]
+
+
+async def warm_up(groups: list) -> list[str]:
+    """Open what the first steps would otherwise open cold: the registry pool validation uses (its
+    connection, SSL context and pull token), so the first validation after a start is not the slow one."""
+    return [await g.warm_registry() for g in groups if hasattr(g, "warm_registry")]
+
+
+def build_worker(client, config, *, graceful_shutdown_s: float = 30.0, groups: list | None = None) -> Worker:
     return Worker(
         client,
         task_queue=config.temporal.task_queue,
         workflows=WORKFLOWS,
-        activities=activities_for(config),
+        activities=activities_for(config, groups),
         graceful_shutdown_timeout=timedelta(seconds=graceful_shutdown_s),
         # Send activity heartbeats as they come (every HEARTBEAT_EVERY_S), not batched up to 80% of the
         # heartbeat timeout: a slow event loop then never looks like a dead worker.
@@ -121,7 +130,8 @@ async def run_worker(config_path: str | None, graceful_shutdown_s: float, metric
         if probes:
             probes.close()
         raise
-    worker = build_worker(client, config, graceful_shutdown_s=graceful_shutdown_s)
+    groups = activity_groups(config)
+    worker = build_worker(client, config, graceful_shutdown_s=graceful_shutdown_s, groups=groups)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -129,7 +139,11 @@ async def run_worker(config_path: str | None, graceful_shutdown_s: float, metric
     log.info("worker started", task_queue=config.temporal.task_queue, temporal=describe(config.temporal))
     # Health outlives the worker so probes keep answering (live, not ready) while it drains.
     async with _health(probes, client, worker, config.temporal.task_queue), worker:
+        warm = asyncio.create_task(warm_up(groups))  # beside polling: a slow registry never delays the worker
+        warm.add_done_callback(lambda t: t.cancelled() or t.exception() or log.info(
+            "warmed up", registry="; ".join(t.result())))
         await stop.wait()
+        warm.cancel()
         log.info("shutdown requested: draining in-flight activities", grace_s=graceful_shutdown_s)
     log.info("worker stopped")
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import time
 
+import httpx
 from temporalio import activity
 
 from activities.common import (
@@ -37,6 +39,7 @@ from clients.iris import (
     Unavailable,
 )
 from clients.kube import KubeEvidence, PodFacts
+from clients.registry import RegistryClient, RegistryError, scheme_for
 from domain.config import ConfigError, PolicySettings
 from domain.contract import load_contract
 from domain.evidence import failing_line
@@ -59,6 +62,11 @@ from domain.redact import redact, redact_obj
 from domain.validation import ExpectedImage, ValidationReport
 
 LOG_PAGE_LINES = 5000
+
+
+# The registry the real build contract pushes to (ghcr.io/marin-community/...), warmed at worker start when
+# [registry] image_repository does not name another one.
+DEFAULT_REGISTRY_HOST = "ghcr.io"
 
 
 class BuildActivities(ActivityGroup):
@@ -254,6 +262,33 @@ class BuildActivities(ActivityGroup):
         return done
 
     # ------------------------------------------------------------------ validate the published image
+    async def warm_registry(self) -> str:
+        """At worker start (not an activity): open the registry connection the validations share (TCP,
+        TLS, SSL context) and, with the push identity, its pull token, so the first validation costs what
+        every later one does. Never fails the worker: a registry that does not answer now is met again
+        by the first validation. Returns what was warmed (for the worker's log)."""
+        image_repository = self.config.registry.image_repository or DEFAULT_REGISTRY_HOST
+        host, _, repo = image_repository.partition("/")
+        scheme = scheme_for(host, tuple(self.config.registry.insecure_hosts))
+        creds = None
+        try:
+            creds = (fetch_secret(self.config.registry.user, what="registry.user"),
+                     fetch_secret(self.config.registry.token, what="registry.token"))
+        except CredentialError:
+            pass
+        client = RegistryClient(host, scheme=scheme, credentials=creds, pool=self.registry_pool, max_retries=0)
+        try:
+            if repo and creds:
+                with contextlib.suppress(RegistryError):  # a 404 for the probe tag still brought the token
+                    await client.head_manifest(repo, "gpu-rl-builder-warm-up")
+                return f"{scheme}://{host} connection and the pull token of {repo}"
+            await client.ping()
+            return f"{scheme}://{host} connection"
+        except (RegistryError, httpx.HTTPError) as e:
+            return f"nothing ({host}: {e or type(e).__name__})"
+        finally:
+            await client.aclose()
+
     @activity.defn
     async def validate_image(self, inp: ValidateInput) -> ValidationReport:
         t = inp.target

@@ -359,13 +359,14 @@ def print_tables(args, policy: PolicySettings, sc, hist, res, rej) -> None:
         print(f"\n### Detection and Iris load by concurrent running jobs (watch interval {policy.watch_interval_s:g} s, "
               f"progress every {policy.watch_progress_interval_s:g} s)\n")
         print("| running jobs | detection p50 s | p95 s | max s | status req/min per cluster | GetJobState/min | "
-              "status req/min per target | log req/min per target | worker CPU (cores) | worker peak RSS MiB | "
+              "status req/min per target | log req/min per cluster | log req/min per target | worker CPU (cores) | worker peak RSS MiB | "
               "controller CPU (cores) | steady window s | not measured |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in sc:
             print(f"| {r['n']} | {fmt(r['p50'], 2)} | {fmt(r['p95'], 2)} | {fmt(r['max'], 2)} | "
                   f"{fmt(r.get('status_per_min'))} | {fmt(r.get('getjobstate_per_min'))} | "
-                  f"{fmt(r.get('status_per_min_target'), 3)} | {fmt(r.get('logs_per_min_target'), 2)} | "
+                  f"{fmt(r.get('status_per_min_target'), 3)} | {fmt(r.get('logs_per_min'), 1)} | "
+                  f"{fmt(r.get('logs_per_min_target'), 3)} | "
                   f"{fmt(r['worker_cpu_cores'], 2)} | {fmt(r['worker_rss_mib'], 0)} | {fmt(r['controller_cpu_cores'], 2)} | "
                   f"{fmt(r['window_s'], 0)} | {r['failed']} |")
         print("\nRequests by method in the steady window: " + "; ".join(

@@ -91,3 +91,42 @@ async def test_anonymous_probe_never_sends_cookies_or_credentials_from_the_pool(
         await pool.aclose()
     assert "cookie" not in seen[1].headers and "authorization" not in seen[1].headers
     assert pool.clients_created == 1
+
+
+async def test_the_worker_warms_the_pool_at_start_so_the_first_validation_is_not_cold(token_registry, tmp_path,
+                                                                                     monkeypatch):
+    """``BuildActivities.warm_registry`` (run by worker.py at start) opens the connection and fetches the
+    push identity's pull token; the first validation then asks the token endpoint only for the anonymous
+    probe and skips the authenticated 401 round trip — exactly what a later validation costs."""
+    from activities.build import BuildActivities
+    from domain.config import ServiceConfig
+
+    repo = "lab/pool-warm"
+    token_registry.set_public(repo, True)
+    await push_index(token_registry, repo, "v1", [ImageSpec("linux/amd64", labels=good_labels(REV, HARBOR), seed="w1")])
+    user, secret = token_registry.credentials
+    monkeypatch.setenv("GPU_RL_TEST_REGISTRY_TOKEN", secret)
+    config = ServiceConfig.model_validate({
+        "work_dir": str(tmp_path),
+        "repos": {"marinskyrl_url": "file:///nowhere", "harbor_url": "file:///nowhere"},
+        "clusters": {"c": {"controller_url": "http://127.0.0.1:9", "client_revision_date": "2026-12-01"}},
+        "registry": {"image_repository": f"{token_registry.host}/{repo}", "insecure_hosts": [token_registry.host],
+                     "user": {"kind": "literal_public", "value": user},
+                     "token": {"kind": "env", "name": "GPU_RL_TEST_REGISTRY_TOKEN"}},
+    })
+    transport = CountingTransport()
+    acts = BuildActivities(config)
+    acts.registry_pool = RegistryPool(transport=transport)
+    try:
+        warmed = await acts.warm_registry()
+        assert "pull token" in warmed, warmed
+        transport.sent.clear()
+        report = await _validate(token_registry, repo, "v1", acts.registry_pool, transport)
+    finally:
+        await acts.registry_pool.aclose()
+    assert report.ok, report.failures()
+    registry_port = httpx.URL(token_registry.url).port
+    to_token = [r for r in transport.sent if r.url.port != registry_port or not r.url.path.startswith("/v2/")]
+    assert len(to_token) == 1  # the anonymous probe's own token only: the pull token came from the warm-up
+    assert "authorization" not in {k.lower() for k in to_token[0].headers}
+    assert acts.registry_pool.clients_created == 1

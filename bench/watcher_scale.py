@@ -1,0 +1,270 @@
+"""Benchmark: the per-cluster watcher at 1,000 and 5,000 watched jobs, a burst of 200 job ends, and
+detection at 1–200 jobs on the production cadence.
+
+A Temporal dev server and an in-process worker running the real IrisWatcherWorkflow and watch_cluster
+activity; the Iris side is the stand-in job list of tests/iris/standin_jobs.py (what the watcher asks is
+counted there), so thousands of jobs cost no controller. Targets are tiny receiver workflows that record
+the watcher's ``job_changed``. Every payload crossing Temporal is measured by a pass-through codec.
+
+1. scale: register N watches (31 marker texts each, like the real contract), until the current run holds
+   them all; largest payload, continue-as-new runs, heartbeat size, status requests per minute;
+2. burst: 200 of the watched jobs end in the same second: end → the target's signal (server clock),
+   p50/p95/max, and the status requests it took;
+3. detection: N ∈ {1, 10, 100, 200} jobs ending at random times over ``--spread`` s, production policy
+   (5 s cadence, 12 status requests/min budget): end → signal p50/p95.
+
+Prints Markdown tables; asserts nothing. Run: .venv/bin/python bench/watcher_scale.py [--sizes 1000,5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import random
+import resource
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from temporalio.api.enums.v1 import EventType  # noqa: E402
+from temporalio.client import Client  # noqa: E402
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+from temporalio.worker import Worker  # noqa: E402
+
+from activities.watch import WatchActivities, watcher_view  # noqa: E402
+from domain.config import PolicySettings, ServiceConfig  # noqa: E402
+from domain.models import JobProgress  # noqa: E402
+from domain.watch import PageRequest, WatcherInput, WatchPage, WatchRequest, watcher_id  # noqa: E402
+from sandbox.temporal_server import start_temporal_dev_server  # noqa: E402
+from tests.iris.standin_jobs import StandinJobs  # noqa: E402
+from tests.workflows.test_watcher_scale import MARKERS, EndReceiver, SizeRecorder  # noqa: E402
+from workflows.watcher import IrisWatcherWorkflow  # noqa: E402
+
+STATUS = ("GetJobState", "GetJobStatus", "ListJobs")
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    return v[min(len(v) - 1, max(0, round(q / 100 * len(v) + 0.5) - 1))]
+
+
+def fmt(v, nd=1) -> str:
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
+def config(work: Path, cluster: str, policy: PolicySettings) -> ServiceConfig:
+    return ServiceConfig.model_validate({
+        "work_dir": str(work),
+        "repos": {"marinskyrl_url": "file:///nowhere", "harbor_url": "file:///nowhere"},
+        "clusters": {cluster: {"controller_url": "http://standin.invalid",
+                               "client_revision_date": datetime.date.today().isoformat()}},
+        "registry": {"user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "X"}},
+        "policy": policy.model_dump(),
+    })
+
+
+class Bench:
+    def __init__(self, client: Client, sizes: SizeRecorder, work: Path):
+        self.client, self.sizes, self.work = client, sizes, work
+
+    async def register(self, wid: str, tq: str, cluster: str, reqs: list[WatchRequest]) -> float:
+        t = time.monotonic()
+        await self.client.start_workflow(IrisWatcherWorkflow.run, WatcherInput(cluster=cluster), id=wid,
+                                         task_queue=tq, start_signal="watch", start_signal_args=[reqs[0]])
+        sem = asyncio.Semaphore(48)
+
+        async def one(r):
+            async with sem:
+                await self.client.get_workflow_handle(wid).signal("watch", r)
+        await asyncio.gather(*(one(r) for r in reqs[1:]))
+        return time.monotonic() - t
+
+    async def held(self, wid: str, n: int, within_s: float = 900) -> WatchPage | None:
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            page = await self.client.get_workflow_handle(wid).query("changes", PageRequest(), result_type=WatchPage)
+            if page.watched >= n and not page.adopting:
+                return page
+            await asyncio.sleep(1.0)
+        return None
+
+    async def runs(self, wid: str) -> int:
+        return len([w async for w in self.client.list_workflows(f"WorkflowId = '{wid}'")])
+
+
+def requests(iris: StandinJobs) -> dict[str, int]:
+    return {m: iris.requests[m] for m in (*STATUS, "FetchLogs")}
+
+
+async def scale(b: Bench, n: int, burst: int) -> tuple[dict, dict | None]:
+    run = uuid.uuid4().hex[:6]
+    cluster, tq = f"scale-{run}", f"bench-scale-{run}"
+    policy = PolicySettings()
+    ids = [f"/runner/gpu-rl-{run}-{i:05d}-amd64-standard-r0" for i in range(n)]
+    iris = StandinJobs({j: "running" for j in ids})
+    receivers = {ids[i * (n // burst)]: f"recv-{run}-{i}" for i in range(burst)} if burst else {}
+    reqs = [WatchRequest(job_id=j, workflow_id=receivers.get(j, f"gone-{run}-{i}"), markers=MARKERS,
+                         registered_at="2026-12-01T00:00:00+00:00", known=JobProgress(job_id=j, state="running",
+                                                                                      terminal=False))
+            for i, j in enumerate(ids)]
+    wid = watcher_id(cluster, tq)
+    b.sizes.largest = 0
+    watch = WatchActivities(config(b.work, cluster, policy), transport=iris)
+    async with Worker(b.client, task_queue=tq, workflows=[IrisWatcherWorkflow, EndReceiver],
+                      activities=[watch.watch_cluster], max_concurrent_activities=20):
+        for r in receivers.values():
+            await b.client.start_workflow(EndReceiver.run, id=r, task_queue=tq)
+        reg_s = await b.register(wid, tq, cluster, reqs)
+        t = time.monotonic()
+        page = await b.held(wid, n)
+        held_s = time.monotonic() - t
+        # Steady: 60 s of polling with nothing changing.
+        before, t0 = requests(iris), time.monotonic()
+        await asyncio.sleep(60)
+        after, minutes = requests(iris), (time.monotonic() - t0) / 60
+        view = await watcher_view(b.client, cluster, tq)
+        hb = len(str(view)) if view else None
+        row = {"n": n, "register_s": reg_s, "held_s": held_s, "runs": await b.runs(wid),
+               "largest_kb": b.sizes.largest / 1024, "page_watches": len(page.watches) if page else None,
+               "heartbeat_b": hb, "status_per_min": sum(after[m] - before[m] for m in STATUS) / minutes,
+               "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        burst_row = None
+        if burst:
+            before = requests(iris)
+            t_end = time.time()
+            for j in receivers:
+                iris.set_state(j, "succeeded")
+            lat = []
+            for r in receivers.values():
+                h = b.client.get_workflow_handle(r)
+                await asyncio.wait_for(h.result(), 300)
+                for e in (await h.fetch_history()).events:
+                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                        lat.append(e.event_time.ToMicroseconds() / 1e6 - t_end)
+                        break
+            after = requests(iris)
+            burst_row = {"n": n, "ends": burst, "p50": pct(lat, 50), "p95": pct(lat, 95), "max": max(lat),
+                         "status_requests": sum(after[m] - before[m] for m in STATUS),
+                         "by_method": {m: after[m] - before[m] for m in STATUS if after[m] - before[m]},
+                         "largest_kb": b.sizes.largest / 1024}
+        await b.client.get_workflow_handle(wid).terminate("bench over")
+    return row, burst_row
+
+
+async def detection(b: Bench, n: int, spread: float) -> dict:
+    run = uuid.uuid4().hex[:6]
+    cluster, tq = f"det-{run}", f"bench-det-{run}"
+    policy = PolicySettings()
+    ids = [f"/runner/gpu-rl-{run}-{i:04d}-amd64-standard-r0" for i in range(n)]
+    iris = StandinJobs({j: "running" for j in ids})
+    reqs = [WatchRequest(job_id=j, workflow_id=f"recv-{run}-{i}", markers=MARKERS,
+                         registered_at="2026-12-01T00:00:00+00:00",
+                         known=JobProgress(job_id=j, state="running", terminal=False)) for i, j in enumerate(ids)]
+    wid = watcher_id(cluster, tq)
+    watch = WatchActivities(config(b.work, cluster, policy), transport=iris)
+    async with Worker(b.client, task_queue=tq, workflows=[IrisWatcherWorkflow, EndReceiver],
+                      activities=[watch.watch_cluster], max_concurrent_activities=20):
+        for i in range(n):
+            await b.client.start_workflow(EndReceiver.run, id=f"recv-{run}-{i}", task_queue=tq)
+        await b.register(wid, tq, cluster, reqs)
+        await b.held(wid, n)
+        await asyncio.sleep(10)
+        before, t0 = requests(iris), time.monotonic()
+        rng = random.Random(n)
+        ends = sorted((rng.uniform(0, spread), j) for j in ids)
+        ended: dict[str, float] = {}
+        start = time.time()
+        for at, j in ends:
+            await asyncio.sleep(max(0.0, start + at - time.time()))
+            iris.set_state(j, "succeeded")
+            ended[j] = time.time()
+        lat = []
+        for i, j in enumerate(ids):
+            h = b.client.get_workflow_handle(f"recv-{run}-{i}")
+            await asyncio.wait_for(h.result(), 300)
+            for e in (await h.fetch_history()).events:
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                    lat.append(e.event_time.ToMicroseconds() / 1e6 - ended[j])
+                    break
+        after, minutes = requests(iris), (time.monotonic() - t0) / 60
+        with contextlib.suppress(Exception):  # the watcher ends by itself once nothing is left
+            await b.client.get_workflow_handle(wid).terminate("bench over")
+    return {"n": n, "p50": pct(lat, 50), "p95": pct(lat, 95), "max": max(lat),
+            "status_per_min": sum(after[m] - before[m] for m in STATUS) / minutes}
+
+
+async def main_async(args) -> int:
+    state = Path(tempfile.mkdtemp(prefix="bench-watcher-"))
+    temporal = None
+    try:
+        temporal = start_temporal_dev_server(state / "temporal", ui=False)
+        sizes = SizeRecorder()
+        client = await Client.connect(temporal.address, data_converter=dataclasses.replace(
+            pydantic_data_converter, payload_codec=sizes))
+        b = Bench(client, sizes, state / "work")
+        scale_rows, burst_rows, det_rows = [], [], []
+        for n in args.sizes:
+            print(f"scale N={n}", file=sys.stderr, flush=True)
+            row, burst = await scale(b, n, args.burst if n >= args.burst else 0)
+            scale_rows.append(row)
+            if burst:
+                burst_rows.append(burst)
+        for n in args.detect:
+            print(f"detection N={n}", file=sys.stderr, flush=True)
+            det_rows.append(await detection(b, n, args.spread))
+        if scale_rows:
+            print("\n### Watcher at scale (stand-in job list, real Temporal watcher)\n")
+            print("| watched jobs | register s | held by the current run after s | runs (continue-as-new) | "
+                  "largest payload KB | jobs in one query page | heartbeat bytes | status req/min (idle) | "
+                  "bench process peak RSS MiB |")
+            print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            for r in scale_rows:
+                print(f"| {r['n']} | {fmt(r['register_s'])} | {fmt(r['held_s'])} | {r['runs']} | "
+                      f"{fmt(r['largest_kb'])} | {r['page_watches']} | {r['heartbeat_b']} | "
+                      f"{fmt(r['status_per_min'])} | {fmt(r['rss_mib'], 0)} |")
+        if burst_rows:
+            print("\n### A burst of job ends (all in the same second)\n")
+            print("| watched jobs | ends | end → target signalled p50 s | p95 s | max s | status requests | by method |")
+            print("|---:|---:|---:|---:|---:|---:|---|")
+            for r in burst_rows:
+                print(f"| {r['n']} | {r['ends']} | {fmt(r['p50'], 2)} | {fmt(r['p95'], 2)} | {fmt(r['max'], 2)} | "
+                      f"{r['status_requests']} | {', '.join(f'{k} {v}' for k, v in r['by_method'].items())} |")
+        if det_rows:
+            print(f"\n### Detection on the production cadence (ends spread over {args.spread:g} s)\n")
+            print("| jobs | end → target signalled p50 s | p95 s | max s | status req/min |")
+            print("|---:|---:|---:|---:|---:|")
+            for r in det_rows:
+                print(f"| {r['n']} | {fmt(r['p50'], 2)} | {fmt(r['p95'], 2)} | {fmt(r['max'], 2)} | "
+                      f"{fmt(r['status_per_min'])} |")
+        return 0
+    finally:
+        if temporal:
+            temporal.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000,5000", help="watched jobs per scale step ('' to skip)")
+    ap.add_argument("--burst", type=int, default=200, help="jobs ending in the same second (at each scale step)")
+    ap.add_argument("--detect", default="1,10,100,200", help="jobs per detection step ('' to skip)")
+    ap.add_argument("--spread", type=float, default=60.0)
+    args = ap.parse_args()
+    args.sizes = [int(x) for x in args.sizes.split(",") if x]
+    args.detect = [int(x) for x in args.detect.split(",") if x]
+    sys.exit(asyncio.run(main_async(args)))
+
+
+if __name__ == "__main__":
+    main()
