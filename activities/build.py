@@ -125,6 +125,10 @@ class BuildActivities(ActivityGroup):
         if missing:
             raise input_error(f"{job.script_path} at {inp.build_commit[:12]} requires {', '.join(missing)}, "
                               f"which the job spec for {t.key} does not set")
+        bound = self.config.registry.image_repository.partition("/")[0].lower()
+        if t.image_repository.partition("/")[0].lower() != bound:  # planned before the binding existed
+            raise input_error(f"{t.key}: image repository {t.image_repository} is not on {bound} "
+                              "(config:registry.image_repository); the registry token is not sent there")
         env: dict[str, str] = {}
         for e in job.env:  # a CredentialError is mapped by the boundary (activities/errors.py)
             if e.secret == "registry_user":
@@ -296,7 +300,10 @@ class BuildActivities(ActivityGroup):
         files = await asyncio.to_thread(self.repos.contract_files, repo, inp.build_commit)
         ceiling = t.layer_ceiling or load_contract(files, inp.build_commit, self.config.build).layer_ceiling
         creds = None
+        bound = self.config.registry.image_repository.partition("/")[0].lower()
         try:
+            if t.image_repository.partition("/")[0].lower() != bound:
+                raise CredentialError(f"registry.token is bound to {bound}, not {t.image_repository}")
             creds = (fetch_secret(self.config.registry.user, what="registry.user"),
                      fetch_secret(self.config.registry.token, what="registry.token"))
         except CredentialError as err:

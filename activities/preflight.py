@@ -179,6 +179,10 @@ class PreflightActivities(ActivityGroup):
             key = "registry.token"
             try:
                 host, repo = split_image_repository(image_repository)
+                bound = self.config.registry.image_repository.partition("/")[0]
+                if host.lower() != bound.lower():  # the plan refuses this already; never send the token there
+                    raise ValueError(f"the registry credential is bound to {bound} "
+                                     "(config:registry.image_repository), not sent to " + host)
                 scheme = scheme_for(host, tuple(self.config.registry.insecure_hosts))
                 async with RegistryClient(host, scheme=scheme, credentials=(user, token)) as client:
                     await client.check_push(repo)

@@ -272,7 +272,8 @@ class SourceActivities(ActivityGroup):
         try:
             return plan_targets(contract, inp.request, build_commit=inp.build_commit,
                                 harbor_commit=inp.harbor_commit, cluster_archs=cluster_archs,
-                                image_repository_override=self.config.registry.image_repository)
+                                image_repository_override=self.config.registry.image_repository,
+                                registry_host=self.config.registry.image_repository.partition("/")[0])
         except (ValueError, ContractError) as e:
             raise input_error(str(e)) from None
 

@@ -70,7 +70,7 @@ async def main(args) -> None:
         "repos": {"marinskyrl_url": "file:///nowhere", "harbor_url": "file:///nowhere"},
         "clusters": {args.cluster: {"controller_url": args.iris_url,
                                     "client_revision_date": datetime.date.today().isoformat()}},
-        "registry": {"user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "X"}},
+        "registry": {"image_repository": "127.0.0.1:5000/gpu-rl", "user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "X"}},
         "policy": policy.model_dump(),
     })
     client = await Client.connect(args.temporal, data_converter=pydantic_data_converter)

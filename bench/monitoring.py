@@ -329,6 +329,7 @@ harbor_url = "file:///nowhere"
 controller_url = "http://127.0.0.1:9"
 client_revision_date = "{datetime.date.today().isoformat()}"
 [registry]
+image_repository = "127.0.0.1:5000/gpu-rl"
 user = {{ kind = "literal_public", value = "u" }}
 token = {{ kind = "env", name = "X" }}
 """)

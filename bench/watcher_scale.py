@@ -69,7 +69,7 @@ def config(work: Path, cluster: str, policy: PolicySettings) -> ServiceConfig:
         "repos": {"marinskyrl_url": "file:///nowhere", "harbor_url": "file:///nowhere"},
         "clusters": {cluster: {"controller_url": "http://standin.invalid",
                                "client_revision_date": datetime.date.today().isoformat()}},
-        "registry": {"user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "X"}},
+        "registry": {"image_repository": "127.0.0.1:5000/gpu-rl", "user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "X"}},
         "policy": policy.model_dump(),
     })
 

@@ -300,6 +300,13 @@ class GitHubClient:
 
     async def _request(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None,
                        conflict: type[GitHubError] = GitHubError) -> httpx.Response:
+        target = httpx.URL(path)
+        if target.is_absolute_url and (target.scheme, target.host, target.port) != (
+                self._http.base_url.scheme, self._http.base_url.host, self._http.base_url.port):
+            # The token is bound to github.api_url: a link in a response (``Link: rel="next"``) naming
+            # another host is refused, never followed with the Authorization header.
+            raise GitHubError(f"refusing to send the GitHub token to {target.host} (github.api_url is "
+                              f"{self._http.base_url.host})", method=method, path=str(target.copy_with(query=None)))
         try:
             resp = await self._http.request(method, path, json=json, params=params)
         except httpx.HTTPError as exc:

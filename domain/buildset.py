@@ -166,7 +166,10 @@ def plan_targets(
     harbor_commit: str,
     cluster_archs: dict[str, str] | None,
     image_repository_override: str | None,
+    registry_host: str | None = None,
 ) -> list[TargetSpec]:
+    """The targets of ``request``. ``registry_host``: the host the registry credential is bound to
+    (of ``registry.image_repository``); every destination the job pushes to with it must be there."""
     if request.compatibility_request is None:
         raise BuildSetError(
             "refusing to plan: no explicit compatibility request (image builds are legacy, "
@@ -192,6 +195,9 @@ def plan_targets(
         if arch not in request.architectures:
             raise BuildSetError(f"cluster override for {arch!r}, which is not a requested architecture")
     repository = image_repository_override or s.image_repository_default
+    if registry_host is not None:
+        check_credential_destinations(contract, repository, image_repository_override, registry_host,
+                                      request.architectures)
 
     targets: list[TargetSpec] = []
     for arch in request.architectures:
@@ -219,6 +225,32 @@ def plan_targets(
             targets.append(_target(contract, request, arch, variant, cluster, priority, wheel_source,
                                    repository, image_repository_override, build_commit))
     return targets
+
+
+def _host(image_repository: str) -> str:
+    return image_repository.partition("/")[0].lower()
+
+
+def check_credential_destinations(contract: BuildContract, repository: str, override: str | None,
+                                  registry_host: str, architectures: list[str]) -> None:
+    """The job gets the registry token and kaniko sends it to every ``--destination`` and ``--cache-repo``
+    host: each must be the configured registry host, or the plan is refused naming file:line and host."""
+    s = contract.script
+    where = "config:registry.image_repository" if override else _at(s.path, s.lines.get("image_repository_default"))
+    found: list[str] = []
+    if _host(repository) != registry_host.lower():
+        found.append(f"{where}: image repository {repository} is on {_host(repository)}")
+    for arch in architectures:
+        cache = s.arches[arch].cache_repo if arch in s.arches else None
+        if cache:
+            resolved = cache.replace("{repository}", repository)
+            if _host(resolved) != registry_host.lower():
+                found.append(f"{_at(s.path, s.lines.get('cache_repo'))}: {arch} cache repository {resolved} is on "
+                             f"{_host(resolved)}")
+    if found:
+        raise BuildSetError(f"refusing to plan: the registry credential is bound to {registry_host} "
+                            f"(config:registry.image_repository) but {'; '.join(dict.fromkeys(found))}; "
+                            "nothing was pushed or submitted")
 
 
 def _target(contract, request, arch, variant, cluster, priority, wheel_source, repository, override,

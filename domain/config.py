@@ -150,7 +150,9 @@ class RepoSettings(_Model):
 
 
 class RegistrySettings(_Model):
-    image_repository: str | None = None  # overrides the script default (sandbox: local registry)
+    # Required: where images go, and the one host the registry credential is ever sent to (the build
+    # script's default repository is repository content and never decides where the token goes).
+    image_repository: str
     insecure_hosts: list[str] = Field(default_factory=list)  # hosts reached over plain http
     user: CredentialSource
     token: CredentialSource

@@ -150,7 +150,7 @@ def test_every_step_has_a_heartbeat_timeout_and_a_bounded_budget():
 def test_every_worker_activity_runs_behind_the_boundary(tmp_path):
     config = ServiceConfig.model_validate({
         "work_dir": str(tmp_path), "repos": {"marinskyrl_url": "file:///x", "harbor_url": "file:///y"},
-        "clusters": {}, "registry": {"user": {"kind": "env", "name": "U"}, "token": {"kind": "env", "name": "T"}}})
+        "clusters": {}, "registry": {"image_repository": "127.0.0.1:5000/gpu-rl", "user": {"kind": "env", "name": "U"}, "token": {"kind": "env", "name": "T"}}})
     acts = worker.activities_for(config)
     assert len(acts) >= 15
     for a in acts:
@@ -169,7 +169,7 @@ def _config(tmp_path: Path, remotes, *, work: str = "work", token: dict | None =
         "work_dir": str(tmp_path / work),
         "repos": {"marinskyrl_url": remotes.marinskyrl_url, "harbor_url": remotes.harbor_url},
         "clusters": {},
-        "registry": {"user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "GRB_T"}},
+        "registry": {"image_repository": "127.0.0.1:5000/gpu-rl", "user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "GRB_T"}},
         "github": {"token": token or {"kind": "env", "name": "GRB_T"}, **github_settings},
     })
 

@@ -23,7 +23,7 @@ async def test_unreachable_controller_is_reported_not_terminal(tmp_path):
         "repos": {"marinskyrl_url": "file:///nowhere", "harbor_url": "file:///nowhere"},
         "clusters": {"c": {"controller_url": f"http://127.0.0.1:{_closed_port()}",
                            "client_revision_date": "2026-11-20"}},
-        "registry": {"user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "X"}},
+        "registry": {"image_repository": "127.0.0.1:5000/gpu-rl", "user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "X"}},
         "policy": {"poll_min_interval_s": 0.1, "poll_max_interval_s": 0.2},
     })
     beats: list = []

@@ -37,7 +37,7 @@ def _config(tmp_path, remotes, **github):
         "work_dir": str(tmp_path / "work"),
         "repos": {"marinskyrl_url": remotes.marinskyrl_url, "harbor_url": remotes.harbor_url},
         "clusters": {},
-        "registry": {"user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "X"}},
+        "registry": {"image_repository": "127.0.0.1:5000/gpu-rl", "user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "X"}},
         "github": {"token": {"kind": "env", "name": "X"}, **github},
     })
 

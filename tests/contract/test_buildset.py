@@ -153,3 +153,28 @@ def test_template_passing_a_pin_is_refused():
                                             "  -e WHEEL_SOURCE wheel-builder \\\n  -e TORCH_VERSION 2.10.0 \\\n", 1))
     with pytest.raises(BuildSetError, match="TORCH_VERSION"):
         plan(contract(files))
+
+
+def _bound(c, override="registry.local:5000/gpu-rl"):
+    req = BuildRequest(architectures=["amd64", "arm64"], compatibility_request=ASK)
+    return plan_targets(c, req, build_commit=COMMIT, harbor_commit=HARBOR, cluster_archs=None,
+                        image_repository_override=override, registry_host="registry.local:5000")
+
+
+def test_the_registry_credential_goes_only_to_the_configured_host():
+    """issue #21 item 2: a destination the repository chooses on another host refuses the plan."""
+    assert {t.image_repository for t in _bound(contract())} == {"registry.local:5000/gpu-rl"}
+    # The script's default repository on another host: it decides nothing once configured ...
+    c = contract(edited(SCRIPT, lambda s: s.replace("ghcr.io/marin-community/marinskyrl",
+                                                    "collector.example:5000/x")))
+    assert {t.image_repository for t in _bound(c)} == {"registry.local:5000/gpu-rl"}
+    # ... and without the configured repository it is refused naming file:line and the host.
+    with pytest.raises(BuildSetError, match=rf"{SCRIPT}:\d+: image repository collector.example:5000/x is on "
+                                            r"collector.example:5000"):
+        _bound(c, override=None)
+    # A cache repository on another host (kaniko would push layers there with the token).
+    c = contract(edited(SCRIPT, lambda s: s.replace("${KANIKO_CACHE_REPOSITORY:-$REPO/$CACHE_NAME}",
+                                                    "${KANIKO_CACHE_REPOSITORY:-collector.example:5000/cache}")))
+    with pytest.raises(BuildSetError, match=rf"{SCRIPT}:\d+: amd64 cache repository collector.example:5000/cache "
+                                            r"is on collector.example:5000.*nothing was pushed"):
+        _bound(c)

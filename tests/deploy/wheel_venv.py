@@ -133,6 +133,7 @@ harbor_url = "file:///nonexistent/harbor.git"
 controller_url = "http://127.0.0.1:1"
 client_revision_date = "2026-11-20"
 [registry]
+image_repository = "127.0.0.1:5000/gpu-rl"
 user = {{kind = "literal_public", value = "builder"}}
 token = {{kind = "env", name = "UNUSED_REGISTRY_TOKEN"}}
 """)

@@ -11,6 +11,7 @@ harbor_url = "file:///r/h.git"
 controller_url = "http://127.0.0.1:1"
 client_revision_date = "2026-11-20"
 [registry]
+image_repository = "127.0.0.1:5000/gpu-rl"
 user = {kind = "literal_public", value = "me"}
 token = {kind = "env", name = "GHCR_TOKEN"}
 """
@@ -48,3 +49,29 @@ def test_example_config_documents_the_build_fallbacks_as_they_are():
 
     example = Path(__file__).resolve().parents[2] / "deploy" / "config.example.toml"
     assert load_config(example).build == BuildSettings()
+
+
+def test_registry_image_repository_is_required_naming_the_key(tmp_path):
+    """The script's default repository is repository content: it never decides where the token goes."""
+    from domain.config import ConfigError, load_config
+
+    path = tmp_path / "c.toml"
+    path.write_text(GOOD.replace('image_repository = "127.0.0.1:5000/gpu-rl"\n', ""))
+    with pytest.raises(ConfigError, match=r"registry\.image_repository: Field required"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("kind", ["directory", "not_utf8", "missing", "not_toml"])
+def test_any_config_path_is_one_error_line(tmp_path, kind):
+    from domain.config import ConfigError, load_config
+
+    path = tmp_path / "c.toml"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "not_utf8":
+        path.write_bytes("work_dir = '\xe9'\n".encode("latin-1"))
+    elif kind == "not_toml":
+        path.write_text("[[[")
+    with pytest.raises(ConfigError, match=str(path)) as e:
+        load_config(path)
+    assert "\n" not in str(e.value)

@@ -18,7 +18,7 @@ OPS = ".agents/ops/gpu-rl-image-build.md"
 def _activities(tmp_path, url: str) -> SourceActivities:
     config = ServiceConfig(
         work_dir=str(tmp_path / "work"), repos=RepoSettings(marinskyrl_url=url, harbor_url=url), clusters={},
-        registry=RegistrySettings(user=CredentialSource(kind="literal_public", value="u"),
+        registry=RegistrySettings(image_repository="127.0.0.1:5000/gpu-rl", user=CredentialSource(kind="literal_public", value="u"),
                                   token=CredentialSource(kind="env", name="UNUSED_TOKEN")))
     return SourceActivities(config)
 

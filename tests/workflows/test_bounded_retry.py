@@ -43,7 +43,7 @@ def _config(tmp_path) -> ServiceConfig:
         "work_dir": str(tmp_path / "work"),
         "repos": {"marinskyrl_url": "file:///nonexistent/m", "harbor_url": "file:///nonexistent/h"},
         "clusters": {"cw-rno2a": {"controller_url": _closed_port_url(), "client_revision_date": "2026-01-01"}},
-        "registry": {"user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "GRB_T"}},
+        "registry": {"image_repository": "127.0.0.1:5000/gpu-rl", "user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "GRB_T"}},
         "github": {"token": {"kind": "env", "name": "GRB_T"}, "api_url": _closed_port_url()},
     })
 

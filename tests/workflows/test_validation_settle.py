@@ -119,7 +119,7 @@ async def test_a_30s_registry_503_during_validation_does_not_fail_the_target(
         "work_dir": str(tmp_path / "work"),
         "repos": {"marinskyrl_url": remotes.marinskyrl_url, "harbor_url": remotes.harbor_url},
         "clusters": {},
-        "registry": {"insecure_hosts": [token_registry.host],
+        "registry": {"image_repository": f"{token_registry.host}/{repo}", "insecure_hosts": [token_registry.host],
                      "user": {"kind": "literal_public", "value": token_registry.credentials[0]},
                      "token": {"kind": "env", "name": "GRB_PUSH_TOKEN"}}})
     target = plan()[0].model_copy(update={
