@@ -286,6 +286,54 @@ def _print_report(rep: PipelineReport, as_json: bool) -> None:
                    + "\n" + printable(f"next step: {f.next_step}"), err=True)
 
 
+# --------------------------------------------------------------------------------------- resume
+@cli.command()
+@click.argument("workflow_id")
+@click.option("--follow", "follow_", is_flag=True, help="Follow progress until the pipeline ends.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (with --follow).")
+@click.pass_context
+def resume(ctx, workflow_id, follow_, as_json):
+    """Run a failed, cancelled or terminated build again exactly as it was requested.
+
+    Every target an earlier run already validated (image still at its tag, evidence in the store) is
+    adopted: no new Iris job; only the others are built. The pin commit and PR already pushed are
+    found again (one commit, one PR)."""
+    config = _config(ctx)
+
+    async def go():
+        client = await _client(config)
+        await oc.pipeline(client, workflow_id)  # unknown or foreign ids: refused, nothing started
+        desc = await oc.describe(client, workflow_id)
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            _fail(f"{workflow_id} is still running; nothing to resume (`python starter.py follow {workflow_id}`)",
+                  EXIT_FAILED)
+        if desc.status == WorkflowExecutionStatus.COMPLETED:
+            _out(f"{workflow_id} already completed; nothing to resume. Its report:", as_json)
+            sys.exit(await _print_result(client, workflow_id, as_json))
+        inp = (await oc.started_input(client, workflow_id)).model_copy(update={"resume": None})
+        if inp.plan_only:
+            _fail(f"{workflow_id} is a plan (--plan): run `python starter.py build ... --plan` again", EXIT_USAGE)
+        try:
+            handle = await client.start_workflow(
+                BuildPipelineWorkflow.run, inp, id=workflow_id, task_queue=config.temporal.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+                static_summary=f"resume of {workflow_id} (validated targets adopted)")
+        except WorkflowAlreadyStartedError:
+            _fail(f"{workflow_id} was started again meanwhile; follow it with `python starter.py follow "
+                  f"{workflow_id}`", EXIT_FAILED)
+        except RPCError as e:
+            raise oc.service_error(e, f"resume {workflow_id}") from None
+        _out(f"workflow: {workflow_id} resumed (run {handle.result_run_id}); targets already validated are "
+             "adopted, the others are built", as_json)
+        if follow_:
+            await _follow(client, workflow_id, config.temporal.task_queue, interval=10.0, as_json=as_json)
+            sys.exit(await _print_result(client, workflow_id, as_json))
+        sys.exit(await _until_planned(client, config, workflow_id, as_json))
+
+    _run(go())
+
+
 # --------------------------------------------------------------------------------------- follow
 @cli.command()
 @click.argument("workflow_id")

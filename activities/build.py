@@ -14,6 +14,8 @@ import time
 
 import httpx
 from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.common import (
     ActivityGroup,
@@ -24,8 +26,10 @@ from activities.common import (
     write_evidence,
     write_json_evidence,
 )
+from activities.errors import Transient
 from clients.bundle import BundleError, build_bundle
 from clients.credentials import CredentialError, fetch_secret
+from clients.evidence import EvidenceError, read_evidence
 from clients.git_source import create_worktree, read_files_at
 from clients.image_validator import validate_image
 from clients.iris import (
@@ -47,6 +51,8 @@ from domain.failures import AttemptEvidence, Evidence, classify
 from domain.jobs import submission_name
 from domain.markers import check_log
 from domain.models import (
+    AdoptInput,
+    AdoptResult,
     CapturedFailure,
     CaptureInput,
     JobProgress,
@@ -55,8 +61,11 @@ from domain.models import (
     MonitorInput,
     SubmitInput,
     SubmittedJob,
+    TargetInput,
+    TargetResult,
     TerminateInput,
     ValidateInput,
+    target_workflow_id,
 )
 from domain.redact import redact, redact_obj
 from domain.validation import ExpectedImage, ValidationReport
@@ -72,7 +81,7 @@ DEFAULT_REGISTRY_HOST = "ghcr.io"
 class BuildActivities(ActivityGroup):
     def all(self) -> list:
         return [self.policy, self.submit_job, self.monitor_job, self.check_build_log, self.capture_failure,
-                self.validate_image, self.terminate_jobs]
+                self.validate_image, self.terminate_jobs, self.adopt_validated]
 
     @activity.defn
     async def policy(self) -> PolicySettings:
@@ -265,6 +274,58 @@ class BuildActivities(ActivityGroup):
                     pass
         return done
 
+    # ------------------------------------------------------------------ adopt an earlier validated build
+    @activity.defn
+    async def adopt_validated(self, inp: AdoptInput) -> AdoptResult:
+        """The validated result of an earlier run of this build commit, when it still holds: its target
+        workflow completed validated for the same build commit, tag and repository; its build log is in
+        the evidence store with the recorded sha256; and the registry still serves the same digest at
+        the tag, passing validation now. Then nothing is rebuilt (a rebuild with real kaniko gives a new
+        digest, and the earlier one may already be pinned). The record is Temporal's own history of that
+        run, so nothing extra is written for it."""
+        t = inp.target
+        handle = activity.client().get_workflow_handle(target_workflow_id(inp.request_id, t.key),
+                                                       result_type=TargetResult)
+        try:
+            desc = await handle.describe()
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                return AdoptResult(reason="no earlier run of this target")
+            raise Transient(f"Temporal: {e.message}") from None
+        if desc.status != WorkflowExecutionStatus.COMPLETED:
+            return AdoptResult(reason=f"the earlier run ended {desc.status.name.lower()}")
+        done = await handle.result()
+        earlier: TargetInput | None = None
+        async for event in handle.fetch_history_events(page_size=1):
+            payloads = event.workflow_execution_started_event_attributes.input.payloads
+            earlier = (await activity.client().data_converter.decode(payloads, [TargetInput]))[0]
+            break
+        if done.status != "validated" or not done.digest or done.log_check is None:
+            return AdoptResult(reason=f"the earlier run ended {done.status} without a validated digest")
+        if earlier is None or (earlier.build_commit, earlier.target.tag, earlier.target.image_repository) != (
+                inp.build_commit, t.tag, t.image_repository):
+            return AdoptResult(reason="the earlier run built another commit, tag or repository")
+        try:
+            await asyncio.to_thread(read_evidence, done.log_check.log, self.config.evidence.storage_options)
+        except EvidenceError as e:
+            return AdoptResult(reason=f"its evidence is not in the store as recorded: {e}")
+        report = await self._validate(ValidateInput(target=t, build_commit=inp.build_commit,
+                                                    harbor_commit=inp.harbor_commit))
+        if report.awaiting_registry:
+            raise Transient(f"registry: no verdict on {t.image_repository}:{t.tag} "
+                            f"({report.failure_summary()}); asking again")
+        if report.digest != done.digest:
+            return AdoptResult(reason=f"{t.tag} now points at {report.digest or 'nothing'}, not the validated "
+                                      f"{done.digest}")
+        if not report.ok:
+            return AdoptResult(reason=f"{t.image_repository}:{t.tag} no longer passes validation: "
+                                      f"{report.failure_summary()}")
+        source = f"{desc.id} run {desc.run_id}"
+        activity.logger.info(f"{t.key}: adopting {done.image_ref}@{done.digest} validated by {source}")
+        return AdoptResult(reason=f"validated by {source}", result=done.model_copy(update={
+            "validation": report, "adopted_from": source,
+            "message": f"{t.key}: {done.image_ref}@{done.digest} adopted from {source} (no new Iris job)"}))
+
     # ------------------------------------------------------------------ validate the published image
     async def warm_registry(self) -> str:
         """At worker start (not an activity): open the registry connection the validations share (TCP,
@@ -295,6 +356,9 @@ class BuildActivities(ActivityGroup):
 
     @activity.defn
     async def validate_image(self, inp: ValidateInput) -> ValidationReport:
+        return await self._validate(inp)
+
+    async def _validate(self, inp: ValidateInput) -> ValidationReport:
         t = inp.target
         repo = await asyncio.to_thread(self.repos.marinskyrl)
         files = await asyncio.to_thread(self.repos.contract_files, repo, inp.build_commit)

@@ -26,6 +26,7 @@ from clients.git_source import (
     commit_build_change,
     create_worktree,
     push_branch,
+    reset_worktree,
     restore_paths,
     worktree_changes,
 )
@@ -91,6 +92,9 @@ class RecordActivities(ActivityGroup):
             activity.logger.warning(f"recreating the record worktree: {e}")
             shutil.rmtree(dest, ignore_errors=True)
             wt = create_worktree(repo, src.build_commit, dest)
+        # A reused scratch clone may hold an earlier attempt's pin commit: write the table on the build
+        # commit again (what is already pushed is found below, by content).
+        reset_worktree(wt, src.build_commit)
         path = wt / gh.pin_table_path
         # Configured and repository policy (AGENTS.md, e.g. the Iris training launcher) both protect files.
         protected = set(gh.do_not_touch) | set(self._policy_protected(repo, src.build_commit))
@@ -134,7 +138,9 @@ class RecordActivities(ActivityGroup):
             # Fixed date (one second after the build commit), like the build commit: a retry on any worker,
             # in an empty work directory, makes the same sha, so the push finds its own commit.
             date=f"{git.Repo(wt).commit(src.build_commit).committed_date + 1} +0000")
-        push_branch(wt, self.config.repos.marinskyrl_url, src.branch, result.sha)
+        # A pin commit of this request already on the branch with other content (a target rebuilt since,
+        # with a new digest) is replaced: our own commit on our own branch, with a lease on exactly it.
+        push_branch(wt, self.config.repos.marinskyrl_url, src.branch, result.sha, replace_own=pins_request)
         return result.sha, repo.default_branch
 
     def _policy_protected(self, repo, sha: str) -> list[str]:

@@ -575,18 +575,24 @@ def remote_branch_sha(worktree: Path, remote_url: str, branch: str, *, git_env: 
 
 def push_branch(
     worktree: Path, remote_url: str, branch: str, sha: str, *, git_env: dict[str, str] | None = None,
-    keep_own: tuple[str, ...] = (),
+    keep_own: tuple[str, ...] = (), replace_own: str | None = None,
 ) -> None:
     """Make ``refs/heads/<branch>`` on the remote point at ``sha``; fast-forward only, idempotent.
 
     ``keep_own``: Build-Request trailers of commits that may already sit on top of ``sha`` (e.g. the
     pin commit an earlier run of the same request pushed); then the branch already holds ``sha`` and
-    is left as it is, so a re-run continues from it instead of refusing the branch."""
+    is left as it is, so a re-run continues from it instead of refusing the branch.
+
+    ``replace_own``: a Build-Request trailer; when the branch's head is a commit with that trailer on
+    the same parent as ``sha`` (an earlier run's pin commit with other content, e.g. a digest that has
+    changed since), it is replaced with ``--force-with-lease`` on exactly that head: the service's own
+    commit on its own branch, never anyone else's (a moved head makes the push fail)."""
     repo = git.Repo(worktree)
     env = _git_env(git_env)
     current = remote_branch_sha(worktree, remote_url, branch, git_env=git_env)
     if current == sha:
         return
+    lease: str | None = None
     if current is not None:
         try:
             _run(repo, "fetch", "--quiet", "--no-write-fetch-head", remote_url, f"refs/heads/{branch}", env=env)
@@ -594,12 +600,16 @@ def push_branch(
             raise BranchConflict(branch, current, sha) from None
         if keep_own and _only_own_commits_on_top(repo, sha, current, keep_own):
             return
-        try:
-            _run(repo, "merge-base", "--is-ancestor", current, sha)
-        except GitCommandFailed:
-            raise BranchConflict(branch, current, sha) from None
+        if replace_own and _own_sibling(repo, current, sha, replace_own):
+            lease = current
+        else:
+            try:
+                _run(repo, "merge-base", "--is-ancestor", current, sha)
+            except GitCommandFailed:
+                raise BranchConflict(branch, current, sha) from None
+    force = [f"--force-with-lease=refs/heads/{branch}:{lease}"] if lease else []
     try:
-        _run(repo, "push", "--quiet", "--no-verify", remote_url, f"{sha}:refs/heads/{branch}", env=env)
+        _run(repo, "push", "--quiet", "--no-verify", *force, remote_url, f"{sha}:refs/heads/{branch}", env=env)
     except GitCommandFailed:
         after = remote_branch_sha(worktree, remote_url, branch, git_env=git_env)
         if after == sha:
@@ -623,6 +633,20 @@ def check_push_access(fetched: FetchedRepo, remote_url: str, probe_ref: str, sha
     refuse it) authenticates for receive-pack and stops before sending a ref update."""
     _run(_repo(fetched), "push", "--dry-run", "--quiet", "--no-verify", remote_url,
          f"{sha}:refs/heads/{probe_ref}", env=_git_env(git_env))
+
+
+def _own_sibling(repo: git.Repo, current: str, sha: str, trailer: str) -> bool:
+    """``current`` carries ``trailer`` and has the same single parent as ``sha``."""
+    a, b = repo.commit(current), repo.commit(sha)
+    return (build_request_of(a.message) == trailer and len(a.parents) == 1 and len(b.parents) == 1
+            and a.parents[0].hexsha == b.parents[0].hexsha)
+
+
+def reset_worktree(worktree: Path, sha: str) -> None:
+    """Move a managed worktree's HEAD (and files) to ``sha``, e.g. off an earlier attempt's commit."""
+    repo = git.Repo(worktree)
+    if repo.head.commit.hexsha != sha:
+        _run(repo, "reset", "--quiet", "--hard", sha)
 
 
 def _only_own_commits_on_top(repo: git.Repo, base: str, head: str, trailers: tuple[str, ...]) -> bool:

@@ -336,6 +336,23 @@ class TargetResult(BaseModel):
     log_check: LogCheck | None = None
     failures: list[FailureRecord] = Field(default_factory=list)
     message: str = ""
+    # Set when this result was adopted from an earlier run of the same build commit (no new Iris job):
+    # the target workflow id and run id that built and validated it.
+    adopted_from: str | None = None
+
+
+class AdoptInput(BaseModel):
+    """Ask whether an earlier run of the same build commit already validated this target."""
+
+    request_id: str
+    target: TargetSpec
+    build_commit: str
+    harbor_commit: str
+
+
+class AdoptResult(BaseModel):
+    result: TargetResult | None = None  # the earlier validated result, re-checked; None: build it
+    reason: str = ""  # why it was (not) adopted, for the log and the report
 
 
 # ---------------------------------------------------------------- record and merge

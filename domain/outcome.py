@@ -58,6 +58,11 @@ def recheck_command(workflow_id: str, key: str) -> str:
     return f"{STARTER} recheck {q(workflow_id)} {q(key)}"
 
 
+def resume_command(workflow_id: str) -> str:
+    """Run the failed build again as it was requested: every target already validated is adopted."""
+    return f"{STARTER} resume {q(workflow_id)}"
+
+
 def approve_command(workflow_id: str) -> str:
     return f"{STARTER} approve-merge {q(workflow_id)} --by <your-name>"
 
@@ -102,15 +107,26 @@ def input_failure(error_type: str, message: str, request: BuildRequest) -> Failu
                        next_step=f"fix {where}, then run `{build_command(request)}`")
 
 
-def step_failure(error_type: str, message: str, *, step: str, request: BuildRequest) -> FailureInfo:
-    """A pipeline step (load, prepare, plan, record, merge) ended with an error."""
-    if error_type in INPUT_ERROR_TYPES:
+def step_failure(error_type: str, message: str, *, step: str, request: BuildRequest,
+                 resume_id: str | None = None) -> FailureInfo:
+    """A pipeline step (load, prepare, plan, record, merge) ended with an error.
+
+    ``resume_id``: the step came after every target was validated (recording, the PR, the merge); the
+    next step is then to resume that build, which adopts the validated images — never a rebuild."""
+    again = (f"`{resume_command(resume_id)}` (the validated images are adopted, nothing is rebuilt)"
+             if resume_id else f"`{build_command(request)}`")
+    if error_type in INPUT_ERROR_TYPES and not resume_id:
         return input_failure(error_type, message, request)
+    if error_type in INPUT_ERROR_TYPES:
+        return FailureInfo(failure_class="input", error_type=error_type, message=f"{step}: {message}",
+                           location=find_location(message), next_step=f"fix what the message names; then run {again}")
     if error_type in BOUNDARY_FAILURES:
         failure_class, what_to_do = BOUNDARY_FAILURES[error_type]
+        if resume_id and error_type == "Transient":
+            what_to_do = "the service stayed unreachable for the whole retry budget; once it answers"
         return FailureInfo(failure_class=failure_class, error_type=error_type, message=f"{step}: {message}",
                            location=find_location(message),
-                           next_step=f"{what_to_do}; then run `{build_command(request)}`")
+                           next_step=f"{what_to_do}; then run {again}")
     if error_type in ("ActivityTimeout", "StartToCloseTimeout", "HeartbeatTimeout", "ScheduleToCloseTimeout"):
         failure_class = "timeout"
     else:
@@ -119,15 +135,17 @@ def step_failure(error_type: str, message: str, *, step: str, request: BuildRequ
         failure_class=failure_class, error_type=error_type, message=f"{step}: {message}",
         location=find_location(message),
         next_step=f"look at the failed `{step}` event in the workflow's history (Temporal UI), fix the cause, "
-                  f"then run `{build_command(request)}`")
+                  f"then run {again}")
 
 
 def targets_failure(messages: list[str], failure_classes: list[str], request: BuildRequest) -> FailureInfo:
-    """One or more targets failed: their messages already carry evidence and next step."""
+    """One or more targets failed: their messages already carry evidence and next step. The re-run
+    (same commits, same workflow id) adopts the targets that did validate and rebuilds only the rest."""
     return FailureInfo(
         failure_class=failure_classes[0] if failure_classes else "unknown", error_type="BuildFailed",
         message=" | ".join(messages), location=next((loc for m in messages if (loc := find_location(m))), None),
-        next_step=f"follow the failing target's next step above; then run `{build_command(request)}`")
+        next_step=f"follow the failing target's next step above; then run `{build_command(request)}` "
+                  "(targets already validated are adopted, not rebuilt)")
 
 
 def cancelled(request: BuildRequest) -> FailureInfo:

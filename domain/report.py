@@ -40,8 +40,9 @@ def target_rows(targets: list[TargetResult]) -> list[str]:
     for t in targets:
         v = t.validation
         labels = "ok" if v and all(c.verdict == "pass" for c in v.checks if c.name.startswith("label")) else "-"
+        status = f"{t.status} (adopted, no new job)" if t.adopted_from else t.status
         rows.append(
-            f"| {t.key} | {t.status} | {', '.join(f'`{j}`' for j in t.job_ids) or '-'} | `{t.tag}` | "
+            f"| {t.key} | {status} | {', '.join(f'`{j}`' for j in t.job_ids) or '-'} | `{t.tag}` | "
             f"`{t.digest or '-'}` | {t.platform or '-'} | "
             f"{(v.layer_count if v else '-')} ({_fmt_bytes(v.largest_layer_bytes) if v else '-'}) | "
             f"{(v.anonymous_pull if v else '-')} | {labels} |")
@@ -139,6 +140,10 @@ def report_markdown(rep: PipelineReport) -> str:
             out += provenance_rows(t) + [""]
     if rep.targets:
         out += target_rows(rep.targets) + [""]
+        adopted = [t for t in rep.targets if t.adopted_from]
+        if adopted:
+            out += [f"Adopted from an earlier run (validated image still at its tag, evidence in the store; "
+                    f"not rebuilt): {', '.join(f'{t.key} ({t.adopted_from})' for t in adopted)}", ""]
         for t in rep.targets:
             for f in t.failures:
                 out.append(f"- {t.key}: `{f.job_id}` {f.failure_class} → {f.decision}"

@@ -146,7 +146,8 @@ async def read_report(client: Client, wid: str) -> PipelineReport:
     else:  # terminated, timed out
         info = FailureInfo(failure_class=status.name.lower(), error_type=status.name.title(),
                            message=f"the workflow was {status.name.lower().replace('_', ' ')} outside the service",
-                           next_step=f"to build again run `{outcome.build_command(inp.request)}`")
+                           next_step=f"to finish it run `{outcome.resume_command(wid)}` (targets already "
+                                     "validated are adopted, the others are built)")
     memo = await desc.memo_value("summary", default="")
     return PipelineReport(workflow_id=wid, status="cancelled" if info.failure_class == "cancelled" else "failed",
                           request=inp.request, failure=info, message=f"{info.message}; last state: {memo}")

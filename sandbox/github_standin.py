@@ -298,7 +298,9 @@ class GitHubStandin:
                 "user": {"login": repo.split("/")[0]}}
 
     def add_comment(self, repo: str, issue: str, body: dict[str, Any]) -> dict[str, Any]:
-        self._git(repo)
+        known = self.get_issue(repo, issue)  # a missing issue: 404, as GitHub answers
+        if known["locked"]:
+            raise _HttpError(403, "Unable to create comment because issue is locked.")
         if not body.get("body"):
             raise _HttpError(422, "Validation Failed",
                              errors=[{"resource": "IssueComment", "field": "body", "code": "missing_field"}])

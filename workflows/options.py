@@ -85,6 +85,8 @@ CHECK_LOG = io_step(timedelta(minutes=10))
 CAPTURE = io_step(timedelta(minutes=10))
 VALIDATE = io_step(timedelta(minutes=10))
 TERMINATE = io_step(timedelta(minutes=2))
+# Pipeline, before a target's child: re-check an earlier validated build (Temporal, evidence store, registry).
+ADOPT = io_step(timedelta(minutes=10))
 
 
 def monitor_job(return_after_s: float) -> dict[str, Any]:

@@ -25,3 +25,7 @@ MERGE_WAIT_CONTINUE_AS_NEW = "merge-wait-continue-as-new"
 # IrisWatcherWorkflow continues as new carrying only the previous run's id (its watch set is adopted in
 # pages by the watch activity), not the whole watch set (runs started before carry it, as they did).
 WATCHER_BOUNDED = "watcher-bounded-watch-set"
+
+# BuildPipelineWorkflow asks, per target, whether an earlier run of the same build commit already validated
+# it (adopt_validated) before starting the target's child workflow; an adopted target is not rebuilt.
+ADOPT_VALIDATED = "adopt-validated-targets"

@@ -24,11 +24,13 @@ from temporalio.exceptions import (
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.build import BuildActivities
     from activities.preflight import PreflightActivities
     from activities.record import RecordActivities
     from activities.source import SourceActivities
     from domain import outcome
     from domain.models import (
+        AdoptInput,
         BuildState,
         LoadStateInput,
         MergeAuthorization,
@@ -133,7 +135,9 @@ class BuildPipelineWorkflow:
             if not isinstance(e, FailureError):
                 raise  # a bug in this code: fail the task (fix and redeploy), never the build
             error_type, message = _error_of(e)
-            failure = outcome.step_failure(error_type, message, step=self._step, request=inp.request)
+            after_validation = self._stage in (Stage.RECORDING, Stage.AWAITING_MERGE, Stage.MERGING)
+            failure = outcome.step_failure(error_type, message, step=self._step, request=inp.request,
+                                           resume_id=workflow.info().workflow_id if after_validation else None)
             await self._finish(Stage.FAILED, "failed", failure)
             # The failure message itself carries the next step: it is what the UI shows without opening JSON.
             raise ApplicationError(f"{failure.message} — next step: {failure.next_step}", self._report,
@@ -343,6 +347,20 @@ class BuildPipelineWorkflow:
 
     async def _run_target(self, inp: PipelineInput, source: SourceSnapshot, target) -> TargetResult:
         child_id = target_workflow_id(workflow.info().workflow_id, target.key)
+        if workflow.patched(patches.ADOPT_VALIDATED):
+            # Resume, don't rebuild: a target an earlier run of this build commit validated (image still at
+            # its tag, evidence in the store) is adopted; only the others get a child and an Iris job.
+            adopted = await workflow.execute_activity_method(
+                BuildActivities.adopt_validated,
+                AdoptInput(request_id=inp.request_id, target=target, build_commit=source.build_commit,
+                           harbor_commit=source.harbor_commit),
+                **options.ADOPT, summary=f"adopt {target.key} if an earlier run already validated it")
+            if adopted.result is not None:
+                r = adopted.result
+                self._targets[target.key] = TargetBrief(key=target.key, stage=Stage.DONE,
+                                                        job_id=r.job_ids[-1] if r.job_ids else None)
+                self._refresh()
+                return r
         try:
             return await workflow.execute_child_workflow(
                 TargetBuildWorkflow.run,

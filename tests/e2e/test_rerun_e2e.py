@@ -1,5 +1,6 @@
 """Safe re-runs on real parts: a new run never re-attaches to a job an earlier run terminated, and a
-run that failed while recording is finished by the next run, which reuses the pin commit it pushed."""
+run that failed while recording is finished by the next run, which adopts the validated image (no new
+job) and reuses the pin commit it pushed."""
 
 from __future__ import annotations
 
@@ -69,7 +70,8 @@ async def test_failure_in_recording_then_a_rerun_reuses_the_pin_commit_and_merge
     assert _git(s.remotes.marinskyrl_url, "rev-parse", f"refs/heads/{branch}").strip() == pushed[0][0]
     assert git_show(s.remotes.marinskyrl_url, "main", "cloud/iris/gpu_rl_images.py").count(final.targets[0].digest)
     (t,) = final.targets
-    assert t.job_ids and set(t.job_ids).isdisjoint(first_jobs)  # the re-run built with its own job
+    # The first run had validated the image (it died while recording): the re-run adopted it, no new job.
+    assert t.adopted_from and t.job_ids == first_jobs
 
 
 async def test_cancel_then_a_new_build_gets_a_fresh_iris_job(service_stack):

@@ -53,8 +53,10 @@ def context(tmp_path: Path) -> Path:
     return ctx
 
 
-def run_standin(ctx: Path, *args: str, docker_config: Path | None = None) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "DOCKER_CONFIG": str(docker_config or ctx.parent / "no-docker-config")}
+def run_standin(ctx: Path, *args: str, docker_config: Path | None = None,
+                env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "DOCKER_CONFIG": str(docker_config or ctx.parent / "no-docker-config"),
+           **(env_extra or {})}
     python3 = shutil.which("python3") or "/usr/bin/python3"
     return subprocess.run(
         [python3, str(STANDIN), "--context", f"dir://{ctx}", "--dockerfile", str(ctx / "Dockerfile"), *args],
@@ -146,6 +148,20 @@ def test_same_inputs_give_same_digest_and_target_stage_only(context, open_regist
     assert res.returncode == 0 and "marker" not in res.stdout
     _, manifest, _ = fetch_image(open_registry.url, f"standin/w-{tag}", "t")
     assert len(manifest["layers"]) == 4
+
+
+def test_told_to_behave_like_kaniko_without_reproducible_every_build_gets_a_new_digest(context, open_registry):
+    """KANIKO_STANDIN_REPRODUCIBLE=0: the build time goes into the image config (as real kaniko does
+    without --reproducible), so the same inputs give a new digest; --reproducible still gives the same."""
+    def digest(repo: str, *extra: str) -> str:
+        res = run_standin(context, "--destination", f"{open_registry.host}/{repo}:t", "--skip-unused-stages", *extra,
+                          env_extra={"KANIKO_STANDIN_REPRODUCIBLE": "0"})
+        assert res.returncode == 0, res.stderr
+        return [x for x in res.stdout.splitlines() if "] Pushed " in x][0].rsplit("@", 1)[1]
+
+    tag = uuid.uuid4().hex[:8]
+    assert digest(f"standin/n1-{tag}") != digest(f"standin/n2-{tag}")
+    assert digest(f"standin/n3-{tag}", "--reproducible") == digest(f"standin/n4-{tag}", "--reproducible")
 
 
 def test_token_auth_push_uses_docker_config_and_never_prints_secret(context, tmp_path, token_registry):

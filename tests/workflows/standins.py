@@ -24,6 +24,8 @@ from domain.config import PolicySettings
 from domain.failures import Evidence, classify
 from domain.jobs import submission_name
 from domain.models import (
+    AdoptInput,
+    AdoptResult,
     BuildState,
     BundleSummary,
     CapturedFailure,
@@ -47,6 +49,7 @@ from domain.models import (
     SubmitInput,
     SubmittedJob,
     TargetInput,
+    TargetResult,
     TerminateInput,
     ValidateInput,
     WatchInput,
@@ -145,6 +148,7 @@ class Standins:
         self.submitted: list[str] = []  # job ids in submission order
         self._first_watch: dict[str, float] = {}  # job id -> workflow time (epoch s) of its first watch_job
         self._validated: dict[str, int] = {}
+        self.adoptable: dict[str, TargetResult] = {}  # target key -> the earlier validated result to adopt
 
     def set_review(self, state: ReviewState) -> None:
         """Change the PR's checks/reviews; a watch waiting for a change returns it."""
@@ -235,6 +239,15 @@ class Standins:
         n = self._validated[key] = self._validated.get(key, 0) + 1
         return validation(inp.target, script[min(n - 1, len(script) - 1)])
 
+    @activity.defn(name="adopt_validated")
+    async def adopt_validated(self, inp: AdoptInput) -> AdoptResult:
+        await self._enter("adopt_validated", inp)
+        done = self.adoptable.get(inp.target.key)
+        if done is None:
+            return AdoptResult(reason="no earlier run of this target")
+        return AdoptResult(result=done.model_copy(update={"adopted_from": f"earlier run of {inp.target.key}"}),
+                           reason="validated earlier")
+
     @activity.defn(name="terminate_jobs")
     async def terminate_jobs(self, inp: TerminateInput) -> list[str]:
         await self._enter("terminate_jobs", inp)
@@ -297,7 +310,7 @@ class Standins:
     def all(self) -> list:
         return [self.policy, self.submit_job, self.monitor_job, self.watch_job, self.check_build_log,
                 self.capture_failure,
-                self.validate_image, self.terminate_jobs, self.load_build_state, self.prepare_source,
+                self.validate_image, self.terminate_jobs, self.adopt_validated, self.load_build_state, self.prepare_source,
                 self.publish_source, self.preflight,
                 self.plan_targets, self.record_artifact, self.watch_pull_request, self.merge_pull_request]
 
