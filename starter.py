@@ -27,7 +27,12 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -254,8 +259,14 @@ async def _start(client, config, request, plan_only, src, harbor, wid):
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         id_reuse_policy=(WorkflowIDReusePolicy.ALLOW_DUPLICATE if plan_only
                          else WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY),
+        search_attributes=_kind(sa.BuildKind.PLAN if plan_only else sa.BuildKind.BUILD),
         static_summary=f"GPU-RL build {src[:12]} + harbor {harbor[:12]} ({', '.join(request.architectures)})",
     )
+
+
+def _kind(kind: sa.BuildKind) -> TypedSearchAttributes:
+    """BuildKind at start, so `status` sorts the run from its first moment (even before a worker runs it)."""
+    return TypedSearchAttributes([SearchAttributePair(sa.KIND, kind.value)])
 
 
 async def _print_result(client: Client, wid: str, as_json: bool) -> int:
@@ -400,28 +411,33 @@ async def _safe_query(handle, query):
 
 # --------------------------------------------------------------------------------------- status / report
 @cli.command()
-@click.option("--query", "query", default="WorkflowType = 'BuildPipelineWorkflow'", show_default=True,
-              help="Temporal visibility query, e.g. \"BuildStage = 'waiting'\".")
+@click.option("--query", "query", default=None,
+              help="Temporal visibility query, e.g. \"BuildStage = 'waiting'\" "
+                   "(default: WorkflowType = 'BuildPipelineWorkflow').")
+@click.option("--all", "all_kinds", is_flag=True,
+              help="Every kind: plans, schedule validations and rebuild checks too (default: BuildKind = 'build').")
 @click.option("--limit", default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @click.pass_context
-def status(ctx, query, limit):
-    """List pipelines (and targets) matching a visibility query."""
+def status(ctx, query, all_kinds, limit, as_json):
+    """List builds (and targets) matching a visibility query: a table with times, or JSON."""
+    from runtime import listing, tables
+
     config = _config(ctx)
+    full_query = listing.status_query(query, all_kinds)
 
     async def go():
         client = await _client(config)
-        n = 0
         try:
-            async for wf in client.list_workflows(query, limit=limit):
-                attrs = wf.typed_search_attributes
-                stage = attrs.get(sa.STAGE) or "-"
-                fclass = attrs.get(sa.FAILURE_CLASS) or ""
-                click.echo(f"{wf.id}\t{wf.status.name.lower()}\tstage={stage}\t{fclass}")
-                n += 1
+            rows = await listing.workflow_rows(client, full_query, limit)
         except RPCError as e:
-            raise oc.service_error(e, f"--query {query!r}") from None
-        if n == 0:
-            click.echo("no matching workflows")
+            raise oc.service_error(e, f"--query {query or full_query!r}") from None
+        if as_json:
+            click.echo(json.dumps(rows, indent=2))
+        elif not rows:
+            click.echo(f"no matching workflows ({full_query})")
+        else:
+            tables.render(listing.STATUS_HEADERS, listing.status_table(rows))
 
     _run(go())
 
@@ -431,11 +447,19 @@ def status(ctx, query, limit):
 @click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
 @click.pass_context
 def report(ctx, workflow_id, fmt):
-    """Print the pipeline's report (job ids, tags, digests, platforms, validation, PR, merge commit)."""
+    """Print the pipeline's report (job ids, tags, digests, platforms, validation, PR, merge commit), or a
+    rebuild check's decision and why."""
     config = _config(ctx)
 
     async def go():
         client = await _client(config)
+        if (await oc.describe(client, workflow_id)).workflow_type == "RebuildCheckWorkflow":
+            from runtime.listing import rebuild_check_text
+
+            view = await oc.read_rebuild_check(client, workflow_id)
+            click.echo(json.dumps(view.as_json(), indent=2) if fmt == "json"
+                       else printable(rebuild_check_text(view), multiline=True))
+            sys.exit(EXIT_FAILED if view.status not in ("completed", "running") else EXIT_OK)
         rep = await oc.read_report(client, workflow_id)  # a finished build: from history, no worker needed
         _print_report(rep, fmt == "json")
         sys.exit(oc.exit_code(rep))
@@ -599,9 +623,12 @@ def schedule_create(ctx, schedule_id, every_h, cron, architectures, variants, cl
             await client.create_schedule(schedule_id, Schedule(
                 action=ScheduleActionStartWorkflow(RebuildCheckWorkflow.run, RebuildCheckInput(request=request),
                                                    id=f"rebuild-check-{schedule_id}",
-                                                   task_queue=config.temporal.task_queue),
+                                                   task_queue=config.temporal.task_queue,
+                                                   typed_search_attributes=_kind(sa.BuildKind.REBUILD_CHECK)),
                 spec=spec, policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-                state=ScheduleState(note=note or f"rebuild check for {', '.join(request.architectures)}")))
+                state=ScheduleState(note=note or f"rebuild check for {', '.join(request.architectures)}")),
+                # the operator's own words for "how often" (the server keeps a cron only as calendar rules)
+                memo={"spec": f"every {every_h:g}h" if every_h else f"cron '{cron}' (UTC)"})
         except RPCError as e:
             raise oc.service_error(e, f"schedule {schedule_id}") from None
         except ValueError as e:  # the SDK's own checks (e.g. a malformed spec)
@@ -625,6 +652,7 @@ async def _validate_by_plan(client: Client, config: ServiceConfig, request, labe
             PipelineInput(request=request, request_id=wid, plan_only=True, source_commit=src, harbor_commit=harbor),
             id=wid, task_queue=config.temporal.task_queue, id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+            search_attributes=_kind(sa.BuildKind.VALIDATION),
             static_summary=f"validate the request of {label} (plan only)")
         try:
             await asyncio.wait_for(handle.result(), 600)
@@ -642,15 +670,26 @@ async def _validate_by_plan(client: Client, config: ServiceConfig, request, labe
 
 
 @schedule.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @click.pass_context
-def schedule_list(ctx):
+def schedule_list(ctx, as_json):
+    """List schedules: state, how often, next and last run, and what the last check decided."""
+    from runtime import listing, tables
+
     config = _config(ctx)
 
     async def go():
         client = await _client(config)
-        async for s in await client.list_schedules():
-            paused = s.schedule.state.paused if s.schedule and s.schedule.state else "?"
-            click.echo(f"{s.id}\tpaused={paused}")
+        try:
+            rows = await listing.schedule_rows(client)
+        except RPCError as e:
+            raise oc.service_error(e, "schedule list") from None
+        if as_json:
+            click.echo(json.dumps(rows, indent=2))
+        elif not rows:
+            click.echo("no schedules (create one with `python starter.py schedule create ...`)")
+        else:
+            tables.render(listing.SCHEDULE_HEADERS, listing.schedule_table(rows))
 
     _run(go())
 
@@ -659,7 +698,7 @@ def _schedule_cmd(name: str, doc: str):
     @schedule.command(name, help=doc)
     @click.argument("schedule_id")
     @click.pass_context
-    def _cmd(ctx, schedule_id):
+    def _cmd(ctx, schedule_id, as_json=False):
         config = _config(ctx)
 
         async def go():
@@ -667,13 +706,11 @@ def _schedule_cmd(name: str, doc: str):
             h = client.get_schedule_handle(schedule_id)
             try:
                 if name == "describe":
-                    d = await h.describe()
-                    info = d.info
-                    click.echo(json.dumps({
-                        "id": d.id, "paused": d.schedule.state.paused, "note": d.schedule.state.note,
-                        "recent_actions": [a.action.workflow_id for a in info.recent_actions],
-                        "next_action_times": [t.isoformat() for t in info.next_action_times[:3]],
-                    }, indent=2))
+                    from runtime import listing
+
+                    desc = await listing.schedule_description(client, schedule_id)
+                    click.echo(json.dumps(desc, indent=2) if as_json
+                               else printable(listing.schedule_text(desc), multiline=True))
                 elif name == "pause":
                     await h.pause(note="paused from starter.py")
                 elif name == "unpause":
@@ -693,10 +730,12 @@ def _schedule_cmd(name: str, doc: str):
     return _cmd
 
 
-for _name, _doc in (("describe", "Show a schedule."), ("pause", "Pause a schedule."),
-                    ("unpause", "Unpause a schedule."), ("delete", "Delete a schedule."),
-                    ("trigger", "Run the rebuild check now.")):
-    _schedule_cmd(_name, _doc)
+for _name, _doc in (("describe", "Show a schedule: when it runs, what it checks, what its recent checks decided."),
+                    ("pause", "Pause a schedule."), ("unpause", "Unpause a schedule."),
+                    ("delete", "Delete a schedule."), ("trigger", "Run the rebuild check now.")):
+    _cmd = _schedule_cmd(_name, _doc)
+    if _name == "describe":
+        click.option("--json", "as_json", is_flag=True, help="Print it as JSON.")(_cmd)
 
 # --------------------------------------------------------------------------------------- evidence
 async def _evidence_items(config: ServiceConfig, wid: str):

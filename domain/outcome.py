@@ -11,7 +11,7 @@ import re
 import shlex
 
 from domain.buildset import BuildRequest
-from domain.models import FailureInfo, Stage, TargetBrief, WaitingReason
+from domain.models import FailureInfo, PullRequestInfo, RebuildCheckResult, Stage, TargetBrief, WaitingReason
 
 STARTER = "python starter.py"
 
@@ -162,14 +162,25 @@ def waiting_line(w: WaitingReason) -> str:
 
 def details_markdown(*, title: str, stage: Stage, targets: list[TargetBrief] | None = None,
                      waiting: list[WaitingReason] | None = None, failure: FailureInfo | None = None,
-                     note: str = "") -> str:
-    """The short Markdown status shown as the workflow's Current Details in the Temporal UI."""
+                     note: str = "", digests: dict[str, str] | None = None,
+                     pull_request: PullRequestInfo | None = None) -> str:
+    """The short Markdown status shown as the workflow's Current Details in the Temporal UI.
+
+    ``digests`` (target key → validated image digest) add a digest column; ``pull_request`` a line
+    with the PR and, once merged, its merge commit: what a merged build produced, without opening JSON."""
     out = [f"**{title}** — stage **{stage.value}**"]
     if note:
         out.append(note)
+    if pull_request:
+        merged = (f" — merged as `{pull_request.merge_commit}`" if pull_request.merge_commit
+                  else " — merged" if pull_request.merged else "")
+        out += ["", f"**PR** [#{pull_request.number}]({pull_request.url}){merged}"]
     if targets:
-        out += ["", "| target | stage | job | failure class |", "|---|---|---|---|"]
-        out += [f"| {t.key} | {t.stage.value} | {t.job_id or '-'} | {t.failure_class or '-'} |" for t in targets]
+        digest_col = bool(digests)
+        out += ["", "| target | stage | job | failure class |" + (" digest |" if digest_col else ""),
+                "|---|---|---|---|" + ("---|" if digest_col else "")]
+        out += [f"| {t.key} | {t.stage.value} | {t.job_id or '-'} | {t.failure_class or '-'} |"
+                + (f" `{(digests or {}).get(t.key) or '-'}` |" if digest_col else "") for t in targets]
     for w in waiting or []:
         out += ["", f"**Waiting** — {waiting_line(w)}"]
     if failure:
@@ -177,4 +188,44 @@ def details_markdown(*, title: str, stage: Stage, targets: list[TargetBrief] | N
                     f"({failure.failure_class}, {failure.error_type}"
                     + (f", `{failure.location}`" if failure.location else "") + f"): {failure.message}",
                 "", f"**Next step:** {failure.next_step}"]
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- rebuild checks
+def rebuild_decision(result: RebuildCheckResult) -> str:
+    """One line: the rebuild check's decision, what it did, and why (for report, schedules, the UI)."""
+    d = result.decision
+    head = "rebuild" if d.needed else "no rebuild"
+    did = result.note or ("started " + result.pipeline_workflow_id if result.started and result.pipeline_workflow_id
+                          else "")
+    why = "; ".join(d.reasons)
+    return f"{head} — {did}" + (f" — {why}" if why else "")
+
+
+def rebuild_details_markdown(result: RebuildCheckResult | None = None, *, error: str = "") -> str:
+    """The rebuild check's Current Details: checking, its decision with reasons and commits, or its failure."""
+    title = "**Rebuild check**"
+    if error:
+        return "\n".join([f"{title} — **failed**", "", error, "",
+                          "**Next step:** fix the cause named above; the schedule checks again at its next time "
+                          f"(or run `{STARTER} schedule trigger <schedule-id>`)"])
+    if result is None:
+        return f"{title} — checking: comparing the latest default branches with the last validated image's commits"
+    d = result.decision
+    out = [f"{title} — decision **{'rebuild' if d.needed else 'no rebuild'}**", ""]
+    if result.note:
+        out.append(result.note)
+    out += ["", "| | latest | last validated image |", "|---|---|---|",
+            f"| source | `{d.source_commit[:12]}` | `{(d.last_source_commit or '-')[:12]}` |",
+            f"| harbor | `{d.harbor_commit[:12]}` | `{(d.last_harbor_commit or '-')[:12]}` |"]
+    if d.reasons:
+        out += ["", "**Why:**", *[f"- {r}" for r in d.reasons]]
+    if d.changed_paths:
+        shown = ", ".join(f"`{p}`" for p in d.changed_paths[:20])
+        more = f" and {len(d.changed_paths) - 20} more" if len(d.changed_paths) > 20 else ""
+        out += ["", f"**Changed paths** ({len(d.changed_paths)}): {shown}{more}"]
+    if result.pipeline_workflow_id:
+        wid = result.pipeline_workflow_id
+        out += ["", f"**Pipeline:** `{wid}` — " + (f"follow it: `{STARTER} follow {q(wid)}`" if result.started
+                                                   else "not started by this check")]
     return "\n".join(out)

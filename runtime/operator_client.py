@@ -9,6 +9,9 @@ so a renamed handler breaks here at import, not at an operator's terminal.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
@@ -23,8 +26,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from domain import outcome
-from domain.models import FailureInfo, PipelineInput, PipelineReport, target_workflow_id
-from workflows.pipeline import BuildPipelineWorkflow
+from domain.models import FailureInfo, PipelineInput, PipelineReport, RebuildCheckResult, target_workflow_id
+from workflows.pipeline import BuildPipelineWorkflow, _error_of
+from workflows.rebuild import RebuildCheckWorkflow
 from workflows.target import TargetBuildWorkflow
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -42,6 +46,9 @@ class CommandError(Exception):
 def service_error(e: RPCError, what: str) -> CommandError:
     """Map a Temporal service error to a message naming ``what`` and an exit code."""
     msg = (e.message or str(e)).splitlines()[0][:300]
+    if e.status == RPCStatusCode.INVALID_ARGUMENT and "search attribute" in msg.lower():
+        msg += ("; the namespace lacks one of the service's search attributes: run "
+                "gpu-rl-builder-setup-namespace (deploy/README.md)")
     match e.status:
         case RPCStatusCode.NOT_FOUND:
             return CommandError(f"{what}: not found ({msg})", EXIT_USAGE)
@@ -169,3 +176,56 @@ async def has_workers(client: Client, task_queue: str) -> bool:
     except RPCError as e:
         raise service_error(e, f"task queue {task_queue}") from None
     return bool(resp.pollers)
+
+
+@dataclass
+class RebuildCheckView:
+    """A rebuild check as operators read it: how it ended and, once completed, its decision."""
+
+    workflow_id: str
+    run_id: str | None
+    status: str  # running, completed, failed, canceled, terminated, timed_out
+    started_at: datetime | None
+    closed_at: datetime | None
+    result: RebuildCheckResult | None = None
+    error: str = ""
+
+    def line(self) -> str:
+        """One line: the decision (completed), or how far it got."""
+        if self.result is not None:
+            return outcome.rebuild_decision(self.result)
+        if self.status == "running":
+            return "checking (running)"
+        return f"{self.status}" + (f": {self.error}" if self.error else "")
+
+    def as_json(self) -> dict:
+        return {"workflow_id": self.workflow_id, "run_id": self.run_id, "status": self.status,
+                "started_at": self.started_at.isoformat() if self.started_at else None,
+                "closed_at": self.closed_at.isoformat() if self.closed_at else None,
+                "decision": self.line(),
+                "result": self.result.model_dump(mode="json") if self.result else None, "error": self.error}
+
+
+async def read_rebuild_check(client: Client, wid: str, run_id: str | None = None) -> RebuildCheckView:
+    """A rebuild check's decision, read from its history (no worker needed)."""
+    handle = client.get_workflow_handle(wid, run_id=run_id)
+    try:
+        desc = await handle.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise CommandError(f"{wid}: no such workflow in namespace {client.namespace}", EXIT_USAGE) from None
+        raise service_error(e, wid) from None
+    if desc.workflow_type != "RebuildCheckWorkflow":
+        raise CommandError(f"{wid} is a {desc.workflow_type} workflow, not a rebuild check", EXIT_USAGE)
+    view = RebuildCheckView(workflow_id=wid, run_id=desc.run_id, status=desc.status.name.lower(),
+                            started_at=desc.start_time, closed_at=desc.close_time)
+    if desc.status == WorkflowExecutionStatus.COMPLETED:
+        typed = client.get_workflow_handle_for(RebuildCheckWorkflow.run, wid, run_id=desc.run_id)
+        view.result = await typed.result(follow_runs=False)
+    elif desc.status == WorkflowExecutionStatus.FAILED:
+        try:
+            await handle.result(follow_runs=False)
+        except WorkflowFailureError as e:
+            error_type, message = _error_of(e.cause or e)
+            view.error = f"{error_type}: {message}"[:500]
+    return view

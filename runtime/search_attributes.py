@@ -4,6 +4,8 @@ Registered automatically by the sandbox; for a production namespace run
 ``gpu-rl-builder-setup-namespace`` (runtime/namespace_setup.py, also sets retention; see deploy/README.md).
 """
 
+from enum import StrEnum
+
 from temporalio.common import SearchAttributeKey
 
 SOURCE_COMMIT = SearchAttributeKey.for_keyword("BuildSourceCommit")
@@ -12,5 +14,16 @@ ARCHITECTURE = SearchAttributeKey.for_keyword("BuildArchitecture")
 VARIANT = SearchAttributeKey.for_keyword("BuildVariant")
 STAGE = SearchAttributeKey.for_keyword("BuildStage")
 FAILURE_CLASS = SearchAttributeKey.for_keyword("BuildFailureClass")
+# What a run is for, so the build list is not cluttered by plans and schedule validations (`status`
+# lists BuildKind = 'build' unless --all). Set at start by whoever starts it (starter, schedule action);
+# a run started without it tags itself from its input (BuildPipelineWorkflow: build or plan).
+KIND = SearchAttributeKey.for_keyword("BuildKind")
 
-ALL = (SOURCE_COMMIT, HARBOR_COMMIT, ARCHITECTURE, VARIANT, STAGE, FAILURE_CLASS)
+ALL = (SOURCE_COMMIT, HARBOR_COMMIT, ARCHITECTURE, VARIANT, STAGE, FAILURE_CLASS, KIND)
+
+
+class BuildKind(StrEnum):
+    BUILD = "build"  # a real build (starter build, or started by a rebuild check)
+    PLAN = "plan"  # build --plan: resolved, nothing submitted
+    VALIDATION = "validation"  # the plan that validates a schedule's request before it exists
+    REBUILD_CHECK = "rebuild-check"  # a scheduled (or triggered) rebuild check

@@ -26,6 +26,7 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
     "BuildVariant": "Keyword",
     "BuildStage": "Keyword",
     "BuildFailureClass": "Keyword",
+    "BuildKind": "Keyword",
 }
 
 HOST = "127.0.0.1"

@@ -29,3 +29,7 @@ WATCHER_BOUNDED = "watcher-bounded-watch-set"
 # BuildPipelineWorkflow asks, per target, whether an earlier run of the same build commit already validated
 # it (adopt_validated) before starting the target's child workflow; an adopted target is not rebuilt.
 ADOPT_VALIDATED = "adopt-validated-targets"
+
+# BuildPipelineWorkflow and RebuildCheckWorkflow started without a BuildKind search attribute tag
+# themselves (build/plan, rebuild-check) with one upsert (runs started before never do).
+BUILD_KIND = "build-kind-search-attribute"

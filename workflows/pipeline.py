@@ -124,6 +124,10 @@ class BuildPipelineWorkflow:
     @workflow.run
     async def run(self, inp: PipelineInput) -> PipelineReport:
         """Every way this ends is recorded by the workflow itself (report, memo, search attributes, UI)."""
+        # Started without BuildKind (not by the starter, e.g. by a rebuild check): tag itself (patched).
+        if workflow.info().typed_search_attributes.get(sa.KIND) is None and workflow.patched(patches.BUILD_KIND):
+            kind = sa.BuildKind.PLAN if inp.plan_only else sa.BuildKind.BUILD
+            workflow.upsert_search_attributes([sa.KIND.value_set(kind.value)])
         try:
             return await self._run(inp)
         except BaseException as e:
@@ -414,10 +418,11 @@ class BuildPipelineWorkflow:
             self._memo_sent = memo
         src = rep.source.build_commit[:12] if rep.source else "?"
         targets = [self._targets.get(t.key) or TargetBrief(key=t.key, stage=Stage.QUEUED) for t in rep.plan]
-        note = f"{rep.status}; source `{src}`" + (f"; PR {rep.pull_request.url}" if rep.pull_request else "")
+        note = f"{rep.status}; source `{src}`"
+        digests = {r.key: r.digest for r in rep.targets or [] if r.digest}
         workflow.set_current_details(outcome.details_markdown(
             title="GPU-RL build", stage=self._stage, targets=targets, waiting=rep.waiting,
-            failure=rep.failure, note=note))
+            failure=rep.failure, note=note, digests=digests, pull_request=rep.pull_request))
 
     def _memo(self) -> str:
         rep = self._report

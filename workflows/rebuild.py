@@ -1,19 +1,21 @@
 """Scheduled rebuild check: start the pipeline only when something that reaches the image changed.
 
-Run by a Temporal Schedule (overlap: skip). The decision and its reasons are the workflow result; a
-needed rebuild starts the pipeline under the dedup id of (source commit, Harbor commit), so a second
-trigger for the same commits starts nothing.
+Run by a Temporal Schedule (overlap: skip). The decision and its reasons are the workflow result and its
+Current Details in the UI (``report`` and ``schedule describe`` print them); a needed rebuild starts the
+pipeline under the dedup id of (source commit, Harbor commit), so a second trigger for the same commits
+starts nothing.
 """
 
 from __future__ import annotations
 
 from temporalio import workflow
 from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.source import SourceActivities
+    from domain import outcome
     from domain.models import (
         PipelineInput,
         RebuildCheckInput,
@@ -21,14 +23,29 @@ with workflow.unsafe.imports_passed_through():
         RebuildDecision,
         pipeline_id,
     )
-    from workflows import options
-    from workflows.pipeline import BuildPipelineWorkflow
+    from runtime import search_attributes as sa
+    from workflows import options, patches
+    from workflows.pipeline import BuildPipelineWorkflow, _error_of
 
 
 @workflow.defn
 class RebuildCheckWorkflow:
     @workflow.run
     async def run(self, inp: RebuildCheckInput) -> RebuildCheckResult:
+        # A check started without BuildKind (a schedule created before it existed) tags itself (patched).
+        if workflow.info().typed_search_attributes.get(sa.KIND) is None and workflow.patched(patches.BUILD_KIND):
+            workflow.upsert_search_attributes([sa.KIND.value_set(sa.BuildKind.REBUILD_CHECK.value)])
+        workflow.set_current_details(outcome.rebuild_details_markdown())
+        try:
+            result = await self._check(inp)
+        except FailureError as e:
+            error_type, message = _error_of(e)
+            workflow.set_current_details(outcome.rebuild_details_markdown(error=f"{error_type}: {message}"))
+            raise
+        workflow.set_current_details(outcome.rebuild_details_markdown(result))
+        return result
+
+    async def _check(self, inp: RebuildCheckInput) -> RebuildCheckResult:
         decision: RebuildDecision = await workflow.execute_activity_method(
             SourceActivities.rebuild_decision, inp, **options.REBUILD_DECISION,
             summary="compare the latest default branches with the last validated image's commits")

@@ -95,9 +95,12 @@ async def test_commands_on_unknown_finished_or_foreign_ids_print_one_line(servic
                      ("recheck", f"nope-{u}", "amd64-standard"), ("cancel", f"nope-{u}"), ("report", f"nope-{u}"),
                      ("follow", f"nope-{u}")):
             one_line_error(await starter(cfg, *args), 2, f"nope-{u}", "no such workflow")
-        for args in (("approve-merge", foreign, "--by", "ana"), ("cancel", foreign), ("report", foreign),
-                     ("recheck", foreign, "amd64-standard")):
+        for args in (("approve-merge", foreign, "--by", "ana"), ("cancel", foreign),
+                     ("recheck", foreign, "amd64-standard"), ("follow", foreign)):
             one_line_error(await starter(cfg, *args), 2, foreign, "RebuildCheckWorkflow")
+        check = await starter(cfg, "report", foreign)  # a rebuild check has a report too: its decision so far
+        assert check.code == 0 and check.out.startswith(f"rebuild check {foreign}: running"), check.text
+        assert "checking (running)" in check.out
         for args in (("approve-merge", finished, "--by", "ana"), ("cancel", finished)):
             one_line_error(await starter(cfg, *args), 1, finished, "already finished (terminated)")
         one_line_error(await starter(cfg, "decide", finished, "amd64-standard", "retry", "--by", "ana"), 2, "no target")

@@ -70,8 +70,8 @@ async def test_operator_drives_one_build_end_to_end_through_the_cli(service_stac
 
         # Green build, private package: the target waits; status finds it by its search attribute.
         await wait_until(lambda: waiting_on_visibility(s.client, wid, KEY), what="visibility wait")
-        line = await wait_until(lambda: _status_line(cfg, target_workflow_id(wid, KEY)), what="status lists the waiting target")
-        assert "\trunning\tstage=waiting\tvisibility" in line
+        row = await wait_until(lambda: _status_row(cfg, target_workflow_id(wid, KEY)), what="status lists the waiting target")
+        assert (row["status"], row["stage"], row["failure_class"], row["kind"]) == ("running", "waiting", "visibility", "build")
 
         refused = await starter(cfg, "decide", wid, KEY, "retry", "--by", "tester")
         assert refused.code == 1
@@ -147,7 +147,7 @@ async def _schedule_lifecycle(s, cfg) -> None:
 
 
 async def _describe(cfg, sid) -> dict:
-    ran = await starter(cfg, "schedule", "describe", sid)
+    ran = await starter(cfg, "schedule", "describe", sid, "--json")
     assert ran.code == 0, ran.text
     return json.loads(ran.out)
 
@@ -156,9 +156,9 @@ async def _recent_actions(cfg, sid) -> list[str]:
     return (await _describe(cfg, sid))["recent_actions"]
 
 
-async def _status_line(cfg, workflow_id: str) -> str | None:
-    ran = await starter(cfg, "status", "--query", "BuildStage = 'waiting'", "--limit", "200")
+async def _status_row(cfg, workflow_id: str) -> dict | None:
+    ran = await starter(cfg, "status", "--query", "BuildStage = 'waiting'", "--limit", "200", "--json")
     assert ran.code == 0, ran.text
-    return next((line for line in ran.out.splitlines() if line.split("\t")[0] == workflow_id), None)
+    return next((row for row in json.loads(ran.out) if row["workflow_id"] == workflow_id), None)
 
 

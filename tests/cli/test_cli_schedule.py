@@ -1,8 +1,9 @@
-"""``schedule list`` shows a created schedule and its paused state (creation plans the request once on the
-stack's worker, nothing submitted)."""
+"""``schedule list`` shows a created schedule and its paused state in its table (creation plans the request
+once on the stack's worker, nothing submitted). The table's other columns: test_cli_tables.py."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -25,14 +26,17 @@ async def test_schedule_list_shows_created_and_paused_schedules(service_stack):
         async def listed():
             ran = await starter(cfg, "schedule", "list")
             assert ran.code == 0, ran.text
-            return next((line for line in ran.out.splitlines() if line.split("\t")[0] == sid), None)
+            return next((re.split(r"\s{2,}", line) for line in ran.out.splitlines() if line.startswith(sid + " ")),
+                        None)
 
-        assert await wait_until(listed, what="schedule listed", timeout=30) == f"{sid}\tpaused=False"
+        row = await wait_until(listed, what="schedule listed", timeout=30)
+        assert row[:3] == [sid, "active", "cron '0 2 * * *' (UTC)"], row
         assert (await starter(cfg, "schedule", "pause", sid)).code == 0
-        assert await wait_until(lambda: _line_is(listed, f"{sid}\tpaused=True"), what="paused listed", timeout=30)
+        assert await wait_until(lambda: _state_is(listed, "paused"), what="paused listed", timeout=30)
     finally:
         await starter(cfg, "schedule", "delete", sid)
 
 
-async def _line_is(listed, expected: str) -> bool:
-    return await listed() == expected
+async def _state_is(listed, expected: str) -> bool:
+    row = await listed()
+    return bool(row) and row[1] == expected

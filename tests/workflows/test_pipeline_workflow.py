@@ -27,6 +27,7 @@ from tests.workflows.standins import (
     review,
     worker,
 )
+from tests.workflows.test_terminal_outcomes import details
 from workflows.pipeline import BuildPipelineWorkflow
 from workflows.target import TargetBuildWorkflow
 
@@ -74,6 +75,8 @@ async def test_plan_only_returns_the_plan_without_starting_children(time_skippin
     assert s.names("submit_job") == [] and s.names("record_artifact") == []
     assert s.names("publish_source") == []  # a plan pushes no build branch
     assert await _children(handle) == []
+    # Started without BuildKind: it tags itself a plan, so the default build list leaves it out.
+    assert (await handle.describe()).typed_search_attributes.get(sa.KIND) == "plan"
 
 
 async def test_a_failed_target_fails_the_pipeline_and_nothing_is_recorded(time_skipping_env):
@@ -138,8 +141,13 @@ async def test_merge_gate_refuses_until_green_then_merges_the_reviewed_head(own_
         release.set()
         rep = await result(handle)
         stage = await handle.query(BuildPipelineWorkflow.stage)
+        shown = await details(handle)
 
     assert rep.status == "merged" and rep.merge_commit == MERGE_COMMIT
+    # The UI's Current Details of a merged build: the PR, its merge commit and each target's digest.
+    digest = rep.targets[0].digest
+    assert digest and f"`{digest}`" in shown and "| digest |" in shown, shown
+    assert f"**PR** [#7]({rep.pull_request.url}) — merged as `{MERGE_COMMIT}`" in shown, shown
     assert rep.pull_request.merged and rep.pull_request.merge_commit == MERGE_COMMIT
     assert [(m.pr_number, m.head_sha) for m in s.names("merge_pull_request")] == [(7, NEW_HEAD)]
     watches = s.names("watch_pull_request")
@@ -152,6 +160,7 @@ async def test_merge_gate_refuses_until_green_then_merges_the_reviewed_head(own_
     desc = await handle.describe()
     assert desc.typed_search_attributes.get(sa.STAGE) == "done"
     assert desc.typed_search_attributes.get(sa.SOURCE_COMMIT) == COMMIT
+    assert desc.typed_search_attributes.get(sa.KIND) == "build"  # started without one: tagged itself
     memo = await desc.memo_value("summary")
     assert "amd64-standard: validated sha256:" in memo and "stage done" in memo
     child = await env.client.get_workflow_handle_for(TargetBuildWorkflow.run, f"{wid}/amd64-standard").describe()
