@@ -13,6 +13,7 @@ from typing import Any
 
 from temporalio.client import Client, ScheduleActionExecutionStartWorkflow, ScheduleSpec
 
+from domain.terminal_text import shorten
 from runtime import operator_client as oc
 from runtime import search_attributes as sa
 from runtime.tables import duration, when
@@ -22,6 +23,7 @@ ALL_KINDS_QUERY = "WorkflowType IN ('BuildPipelineWorkflow', 'RebuildCheckWorkfl
 STATUS_HEADERS = ("workflow", "kind", "status", "stage", "failure class", "started (UTC)", "ended (UTC)",
                   "duration")
 SCHEDULE_HEADERS = ("schedule", "state", "runs", "next run (UTC)", "last run (UTC)", "last check", "note")
+# (the last check's full decision and reasons: `schedule describe`, `report <check id>`)
 
 
 def status_query(query: str | None, all_kinds: bool) -> str:
@@ -115,7 +117,7 @@ def schedule_table(rows: list[dict[str, Any]]) -> list[list[str]]:
     def t(iso: str | None) -> str:
         return when(datetime.fromisoformat(iso)) if iso else "-"
     return [[r["id"], "paused" if r["paused"] else "active" if r["paused"] is not None else "?", r["spec"],
-             t(r["next_run"]), t(r["last_run"]), r["last_check"]["decision"] if r["last_check"] else "-",
+             t(r["next_run"]), t(r["last_run"]), shorten(r["last_check"]["decision"], 100) if r["last_check"] else "-",
              r["note"] or ""] for r in rows]
 
 
