@@ -58,6 +58,28 @@ async def _query_child(address: str, child_id: str) -> dict:
         return {}
 
 
+def _until_worker_polls(config: Path, worker: subprocess.Popen, log: Path, timeout_s: float = 120.0) -> None:
+    """Wait (bounded) until the worker polls its task queue, as an operator waits for "worker started"."""
+    from domain.config import load_config
+
+    settings = load_config(config).temporal
+    deadline = time.monotonic() + timeout_s
+    while not asyncio.run(_polled(settings.address, settings.namespace, settings.task_queue)):
+        if worker.poll() is not None or time.monotonic() > deadline:
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
+            why = f"exited with {worker.returncode}" if worker.returncode is not None else f"not polling after {timeout_s:.0f}s"
+            raise click.ClickException(f"the worker {why}; {log}:\n" + "\n".join(tail))
+        time.sleep(0.5)
+
+
+async def _polled(address: str, namespace: str, task_queue: str) -> bool:
+    from temporalio.client import Client
+
+    from runtime.operator_client import has_workers
+
+    return await has_workers(await Client.connect(address, namespace=namespace), task_queue)
+
+
 async def _running(address: str, wid: str) -> bool:
     from temporalio.client import Client, WorkflowExecutionStatus
 
@@ -128,6 +150,7 @@ def main(state_dir, archs, variants, keep, timeout):
         worker = subprocess.Popen([PY, str(ROOT / "worker.py"), "--config", str(config)], cwd=ROOT,
                                   start_new_session=True, stdout=open(state_dir / "worker.log", "w"),
                                   stderr=subprocess.STDOUT)
+        _until_worker_polls(config, worker, state_dir / "worker.log")  # `build` refuses a queue nobody serves
         clusters = [f"--cluster={a}=sandbox-{a}" for a in archs]
         args = ["build", *[f"--arch={a}" for a in archs], *[f"--variant={v}" for v in variants], *clusters,
                 "--requested-by", "sandbox-demo", "--reason", "end-to-end sandbox run of the runbook",
