@@ -49,6 +49,7 @@ from activities.common import HEARTBEAT_EVERY_S, ActivityGroup, Heartbeater, iri
 from clients.iris import IrisClient, JobState, NotFound, Unavailable
 from domain.config import PolicySettings, ServiceConfig
 from domain.models import JobProgress
+from domain.redact import redact_obj, redact_value
 from domain.watch import (
     TOLD_BATCH,
     AdoptChunk,
@@ -483,6 +484,9 @@ class WatchActivities(ActivityGroup):
         pol = self.config.policy
         client = activity.client()
         me = client.get_workflow_handle(activity.info().workflow_id)
+        # Job states carry Iris error text (a task's stderr): the signals below are redacted, so learn
+        # every configured credential first (this worker may never have fetched them).
+        await asyncio.to_thread(self.learn_secrets_once)
         engine = ClusterWatch(pol)
         result = WatchClusterResult()
         details = activity.info().heartbeat_details
@@ -576,7 +580,7 @@ class _Watchdog(Heartbeater):
                     self._main.cancel(msg=why)
                 return
             if activity.in_activity():
-                activity.heartbeat(self.details)
+                activity.heartbeat(redact_obj(self.details))
             await asyncio.sleep(min(self.every_s, 1.0))
 
     async def __aenter__(self) -> _Watchdog:
@@ -619,7 +623,7 @@ async def _report_told(me, engine: ClusterWatch) -> None:
     next try when the signal fails."""
     for batch in engine.take_unreported():
         try:
-            await me.signal("told", batch)
+            await me.signal("told", [redact_value(p) for p in batch])
         except RPCError:
             for p in batch:
                 engine.unreported.setdefault(p.job_id, p)
@@ -669,7 +673,7 @@ async def _wake(client: Client, engine: ClusterWatch) -> int:
     async def one(workflow_id: str, progress: JobProgress) -> int:
         async with sem:
             try:
-                await client.get_workflow_handle(workflow_id).signal(JOB_CHANGED_SIGNAL, progress)
+                await client.get_workflow_handle(workflow_id).signal(JOB_CHANGED_SIGNAL, redact_value(progress))
             except RPCError as e:
                 if e.status == RPCStatusCode.NOT_FOUND:  # closed target: nobody to tell any more
                     engine.told(progress.job_id, progress.model_copy(update={"terminal": True}))

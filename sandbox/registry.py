@@ -419,7 +419,9 @@ def start_registry(state_dir: Path, mode: Mode = "open", public_repos: Iterable[
         htpasswd.chmod(0o600)
         config["auth"] = {"htpasswd": {"realm": "sandbox", "path": str(htpasswd)}}
     elif mode == "token":
-        push_token = secrets.token_urlsafe(24)
+        # '+' and '/' in it: its URL-encoded and URL-safe base64 forms differ from the raw value and from
+        # standard base64, so the sentinel tests cover every encoding with distinct strings.
+        push_token = f"{secrets.token_urlsafe(18)}+/{secrets.token_urlsafe(9)}"
         cert = state_dir / "token-signer.pem"
         token_server = _TokenServer(_TokenSigner(cert), push_user, push_token, public_repos)
         config["auth"] = {"token": {"realm": f"{token_server.url}/token", "service": TOKEN_SERVICE,
