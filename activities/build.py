@@ -31,6 +31,8 @@ from clients.bundle import BundleError, build_bundle
 from clients.credentials import CredentialError, fetch_secret
 from clients.evidence import EvidenceError, read_evidence
 from clients.git_source import create_worktree, read_files_at
+from clients.github import GitHubError
+from clients.identity import registry_user
 from clients.image_validator import validate_image
 from clients.iris import (
     ClientTooOld,
@@ -141,7 +143,7 @@ class BuildActivities(ActivityGroup):
         env: dict[str, str] = {}
         for e in job.env:  # a CredentialError is mapped by the boundary (activities/errors.py)
             if e.secret == "registry_user":
-                env[e.name] = fetch_secret(self.config.registry.user, what="registry.user")
+                env[e.name] = registry_user(self.config)  # its own value, or registry.token's owner
             elif e.secret == "registry_token":
                 env[e.name] = fetch_secret(self.config.registry.token, what="registry.token")
             else:
@@ -368,9 +370,9 @@ class BuildActivities(ActivityGroup):
         try:
             if t.image_repository.partition("/")[0].lower() != bound:
                 raise CredentialError(f"registry.token is bound to {bound}, not {t.image_repository}")
-            creds = (fetch_secret(self.config.registry.user, what="registry.user"),
-                     fetch_secret(self.config.registry.token, what="registry.token"))
-        except CredentialError as err:
+            token = fetch_secret(self.config.registry.token, what="registry.token")
+            creds = (await asyncio.to_thread(registry_user, self.config, token), token)
+        except (CredentialError, GitHubError) as err:
             activity.logger.warning(f"validating without registry credentials: {err}")
         expected = ExpectedImage(platform=t.kaniko_platform, revision=inp.build_commit,
                                  harbor_commit=inp.harbor_commit, min_layers=ceiling.min_layers,

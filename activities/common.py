@@ -23,6 +23,7 @@ from activities.errors import InputError, boundary
 from clients.credentials import CredentialError, fetch_secret
 from clients.evidence import EvidenceStore
 from clients.git_source import FetchedRepo, MirrorCache, list_files_at, read_blobs_at
+from clients.github_app import register_private_key
 from clients.iris import IrisClient
 from clients.kube import KubectlPortForward
 from clients.registry import RegistryPool
@@ -143,9 +144,11 @@ class ActivityGroup:
             if source.kind == "literal_public":
                 continue
             try:
-                fetch_secret(source, what=key)
+                value = fetch_secret(source, what=key)
             except CredentialError:
-                pass
+                continue
+            if key == "github.app.private_key":
+                register_private_key(value)  # each line too: a log that cut the PEM leaks none of it
 
 
 @contextlib.asynccontextmanager
@@ -164,8 +167,10 @@ async def iris_client(config: ServiceConfig, cluster_name: str, *,
                 kubectl=cluster.kubectl))
         else:
             raise input_error(f"clusters.{cluster_name}: set controller_url or port_forward")
+        # A controller that requires a bearer gets clusters.<name>.token, read now and never persisted.
+        token = fetch_secret(cluster.token, what=f"clusters.{cluster_name}.token") if cluster.token else None
         client = IrisClient(url, client_revision_date=cluster.client_revision_date, cluster_name=cluster_name,
-                            transport=transport)
+                            token=token, transport=transport)
         stack.push_async_callback(client.aclose)
         yield client
 

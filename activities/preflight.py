@@ -23,7 +23,14 @@ from activities.common import ActivityGroup, Heartbeater, iris_client, safe_name
 from activities.errors import PreflightFailed, PreflightUnavailable
 from clients.credentials import CredentialError, fetch_secret
 from clients.git_source import GitSourceError, check_push_access, git_version, read_files_at
-from clients.github import GitHubClient, GitHubError, GitHubUnavailable, RateLimited
+from clients.github import Forbidden, GitHubClient, GitHubError, GitHubUnavailable, NotFound, RateLimited
+from clients.github_app import (
+    InstallationToken,
+    InstallationTokenProvider,
+    installation_provider,
+    register_private_key,
+)
+from clients.identity import token_identity
 from clients.kube import KubectlUnavailable, kubectl_client_version
 from clients.registry import (
     RegistryClient,
@@ -35,6 +42,11 @@ from clients.registry import (
 from domain.contract.bash_syntax import bash_syntax_errors
 from domain.issue_ref import parse_issue_ref
 from domain.models import PreflightCheck, PreflightInput, PreflightReport
+
+# What the build asks of a GitHub App installation (REST permission names): the pin commit and PR branch
+# (contents), the PR (pull requests), the issue comment (issues), and the merge gate (checks, statuses).
+REQUIRED_APP_PERMISSIONS = {"contents": "write", "pull_requests": "write", "issues": "write",
+                            "checks": "read", "statuses": "read"}
 
 
 def fingerprint(value: str) -> str:
@@ -85,6 +97,8 @@ class PreflightActivities(ActivityGroup):
                 checks.append(PreflightCheck(name="credential", config_key=key, ok=False, detail=str(e)))
                 continue
             values[key] = value
+            if key == "github.app.private_key":
+                register_private_key(value)
             checks.append(PreflightCheck(name="credential", config_key=key, ok=True,
                                          detail=f"read from {source.describe()}",
                                          fingerprint=None if source.kind == "literal_public" else fingerprint(value)))
@@ -137,23 +151,43 @@ class PreflightActivities(ActivityGroup):
 
     # ------------------------------------------------------------------ GitHub
     async def _github(self, inp: PreflightInput, token: str | None) -> list[PreflightCheck]:
+        """Whose token it is and what it may do: the push permission, a classic token's scopes
+        (``X-OAuth-Scopes``), an installation's granted permissions, and read probes of the endpoints
+        the build needs (check runs, commit statuses, the issue) for tokens that list no scopes."""
         gh = self.config.github
         if gh is None:
             return [PreflightCheck(name="github", config_key="github", ok=False,
                                    detail="no [github] section: the PR with the validated digests cannot be opened")]
-        if token is None:
-            return []  # already reported as a missing credential
-        slug = self.config.repos.marinskyrl_slug
+        key = "github.app" if gh.app is not None else "github.token"
         out: list[PreflightCheck] = []
-        async with GitHubClient(gh.api_url, token, slug) as client:
+        auth: str | InstallationTokenProvider
+        try:
+            if gh.app is not None:
+                auth = installation_provider(gh.api_url, gh.app)
+                out.append(self._installation_check(gh.app, await asyncio.to_thread(auth.current)))
+            elif token is None:
+                return []  # already reported as a missing credential
+            else:
+                auth = token
+                out.append(await asyncio.to_thread(self._github_identity, gh.api_url, token))
+        except (GitHubUnavailable, RateLimited) as e:
+            return [PreflightCheck(name="github", config_key="github.api_url", ok=False, transient=True,
+                                   detail=f"GitHub did not answer: {e}")]
+        except (CredentialError, GitHubError) as e:
+            transient = isinstance(e, GitHubError) and (e.status or 0) >= 500
+            return [PreflightCheck(name="github identity", config_key=key, ok=False, transient=transient,
+                                   detail=str(e))]
+        slug = self.config.repos.marinskyrl_slug
+        async with GitHubClient(gh.api_url, auth, slug) as client:
             try:
                 perms = await client.repo_permissions()
                 can_push = perms.get("push") or perms.get("maintain") or perms.get("admin")
                 out.append(PreflightCheck(
-                    name="github push permission", config_key="github.token", ok=bool(can_push),
+                    name="github push permission", config_key=key, ok=bool(can_push),
                     detail=f"the token may push to {slug} and open PRs" if can_push else
                     f"the token may not push to {slug} (permissions: "
                     f"{', '.join(k for k, v in perms.items() if v) or 'none'}); use a token with write access"))
+                out += await self._probes(client, inp, key, slug)
                 if inp.issue_url:
                     repo, number = parse_issue_ref(inp.issue_url).in_repo(slug)
                     issue = await client.for_repo(repo).issue(number)
@@ -164,17 +198,94 @@ class PreflightActivities(ActivityGroup):
             except (GitHubUnavailable, RateLimited) as e:
                 out.append(PreflightCheck(name="github", config_key="github.api_url", ok=False, transient=True,
                                           detail=f"GitHub did not answer: {e}"))
+            except Forbidden as e:
+                what = ("issues: write on the issue's repository" if "/issues/" in (e.path or "")
+                        else f"metadata: read on {slug}")
+                out.append(PreflightCheck(name="github permission", config_key=key, ok=False,
+                                          detail=f"GitHub refused {e.method} {e.path} (403 {e.message}): grant {what}"))
             except GitHubError as e:
-                key, what = ("request.issue_url", "issue") if "/issues/" in (e.path or "") else ("github.token", slug)
-                out.append(PreflightCheck(name="github access", config_key=key, ok=False,
+                ref, what = ("request.issue_url", "issue") if "/issues/" in (e.path or "") else (key, slug)
+                out.append(PreflightCheck(name="github access", config_key=ref, ok=False,
                                           detail=f"GitHub refused {what}: HTTP {e.status} {e}"))
+        return out
+
+    @staticmethod
+    def _github_identity(api_url: str, token: str) -> PreflightCheck:
+        ident = token_identity(api_url, token, what="github.token")
+        if ident.kind == "installation":
+            return PreflightCheck(name="github identity", config_key="github.token", ok=True,
+                                  detail="an App installation token (no user; GET /user refused): its permissions "
+                                  "are probed below; prefer github.app so it is minted and refreshed here")
+        if ident.lacks("repo", "public_repo"):
+            return PreflightCheck(name="github identity", config_key="github.token", ok=False,
+                                  detail=f"the classic token of {ident.login} lacks the scope repo (contents, pull "
+                                  f"requests, issues, statuses); X-OAuth-Scopes: {', '.join(sorted(ident.scopes or ())) or 'none'}")
+        return PreflightCheck(name="github identity", config_key="github.token", ok=True,
+                              detail=f"{ident.kind} token of {ident.login}"
+                              + (f" (scopes: {', '.join(sorted(ident.scopes))})" if ident.scopes is not None else
+                                 "; its permissions are probed below"))
+
+    @staticmethod
+    def _installation_check(app, minted: InstallationToken) -> PreflightCheck:
+        granted = minted.permissions
+        missing = [f"{name}: {level}" for name, level in REQUIRED_APP_PERMISSIONS.items()
+                   if granted.get(name) not in (("write", "admin") if level == "write" else ("read", "write", "admin"))]
+        shown = ", ".join(f"{k}: {v}" for k, v in sorted(granted.items())) or "none"
+        if missing:
+            return PreflightCheck(name="github identity", config_key="github.app", ok=False,
+                                  detail=f"installation {app.installation_id} of app {app.app_id} lacks "
+                                  f"{', '.join(missing)} (granted: {shown}); add them to the App and accept them "
+                                  "on the installation")
+        return PreflightCheck(name="github identity", config_key="github.app", ok=True,
+                              detail=f"installation {app.installation_id} of app {app.app_id}: a token valid until "
+                              f"{minted.expires_at:%Y-%m-%d %H:%M} UTC (granted: {shown})")
+
+    async def _probes(self, client: GitHubClient, inp: PreflightInput, key: str, slug: str) -> list[PreflightCheck]:
+        """Read the check runs and commit statuses of the base commit: a fine-grained or installation
+        token without checks/statuses read is refused here (403), not after the build."""
+        out: list[PreflightCheck] = []
+        for name, permission, probe in (("check runs", "checks: read", client.check_runs),
+                                        ("commit statuses", "commit statuses: read", client.combined_status)):
+            try:
+                await probe(inp.base_commit)
+            except Forbidden as e:
+                out.append(PreflightCheck(name=f"github {name}", config_key=key, ok=False,
+                                          detail=f"the token may not read {name} of {slug} (403 {e.message}): "
+                                          f"grant {permission}"))
+                continue
+            except NotFound:
+                pass  # the base commit is not on GitHub yet: nothing to read, nothing refused
+            out.append(PreflightCheck(name=f"github {name}", config_key=key, ok=True,
+                                      detail=f"the token may read {name} of {slug}"))
         return out
 
     # ------------------------------------------------------------------ registry
     async def _registry(self, inp: PreflightInput, user: str | None, token: str | None) -> list[PreflightCheck]:
-        if user is None or token is None:
+        if token is None or (user is None and self.config.registry.user.kind != "token_owner"):
             return []  # already reported as a missing credential
         out: list[PreflightCheck] = []
+        if self.config.registry.user.kind == "token_owner":
+            api = self.config.registry_user_api_url()
+            try:
+                ident = await asyncio.to_thread(token_identity, api, token, what="registry.token")
+            except (GitHubUnavailable, RateLimited, GitHubError) as e:
+                return [PreflightCheck(name="registry identity", config_key="registry.user", ok=False, transient=True,
+                                       detail=f"GitHub did not say who owns registry.token: {e}")]
+            except CredentialError as e:
+                return [PreflightCheck(name="registry identity", config_key="registry.token", ok=False, detail=str(e))]
+            if ident.login is None:
+                return [PreflightCheck(name="registry identity", config_key="registry.user", ok=False,
+                                       detail="registry.token is an App installation token, which has no user; set "
+                                       "registry.user explicitly")]
+            user = ident.login
+            if ident.lacks("write:packages"):
+                out.append(PreflightCheck(name="registry identity", config_key="registry.token", ok=False,
+                                          detail=f"the classic token of {user} lacks the scope write:packages (image "
+                                          f"pushes); X-OAuth-Scopes: {', '.join(sorted(ident.scopes or ())) or 'none'}"))
+            else:
+                out.append(PreflightCheck(name="registry identity", config_key="registry.user", ok=True,
+                                          detail=f"registry.token belongs to {user} (GET {api}/user with that token)"))
+        assert user is not None
         for image_repository in sorted({t.image_repository for t in inp.targets}):
             key = "registry.token"
             try:

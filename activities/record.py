@@ -17,7 +17,6 @@ from temporalio import activity
 
 from activities.common import ActivityGroup, Heartbeater, input_error
 from clients.child_env import child_env
-from clients.credentials import fetch_secret
 from clients.git_source import (
     DirtyWorktree,
     DivergedWorktree,
@@ -31,6 +30,7 @@ from clients.git_source import (
     worktree_changes,
 )
 from clients.github import GitHubClient, HeadMoved, NotMergeable, checks_state, comment_marker
+from clients.identity import github_auth
 from domain.config import GitHubSettings
 from domain.contract import ContractError, load_contract
 from domain.issue_ref import parse_issue_ref
@@ -50,8 +50,9 @@ class RecordActivities(ActivityGroup):
         gh = self.config.github
         if gh is None:
             raise input_error("github: no [github] section in the configuration; cannot open a PR")
-        token = fetch_secret(gh.token, what="github.token")  # a CredentialError is mapped by the boundary
-        return gh, GitHubClient(gh.api_url, token, self.config.repos.marinskyrl_slug)
+        # A token, or the App installation's provider (minted on the first request, refreshed near expiry);
+        # a CredentialError is mapped by the boundary.
+        return gh, GitHubClient(gh.api_url, github_auth(gh), self.config.repos.marinskyrl_slug)
 
     # ------------------------------------------------------------------ pin + PR + comment
     @activity.defn

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Generator, Iterable
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -248,23 +248,43 @@ def _next_link(link_header: str | None) -> str | None:
 # ---------------------------------------------------------------- client
 
 
-class GitHubClient:
-    """Async REST v3 client bound to one repository. Use as ``async with GitHubClient(...) as gh``."""
+class _Bearer(httpx.Auth):
+    """``Authorization: Bearer`` from a fixed token or a provider asked before every request (an App
+    installation token that is minted again near its expiry)."""
 
-    def __init__(self, api_url: str, token: str, repo: str, transport: httpx.AsyncBaseTransport | None = None,
-                 *, timeout: float = 30.0):
+    def __init__(self, token: str | Callable[[], str]):
+        self._token = token
+        self.seen: set[str] = set()  # every value sent, for scrubbing errors
+
+    def current(self) -> str:
+        value = self._token() if callable(self._token) else self._token
+        self.seen.add(value)
+        return value
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["Authorization"] = f"Bearer {self.current()}"
+        yield request
+
+
+class GitHubClient:
+    """Async REST v3 client bound to one repository. Use as ``async with GitHubClient(...) as gh``.
+
+    ``token``: a token, or a callable returning the current one (clients/github_app.py)."""
+
+    def __init__(self, api_url: str, token: str | Callable[[], str], repo: str,
+                 transport: httpx.AsyncBaseTransport | None = None, *, timeout: float = 30.0):
         if not _REPO_RE.match(repo):
             raise ValueError(f"repo must be 'owner/name', got {repo!r}")
         self.api_url = api_url.rstrip("/")
         self.repo = repo
         self.owner = repo.split("/", 1)[0]
-        self._token = token
+        self._auth = _Bearer(token)
         self._http = httpx.AsyncClient(
             base_url=self.api_url,
             transport=transport,
             timeout=timeout,
+            auth=self._auth,
             headers={
-                "Authorization": f"Bearer {token}",
                 "Accept": "application/vnd.github+json",
                 "X-GitHub-Api-Version": API_VERSION,
                 "User-Agent": "gpu-rl-builder",
@@ -296,7 +316,10 @@ class GitHubClient:
     # -- transport and error mapping
 
     def _scrub(self, text: str) -> str:
-        return text.replace(self._token, "***") if self._token else text
+        for token in self._auth.seen:
+            if token:
+                text = text.replace(token, "***")
+        return text
 
     async def _request(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None,
                        conflict: type[GitHubError] = GitHubError) -> httpx.Response:
@@ -309,6 +332,8 @@ class GitHubClient:
                               f"{self._http.base_url.host})", method=method, path=str(target.copy_with(query=None)))
         try:
             resp = await self._http.request(method, path, json=json, params=params)
+        except GitHubError:  # the token provider could not mint a token (github.app)
+            raise
         except httpx.HTTPError as exc:
             # Raised "from None": the httpx exception carries the request, whose headers hold the token.
             raise GitHubUnavailable(self._scrub(f"{type(exc).__name__}: {exc}"), method=method,

@@ -31,7 +31,9 @@ class CredentialSource(_Model):
     """Where a secret comes from at execution time; never the secret itself."""
 
     # temporal_profile: the api_key of a Temporal client profile (read by runtime.temporal only)
-    kind: Literal["env", "file", "command", "literal_public", "temporal_profile"]
+    # token_owner (registry.user only): the GitHub login that owns registry.token, read with that token
+    # from ``GET <registry.github_api_url>/user`` — never from another credential.
+    kind: Literal["env", "file", "command", "literal_public", "temporal_profile", "token_owner"]
     name: str | None = None  # env: variable name; temporal_profile: profile name
     path: str | None = None  # file: path to a file holding the value; temporal_profile: its config file
     argv: list[str] | None = None  # command: e.g. ["gh", "auth", "token"]
@@ -53,6 +55,8 @@ class CredentialSource(_Model):
                 return f"command:{exe} (argv sha256:{digest})"
             case "temporal_profile":
                 return f"temporal-profile:{self.name}" + (f"@{self.path}" if self.path else "")
+            case "token_owner":
+                return "token-owner:registry.token"
             case _:
                 return f"literal:{self.value}"
 
@@ -135,6 +139,10 @@ class ClusterSettings(_Model):
     kubectl: str = "kubectl"  # binary used for pod termination reasons and events
     client_revision_date: str  # YYYY-MM-DD of the upstream Iris revision last validated against
     iris_user: str = "gpu-rl-builder"
+    # A bearer token for controllers that require one (a non-empty trusted_cidrs off-cluster). Read at
+    # request time from its source, never persisted. Without it the request is anonymous; note that a
+    # controller treats a tokenless request from loopback (kubectl port-forward) as an admin.
+    token: CredentialSource | None = None
     job_env: dict[str, str] = Field(default_factory=dict)  # extra non-secret env for every job
     architecture: str | None = None  # declared host architecture when the controller cannot tell
 
@@ -154,17 +162,38 @@ class RegistrySettings(_Model):
     # script's default repository is repository content and never decides where the token goes).
     image_repository: str
     insecure_hosts: list[str] = Field(default_factory=list)  # hosts reached over plain http
+    # The registry user: an explicit value (literal_public/env/file), or ``{kind = "token_owner"}`` for
+    # the GitHub login that owns registry.token (ghcr.io), read with registry.token itself.
     user: CredentialSource
     token: CredentialSource
+    github_api_url: str | None = None  # where token_owner asks GET /user (default: github.api_url)
+
+
+class GitHubAppSettings(_Model):
+    """A GitHub App installation: its id, the installation and the App's private key (a PEM file).
+
+    The worker mints a short-lived installation token from these (clients/github_app.py); only the key
+    is a long-lived secret."""
+
+    app_id: str  # the App's numeric id (or client id): the JWT issuer
+    installation_id: int
+    private_key: CredentialSource
 
 
 class GitHubSettings(_Model):
     api_url: str = "https://api.github.com"
-    token: CredentialSource
+    token: CredentialSource | None = None  # a personal access token (classic or fine-grained); or ...
+    app: GitHubAppSettings | None = None  # ... a GitHub App installation (short-lived tokens)
     pin_table_path: str = "cloud/iris/gpu_rl_images.py"
     do_not_touch: list[str] = Field(default_factory=lambda: ["cloud/iris/launch_rl_iris.py"])
     lint_command: list[str] | None = None
     tracking_issue_url: str = "https://github.com/marin-community/marin/issues/7920"
+
+    @model_validator(mode="after")
+    def _one_identity(self) -> GitHubSettings:
+        if (self.token is None) == (self.app is None):
+            raise ValueError("set exactly one of github.token (a token) and github.app (an App installation)")
+        return self
 
 
 class PolicySettings(_Model):
@@ -290,11 +319,39 @@ class ServiceConfig(_Model):
         """The evidence store's root URL (``[evidence] url``, else ``<work_dir>/evidence``)."""
         return self.evidence.url or str(Path(self.work_dir).expanduser() / "evidence")
 
-    def credential_sources(self) -> dict[str, CredentialSource]:
-        """Every configured credential by its configuration key (where each value is read, never the value)."""
+    @model_validator(mode="after")
+    def _identities(self) -> ServiceConfig:
+        """Each identity from its own credential: ``token_owner`` only names the registry user, and with
+        a GitHub App (no user behind its tokens) the registry user is configured explicitly."""
+        for key, source in self._sources().items():
+            if source.kind == "token_owner" and key != "registry.user":
+                raise ValueError(f"{key}: kind 'token_owner' only applies to registry.user")
+        user = self.registry.user
+        if self.github is not None and self.github.app is not None and user.kind in ("command", "token_owner"):
+            raise ValueError(
+                f"registry.user: with github.app (installation tokens, which have no user) configure the registry "
+                f"user explicitly ({{kind = \"literal_public\", value = \"<login>\"}}, env or file), not "
+                f"{user.describe()}")
+        return self
+
+    def _sources(self) -> dict[str, CredentialSource]:
+        gh = self.github
         sources = {"registry.user": self.registry.user, "registry.token": self.registry.token,
-                   "github.token": self.github and self.github.token, "temporal.api_key": self.temporal.api_key}
+                   "github.token": gh and gh.token, "github.app.private_key": gh and gh.app and gh.app.private_key,
+                   "temporal.api_key": self.temporal.api_key}
+        sources |= {f"clusters.{name}.token": c.token for name, c in sorted(self.clusters.items())}
         return {key: source for key, source in sources.items() if source}
+
+    def credential_sources(self) -> dict[str, CredentialSource]:
+        """Every configured credential by its configuration key (where each value is read, never the value).
+
+        A ``token_owner`` registry user is derived from registry.token (clients/identity.py), not read."""
+        return {key: s for key, s in self._sources().items() if s.kind != "token_owner"}
+
+    def registry_user_api_url(self) -> str:
+        """Where a ``token_owner`` registry user is looked up (``GET <url>/user`` with registry.token)."""
+        return (self.registry.github_api_url or (self.github.api_url if self.github else None)
+                or "https://api.github.com").rstrip("/")
 
     def required_tools(self) -> dict[str, str]:
         """Every executable the worker runs, each with the configuration key that asks for it.

@@ -10,6 +10,14 @@ Run in a thread (default) or as a subprocess: ``python -m sandbox.github_standin
 --remote owner/name=/path/to/bare.git`` with the token in ``GITHUB_STANDIN_TOKEN``; it prints
 ``api_url=<url>`` on its first stdout line. Test-only knobs (checks, reviews, forced rate limits) are
 HTTP admin endpoints under ``/_admin/`` (same token), wrapped by ``GitHubStandinHandle`` methods.
+
+Identities: the stand-in's own token is a classic token (``X-OAuth-Scopes: repo, workflow``) owned by
+``gpu-rl-builder-bot``; ``add_token`` accepts more tokens with their own owner, scopes (classic) or
+fine-grained permissions. ``register_app`` makes a GitHub App installation: ``POST
+/app/installations/{id}/access_tokens`` verifies the App's JWT against its public key (RS256, issuer
+= app id, at most 10 minutes) and mints an installation token with the installation's permissions,
+which every endpoint then enforces (403 "Resource not accessible by integration"); ``GET /user``
+refuses installation tokens as GitHub does. Tokens live in memory only, never in the state file.
 """
 
 from __future__ import annotations
@@ -36,8 +44,25 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import git
+import jwt
 
 TOKEN_ENV = "GITHUB_STANDIN_TOKEN"
+DEFAULT_LOGIN = "gpu-rl-builder-bot"
+INTEGRATION_403 = "Resource not accessible by integration"
+# (method, path regex relative to /repos/{o}/{r}) -> (permission, level) a restricted token needs.
+_PERMISSIONS: list[tuple[str, str, str, str]] = [
+    ("GET", r"", "metadata", "read"),
+    ("GET", r"/issues/\d+(/comments)?", "issues", "read"),
+    ("POST", r"/issues/\d+/comments", "issues", "write"),
+    ("PATCH", r"/issues/comments/\d+", "issues", "write"),
+    ("GET", r"/pulls(/\d+(/reviews)?)?", "pull_requests", "read"),
+    ("POST", r"/pulls", "pull_requests", "write"),
+    ("PATCH", r"/pulls/\d+", "pull_requests", "write"),
+    ("PUT", r"/pulls/\d+/merge", "contents", "write"),
+    ("GET", r"/commits/[^/]+/check-runs", "checks", "read"),
+    ("GET", r"/commits/[^/]+/status", "statuses", "read"),
+    ("POST", r"/statuses/[^/]+", "statuses", "write"),
+]
 DOCS = "https://docs.github.com/rest"
 
 
@@ -94,6 +119,12 @@ class GitHubStandin:
         self.forced_limit = {"n": 0, "status": 403}
         self.slow: dict[str, float] = {}  # "METHOD path-regex" -> seconds to wait before answering
         self.store = self._load()
+        # token -> identity: login (None for an installation), scopes (classic: list; else None),
+        # permissions (None: everything; else {"contents": "write", ...}), expires_at (epoch s or None).
+        self.tokens: dict[str, dict[str, Any]] = {token: {"login": DEFAULT_LOGIN, "scopes": ["repo", "workflow"],
+                                                          "permissions": None, "expires_at": None}}
+        self.apps: dict[str, dict[str, Any]] = {}  # app id -> {"public_key", "installations": {id: {...}}}
+        self.minted = 0
 
     # -- persistence
 
@@ -442,10 +473,90 @@ class GitHubStandin:
 
     # -- request dispatch
 
-    def check_auth(self, authorization: str | None) -> None:
+    def check_auth(self, authorization: str | None, path: str = "") -> dict[str, Any]:
+        """The identity behind the request's token (401 otherwise). ``/app/`` takes an App JWT;
+        ``/_admin/`` only the stand-in's own token."""
         scheme, _, presented = (authorization or "").partition(" ")
-        if scheme.lower() not in ("bearer", "token") or not secrets.compare_digest(presented, self.token):
+        if scheme.lower() not in ("bearer", "token"):
             raise _HttpError(401, "Bad credentials")
+        if path.startswith("/app/"):
+            return self._check_app_jwt(presented)
+        if path.startswith("/_admin/"):
+            if not secrets.compare_digest(presented, self.token):
+                raise _HttpError(401, "Bad credentials")
+            return self.tokens[self.token]
+        who = next((v for k, v in self.tokens.items() if secrets.compare_digest(presented, k)), None)
+        if who is None or (who["expires_at"] is not None and who["expires_at"] <= time.time()):
+            raise _HttpError(401, "Bad credentials")
+        return who
+
+    def _check_app_jwt(self, presented: str) -> dict[str, Any]:
+        try:
+            issuer = str(jwt.decode(presented, options={"verify_signature": False}).get("iss"))
+        except jwt.PyJWTError:
+            raise _HttpError(401, "A JSON web token could not be decoded") from None
+        app = self.apps.get(issuer)
+        if app is None:
+            raise _HttpError(401, "Integration not found")
+        try:
+            claims = jwt.decode(presented, app["public_key"], algorithms=["RS256"],
+                                options={"require": ["iat", "exp", "iss"]}, leeway=60)
+        except jwt.PyJWTError as e:
+            raise _HttpError(401, f"'{type(e).__name__}' while verifying the JWT") from None
+        if claims["exp"] - claims["iat"] > 660:
+            raise _HttpError(401, "'Expiration time' claim ('exp') is too far in the future")
+        return {"app_id": issuer, "login": None, "scopes": None, "permissions": {}, "expires_at": None}
+
+    def authorize(self, who: dict[str, Any], method: str, path: str) -> None:
+        """A token with listed permissions (installation, fine-grained) may only do what they grant."""
+        granted = who.get("permissions")
+        m = re.fullmatch(r"/repos/[^/]+/[^/]+(?P<rest>/.*)?", path)
+        if granted is None or m is None:
+            return
+        rest = m["rest"] or ""
+        for verb, pattern, name, level in _PERMISSIONS:
+            if verb == method and re.fullmatch(pattern, rest):
+                have = granted.get(name, "read" if name == "metadata" else None)
+                if have not in (("write", "admin") if level == "write" else ("read", "write", "admin")):
+                    raise _HttpError(403, INTEGRATION_403 if who.get("login") is None
+                                     else "Resource not accessible by personal access token")
+                return
+
+    # -- endpoints: identity and GitHub Apps
+
+    def get_user(self, who: dict[str, Any]) -> dict[str, Any]:
+        if who.get("login") is None:
+            raise _HttpError(403, INTEGRATION_403)
+        return {"login": who["login"], "id": abs(hash(who["login"])) % 10**8, "type": "User"}
+
+    def create_installation_token(self, who: dict[str, Any], installation: str) -> dict[str, Any]:
+        app = self.apps.get(who.get("app_id") or "")
+        inst = app and app["installations"].get(str(installation))
+        if not inst:
+            raise _HttpError(404, "Not Found")
+        self.minted += 1
+        token = "ghs_inst_" + secrets.token_hex(18)
+        expires = time.time() + inst["ttl_s"]
+        self.tokens[token] = {"login": None, "scopes": None, "permissions": dict(inst["permissions"]),
+                              "expires_at": expires}
+        return {"token": token, "expires_at": datetime.fromtimestamp(int(expires), UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "permissions": dict(inst["permissions"]), "repository_selection": "all"}
+
+    def admin_app(self, body: dict[str, Any]) -> dict[str, Any]:
+        app = self.apps.setdefault(str(body["app_id"]), {"public_key": body["public_key"], "installations": {}})
+        app["public_key"] = body["public_key"]
+        app["installations"][str(body["installation_id"])] = {
+            "permissions": {str(k): str(v) for k, v in (body.get("permissions") or {}).items()},
+            "ttl_s": float(body.get("ttl_s", 3600))}
+        return {"app_id": str(body["app_id"]), "installations": sorted(app["installations"])}
+
+    def admin_token(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.tokens[body["token"]] = {"login": body["login"], "scopes": body.get("scopes"),
+                                      "permissions": body.get("permissions"), "expires_at": None}
+        return {"login": body["login"]}
+
+    def admin_app_stats(self) -> dict[str, Any]:
+        return {"minted": self.minted}
 
     def take_rate_limit(self) -> None:
         if self.forced_limit["n"] <= 0:
@@ -458,10 +569,18 @@ class GitHubStandin:
             "x-ratelimit-limit": "5000", "x-ratelimit-remaining": "0", "x-ratelimit-used": "5000",
             "x-ratelimit-reset": str(int(time.time()) + 60), "x-ratelimit-resource": "core"})
 
-    def route(self, method: str, path: str, q: dict[str, str], body: dict[str, Any]) -> tuple[int, Any, str | None]:
+    def route(self, method: str, path: str, q: dict[str, str], body: dict[str, Any],
+              who: dict[str, Any] | None = None) -> tuple[int, Any, str | None]:
         """(status, payload, list_key): list_key None = object; "" = paged plain list; else paged under key."""
         r = r"/repos/(?P<repo>[^/]+/[^/]+)"
+        who = who or self.tokens[self.token]
         routes: list[tuple[str, str, Any, int, str | None]] = [
+            ("GET", r"/user", lambda m: self.get_user(who), 200, None),
+            ("POST", r"/app/installations/(?P<id>\d+)/access_tokens",
+             lambda m: self.create_installation_token(who, m["id"]), 201, None),
+            ("POST", r"/_admin/app", lambda m: self.admin_app(body), 200, None),
+            ("POST", r"/_admin/tokens", lambda m: self.admin_token(body), 200, None),
+            ("POST", r"/_admin/app_stats", lambda m: self.admin_app_stats(), 200, None),
             ("GET", r, lambda m: self.get_repo(m["repo"]), 200, None),
             ("GET", r + r"/issues/(?P<n>\d+)", lambda m: self.get_issue(m["repo"], m["n"]), 200, None),
             ("GET", r + r"/pulls", lambda m: self.list_pulls(m["repo"], q), 200, ""),
@@ -539,13 +658,16 @@ def _make_handler(app: GitHubStandin) -> type[BaseHTTPRequestHandler]:
                     body = json.loads(raw) if raw else {}
                 except ValueError:
                     raise _HttpError(400, "Problems parsing JSON") from None
-                app.check_auth(self.headers.get("Authorization"))
+                who = app.check_auth(self.headers.get("Authorization"), split.path)
                 if not split.path.startswith("/_admin/"):
                     app.take_rate_limit()
                     app.take_slow(self.command, split.path)  # after reading the request: it will be served
-                status, payload, list_key = app.route(self.command, split.path, q, body)
+                    app.authorize(who, self.command, split.path)
+                status, payload, list_key = app.route(self.command, split.path, q, body, who)
                 headers = {"x-ratelimit-limit": "5000", "x-ratelimit-remaining": "4999",
                            "x-ratelimit-reset": str(int(time.time()) + 3600)}
+                if who.get("scopes") is not None:  # a classic token: GitHub lists its scopes on every answer
+                    headers["X-OAuth-Scopes"] = ", ".join(who["scopes"])
                 if list_key is not None:
                     page, link = _paginate(payload, q, f"{app.base_url}{split.path}")
                     payload = {"total_count": len(payload), list_key: page} if list_key else page
@@ -610,6 +732,21 @@ class GitHubStandinHandle:
     def set_issue(self, repo: str, number: int, *, locked: bool = False, missing: bool = False) -> dict[str, Any]:
         """Make issue ``number`` locked, or missing (404); every other number is an open issue."""
         return self._admin("issues", {"repo": repo, "number": number, "locked": locked, "missing": missing})
+
+    def register_app(self, app_id: str, public_key_pem: str, installation_id: int, *,
+                     permissions: dict[str, str], ttl_s: float = 3600) -> dict[str, Any]:
+        """A GitHub App (verified by ``public_key_pem``) installed as ``installation_id`` with ``permissions``;
+        its installation tokens expire after ``ttl_s``."""
+        return self._admin("app", {"app_id": app_id, "public_key": public_key_pem, "installation_id": installation_id,
+                                   "permissions": permissions, "ttl_s": ttl_s})
+
+    def add_token(self, token: str, login: str, *, scopes: list[str] | None = None,
+                  permissions: dict[str, str] | None = None) -> dict[str, Any]:
+        """Accept ``token`` as ``login``'s: a classic token with ``scopes``, or fine-grained ``permissions``."""
+        return self._admin("tokens", {"token": token, "login": login, "scopes": scopes, "permissions": permissions})
+
+    def installation_tokens_minted(self) -> int:
+        return int(self._admin("app_stats", {})["minted"])
 
     def rate_limit_next(self, n: int, status: int = 403) -> None:
         """Make the next ``n`` API requests fail with a primary (403) or secondary (429) rate limit."""

@@ -5,6 +5,7 @@ pushed, submitted or opened — by the activity, and (last test) by a whole pipe
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import subprocess
 from pathlib import Path
@@ -18,12 +19,14 @@ from activities.preflight import PreflightActivities
 from clients.github import GitHubClient
 from clients.iris import IrisClient
 from domain.buildset import BuildRequest, CompatibilityRequest, plan_targets
-from domain.config import CredentialSource, ServiceConfig
+from domain.config import CredentialSource, GitHubAppSettings, ServiceConfig
 from domain.models import PreflightInput, PreflightReport
 from sandbox.git_remotes import commit_to_remote
 from sandbox.stack import MARINSKYRL_SLUG
 from tests.contract.helpers import contract, fixture_files
 from tests.e2e.helpers import git_show, report, request, start_pipeline
+from tests.github.test_identities import rsa_key_pair
+from worker import build_worker
 
 pytestmark = pytest.mark.stack
 SCRIPT = "docker/build_gpu_rl_kaniko.sh"
@@ -226,3 +229,94 @@ async def test_a_build_with_a_token_that_cannot_push_stops_before_any_side_effec
     assert await _side_effects(s) == before
     history = json.dumps((await handle.fetch_history()).to_json_dict())
     assert s.github.token not in history and s.token_registry.push_token not in history
+
+
+# ---------------------------------------------------------------- identities and scopes (issue #20)
+
+ALL_APP_PERMISSIONS = {"contents": "write", "pull_requests": "write", "issues": "write", "checks": "read",
+                       "statuses": "read", "metadata": "read"}
+
+
+def _app(s, app_id: str, installation_id: int, permissions: dict[str, str]) -> tuple[ServiceConfig, str]:
+    """``s.config`` with github.app instead of github.token, and the App's private key."""
+    private, public = rsa_key_pair()
+    s.github.register_app(app_id, public, installation_id, permissions=permissions)
+    app = GitHubAppSettings(app_id=app_id, installation_id=installation_id,
+                            private_key=_secret_file(s, f"app-{app_id}.pem", private))
+    return _with(s.config, "github", token=None, app=app), private
+
+
+async def test_the_registry_user_is_read_with_the_registry_token_itself(service_config):
+    """registry.user = token_owner: the login comes from GET /user with registry.token — another owner
+    than the GitHub token's — and the push grant proves that pair."""
+    s = service_config
+    s.github.add_token(s.token_registry.push_token, s.token_registry.push_user, scopes=["write:packages"])
+    config = _with(s.config, "registry", user=CredentialSource(kind="token_owner"), github_api_url=s.github.api_url)
+    report = await _run(config, _input(s))
+    by_name = {c.name: c for c in report.checks}
+    assert f"registry.token belongs to {s.token_registry.push_user}" in by_name["registry identity"].detail
+    assert by_name["github identity"].detail.startswith("classic token of gpu-rl-builder-bot")
+    assert s.token_registry.push_user != "gpu-rl-builder-bot" and by_name["registry push"].ok
+    # The same token without write:packages is named by the scope it lacks.
+    s.github.add_token(s.token_registry.push_token, s.token_registry.push_user, scopes=["read:packages"])
+    message, rep = await _refused(config, _input(s))
+    (failed,) = rep.failed
+    assert failed.config_key == "registry.token" and "lacks the scope write:packages" in message
+    assert "X-OAuth-Scopes: read:packages" in message
+
+
+async def test_a_classic_github_token_without_the_repo_scope_is_named(service_config):
+    s = service_config
+    token = "ghp_" + "s" * 36
+    s.github.add_token(token, "someone", scopes=["read:org", "gist"])
+    message, report = await _refused(_with(s.config, "github", token=_secret_file(s, "gh-scopes", token)), _input(s))
+    (failed,) = report.failed
+    assert failed.name == "github identity" and failed.config_key == "github.token"
+    assert "lacks the scope repo" in message and "X-OAuth-Scopes: gist, read:org" in message and token not in message
+
+
+async def test_a_fine_grained_token_without_checks_read_is_named_by_the_permission(service_config):
+    s = service_config
+    token = "github_pat_" + "f" * 40
+    s.github.add_token(token, "someone", permissions={k: v for k, v in ALL_APP_PERMISSIONS.items() if k != "checks"})
+    message, report = await _refused(_with(s.config, "github", token=_secret_file(s, "gh-fg", token)), _input(s))
+    (failed,) = report.failed
+    assert failed.name == "github check runs" and "grant checks: read" in message
+    assert {c.name for c in report.checks if c.ok} >= {"github identity", "github commit statuses",
+                                                        "github push permission", "github issue comment"}
+
+
+async def test_an_app_installation_is_proven_and_a_missing_permission_is_named(service_config):
+    s = service_config
+    config, private = _app(s, "9001", 31, ALL_APP_PERMISSIONS)
+    report = await _run(config, _input(s))
+    ident = next(c for c in report.checks if c.name == "github identity")
+    assert ident.ok and ident.config_key == "github.app" and "installation 31 of app 9001" in ident.detail
+    assert any(c.config_key == "github.app.private_key" and c.fingerprint for c in report.checks)
+    config, private = _app(s, "9002", 32, {k: v for k, v in ALL_APP_PERMISSIONS.items() if k != "statuses"})
+    message, rep = await _refused(config, _input(s))
+    assert [c.name for c in rep.failed] == ["github identity", "github commit statuses"]
+    assert "lacks statuses: read" in message and "grant commit statuses: read" in message
+    key_lines = [ln for ln in private.splitlines() if not ln.startswith("-----")]
+    assert not [ln for ln in key_lines if ln in message or ln in rep.model_dump_json()]
+
+
+async def test_an_app_build_refused_by_preflight_leaves_no_key_or_token_in_history(service_config, caplog):
+    """The whole pipeline on a worker with github.app: the private key, the App's JWT and the minted
+    installation token reach neither the history nor the logs (sentinel)."""
+    caplog.set_level(logging.DEBUG)
+    s = service_config
+    config, private = _app(s, "9003", 33, {k: v for k, v in ALL_APP_PERMISSIONS.items() if k != "checks"})
+    before = await _side_effects(s)
+    async with build_worker(s.client, config, graceful_shutdown_s=5):
+        handle = await start_pipeline(s, request(issue_url="#12"))
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        rep = await report(s.client, handle.id)
+        history = json.dumps((await handle.fetch_history()).to_json_dict())
+    assert rep.failure.error_type == "PreflightFailed" and "grant checks: read" in rep.failure.message
+    assert await _side_effects(s) == before
+    key_lines = [ln for ln in private.splitlines() if not ln.startswith("-----")]
+    seen = history + caplog.text + rep.model_dump_json()
+    assert not [ln for ln in key_lines if ln in seen]
+    assert "ghs_inst_" not in seen and s.github.token not in seen

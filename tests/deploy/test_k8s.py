@@ -170,3 +170,18 @@ def test_configmap_configuration_loads_and_its_profiles_resolve(tmp_path, wheel_
     assert incluster.address == "temporal-frontend.temporal.svc:7233" and incluster.tls is False
     ran = wheel_venv.run("gpu-rl-builder-worker", "--config", str(tmp_path / "config.toml"), "--check-tools")
     assert ran.returncode == 0, ran.stderr
+
+
+def test_each_identity_comes_from_its_own_credential():
+    """The registry user is the owner of the registry token, read with that token — no other secret
+    (e.g. the GitHub token as GH_TOKEN) reaches a tool that would answer for it."""
+    data = _manifests()["ConfigMap/gpu-rl-builder-config"]["data"]
+    config = tomllib.loads(data["config.toml"])
+    example = tomllib.loads((ROOT / "deploy" / "config.example.toml").read_text())
+    for registry in (config["registry"], example["registry"]):
+        assert registry["user"] == {"kind": "token_owner"} and registry["token"]["path"].endswith("/ghcr-token")
+    (container,) = _manifests()["Deployment/gpu-rl-builder-worker"]["spec"]["template"]["spec"]["containers"]
+    from_secrets = {e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in container["env"] if "valueFrom" in e}
+    assert from_secrets == {"TEMPORAL_API_KEY": "api-key"}, from_secrets
+    compose = yaml.safe_load((ROOT / "deploy" / "temporal" / "compose.yaml").read_text())
+    assert not {"GH_TOKEN", "GITHUB_TOKEN"} & set(compose["services"]["worker"]["environment"])
