@@ -42,7 +42,8 @@ def _config(api_url: str, *, user: dict, registry_token: CredentialSource, githu
     return ServiceConfig.model_validate({
         "work_dir": "/tmp/unused", "repos": {"marinskyrl_url": "file:///x.git", "harbor_url": "file:///y.git"},
         "clusters": {"c": {"controller_url": "http://127.0.0.1:1", "client_revision_date": "2026-11-20"}},
-        "registry": {"user": user, "token": registry_token.model_dump(exclude_none=True)},
+        "registry": {"image_repository": "ghcr.io/acme/images", "user": user,
+                     "token": registry_token.model_dump(exclude_none=True)},
         "github": {"api_url": api_url, **github}})
 
 
@@ -77,6 +78,7 @@ harbor_url = "file:///y.git"
 controller_url = "http://127.0.0.1:1"
 client_revision_date = "2026-11-20"
 [registry]
+image_repository = "ghcr.io/acme/images"
 user = {kind = "command", argv = ["gh", "api", "user", "--jq", ".login"]}
 token = {kind = "file", path = "/run/ghcr-token"}
 [github]
