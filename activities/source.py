@@ -17,6 +17,7 @@ from temporalio import activity
 from activities.common import (
     CONTRACT_PATHS,
     ActivityGroup,
+    Heartbeater,
     input_error,
     iris_client,
     safe_name,
@@ -38,9 +39,12 @@ from clients.git_source import (
     resolve_ref,
 )
 from clients.iris import IrisError
+from clients.rehearsal import rehearse_targets
 from domain.boundary import BoundaryRule, decide
 from domain.buildset import TargetSpec, plan_targets
 from domain.contract import (
+    AGENTS_PATH,
+    OPS_PATH,
     BuildContract,
     ContractError,
     corrected_ops_doc,
@@ -224,11 +228,12 @@ class SourceActivities(ActivityGroup):
         """Push the build branch, only after the plan validated (re-creating the same commit if needed)."""
         return await asyncio.to_thread(self._prepare_source, inp.model_copy(update={"push": True}))
 
-    def _contract_at_build_commit(self, inp: PlanTargetsInput) -> BuildContract:
-        """The contract at the build commit: from the mirror once pushed, else from our worktree."""
+    def _contract_at_build_commit(self, inp: PlanTargetsInput) -> tuple[BuildContract, str]:
+        """The contract at the build commit, and the commit its cited lines refer to: the build commit
+        once pushed (read from the mirror), else our worktree's files with the base commit's prose."""
         repo = self.repos.marinskyrl()
         if self._in_mirror(repo, inp.build_commit):
-            return self._contract(repo, inp.build_commit)
+            return self._contract(repo, inp.build_commit), inp.build_commit
         if not inp.request_id:
             raise input_error(f"build commit {inp.build_commit[:12]} is neither pushed nor re-creatable")
         wt = self.paths.worktree(inp.request_id)
@@ -241,13 +246,22 @@ class SourceActivities(ActivityGroup):
         try:
             files = {p: (wt / p).read_bytes() for p in CONTRACT_PATHS if (wt / p).exists() or p.startswith("docker/")}
             files.update({f"docker/{p.name}": p.read_bytes() for p in (wt / "docker").glob("Dockerfile*")})
-            return load_contract(files, inp.build_commit, self.config.build)
+            # Not pushed yet: the prose is cited as the operator can open it, at the base commit (the
+            # service's corrected copy exists only here). The script and Dockerfiles keep their line
+            # numbers (the re-pin edits values in place), so one numbering holds for the whole plan.
+            base = self.repos.contract_files(repo, inp.base_commit) if inp.base_commit else files
+            for p in (OPS_PATH, AGENTS_PATH):
+                if p in base:
+                    files[p] = base[p]
+                else:
+                    files.pop(p, None)
+            return load_contract(files, inp.build_commit, self.config.build), inp.base_commit
         except (OSError, ContractError) as e:
             raise input_error(f"build contract at {inp.build_commit[:12]}: {e}") from None
 
     @activity.defn
     async def plan_targets(self, inp: PlanTargetsInput) -> list[TargetSpec]:
-        contract = await asyncio.to_thread(self._contract_at_build_commit, inp)
+        contract, lines_at = await asyncio.to_thread(self._contract_at_build_commit, inp)
         for arch, cluster in inp.request.clusters.items():
             if cluster not in self.config.clusters:
                 raise input_error(f"--cluster {arch}={cluster}: cluster {cluster!r} is not configured "
@@ -261,11 +275,17 @@ class SourceActivities(ActivityGroup):
         live = await _live_architectures(self.config, needed, self.config.policy.plan_cluster_deadline_s)
         if any(configured.get(name) != arch for name, arch in live.items()):
             targets = self._plan(contract, inp, {**configured, **live})
+        for t in targets:
+            t.lines_at = lines_at
         unknown = sorted({f"{t.architecture}→{t.cluster}" for t in targets if t.cluster not in self.config.clusters})
         if unknown:
             raise input_error(f"planned cluster(s) {', '.join(unknown)} (from {contract.ops.path} placements) are "
                               f"not configured (clusters: {', '.join(sorted(self.config.clusters))}); add them "
                               "to the configuration or pass --cluster ARCH=CLUSTER")
+        async with Heartbeater(every_s=2.0):
+            failure = await asyncio.to_thread(self._rehearse, inp, contract, targets)
+        if failure:
+            raise input_error(failure)
         return targets
 
     def _plan(self, contract: BuildContract, inp: PlanTargetsInput, cluster_archs: dict[str, str]) -> list[TargetSpec]:
@@ -276,6 +296,21 @@ class SourceActivities(ActivityGroup):
                                 registry_host=self.config.registry.image_repository.partition("/")[0])
         except (ValueError, ContractError) as e:
             raise input_error(str(e)) from None
+
+    def _rehearse(self, inp: PlanTargetsInput, contract: BuildContract, targets: list[TargetSpec]) -> str | None:
+        """Run every planned command in the rehearsal (clients/rehearsal.py) against the build commit's bundle."""
+        repo = self.repos.marinskyrl()
+        wt = self.paths.worktree(inp.request_id)
+        if _head(wt) != inp.build_commit:  # pushed by an earlier run: a managed worktree at the build commit
+            wt = create_worktree(repo, inp.build_commit, self.paths.worktree(f"{inp.request_id}-rehearsal"))
+        try:
+            bundle = build_bundle(wt, self.paths.bundle(inp.request_id, inp.build_commit))
+        except BundleError as e:
+            raise input_error(f"Iris bundle of {inp.build_commit[:12]} refused before submission: {e}") from None
+        return rehearse_targets(
+            contract, targets, bundle_path=bundle.path, bundle_sha256=bundle.sha256,
+            script_text=(wt / contract.script.path).read_text(), harbor_commit=inp.harbor_commit,
+            cluster_env={t.cluster: dict(self.config.cluster(t.cluster).job_env) for t in targets})
 
     # ------------------------------------------------------------------ 4. scheduled rebuild check
     @activity.defn

@@ -15,6 +15,7 @@ from domain.contract import BuildContract, LayerCeiling, render
 from domain.contract.reconcile import credential_renames, script_inputs
 from domain.issue_ref import parse_issue_ref
 from domain.markers import Marker, expected_markers, variant_env
+from domain.rehearsal import RehearsalResult
 
 VARIANTS = ("standard", "megatron")
 # Iris priority bands and the CLI's memory units (the reference client reads "GB" as GiB).
@@ -97,6 +98,11 @@ class TargetSpec(BaseModel):
     expected_markers: list[Marker]
     job: JobSpecPlan
     layer_ceiling: LayerCeiling | None = None
+    # The commit every cited file:line refers to (the base commit until the build commit is pushed).
+    lines_at: str | None = None
+    cache_repo: str | None = None  # the kaniko cache repository the script derives for this architecture
+    # The planned command run in an isolated root before anything is submitted (domain/rehearsal.py).
+    rehearsal: RehearsalResult | None = None
     # Where each planned value came from: field -> "file:line" (at the build commit), "config:<key>"
     # or "flag:<option>" (the operator's request). Fields: cluster, priority, resources.*, max_retries,
     # timeout, task_image, command, env.NAME, dockerfile, tag, image_repository, wheel_source, markers,
@@ -273,6 +279,8 @@ def _target(contract, request, arch, variant, cluster, priority, wheel_source, r
         "image_repository": "config:registry.image_repository" if override else
         _at(sp, s.lines.get("image_repository_default")),
         "tag": _at(sp, s.lines.get("tag_pattern")),
+        "kaniko_platform": _at(sp, a.lines.get("kaniko_platform", a.line)),
+        "max_retries_preemption": "service:domain/buildset.py IRIS_CLI_PREEMPTION_RETRIES (what `iris job run` sends)",
         **{k: v for k, v in contract.provenance.items() if k.startswith("layer_ceiling.")},
     }
     script_var = t.script_env_var
@@ -358,6 +366,15 @@ def _target(contract, request, arch, variant, cluster, priority, wheel_source, r
             pass
     tag = render(s.tag_pattern, values)
     floating = render(s.floating_tag_pattern, values) if (request.push_floating and s.floating_tag_pattern) else None
+    if floating:
+        prov["floating_tag"] = f"{_at(sp, s.lines.get('floating_tag_pattern'))}; flag:--push-floating"
+    cache_repo = None
+    if a.cache_repo:
+        cache_repo = a.cache_repo.replace("{repository}", repository)
+        cache_override = s.knobs.get("KANIKO_CACHE_REPOSITORY")
+        if cache_override and cache_override.env in knob_env:
+            cache_repo = knob_env[cache_override.env]
+        prov["cache_repo"] = _at(sp, s.lines.get("cache_repo"))
     job = JobSpecPlan(
         job_name=_job_name(t.job_name, contract, arch, variant, commit),
         cluster=cluster,
@@ -381,7 +398,7 @@ def _target(contract, request, arch, variant, cluster, priority, wheel_source, r
     return TargetSpec(architecture=arch, variant=variant, cluster=cluster, dockerfile=a.dockerfile,
                       kaniko_platform=a.kaniko_platform, image_repository=repository, tag=tag,
                       floating_tag=floating, wheel_source=wheel_source, expected_markers=markers, job=job,
-                      layer_ceiling=contract.layer_ceiling, provenance=prov)
+                      layer_ceiling=contract.layer_ceiling, cache_repo=cache_repo, provenance=prov)
 
 
 def _required_at(s, name: str) -> str:

@@ -59,6 +59,8 @@ def _plan_value(t: TargetSpec, field: str) -> str:
         "task_image": j.task_image or "-", "no_sync": str(j.no_sync),
         "enable_extra_resources": str(j.enable_extra_resources), "command": " ".join(j.command)[:60], "job_name": j.job_name,
         "dockerfile": t.dockerfile, "image_repository": t.image_repository, "tag": t.tag,
+        "kaniko_platform": t.kaniko_platform, "max_retries_preemption": str(j.max_retries_preemption),
+        "floating_tag": t.floating_tag or "-", "cache_repo": t.cache_repo or "-",
         "wheel_source": t.wheel_source, "markers": f"{len(t.expected_markers)} markers",
         "layer_ceiling.max_layer_bytes": f"{c.max_layer_bytes / 1e9:g} GB" if c else "-",
         "layer_ceiling.warn_layer_bytes": f"{c.warn_layer_bytes / 1e9:g} GB" if c else "-",
@@ -76,8 +78,9 @@ def _plan_value(t: TargetSpec, field: str) -> str:
 
 
 def provenance_rows(t: TargetSpec) -> list[str]:
-    """Where each planned value of one target came from (`file:line` at the build commit or `config:<key>`)."""
-    rows = [f"`{t.key}` — where each value comes from:", "", "| field | value | from |", "|---|---|---|"]
+    """Where each planned value of one target came from (`file:line` at ``t.lines_at`` or `config:<key>`)."""
+    at = f" (file:line at `{t.lines_at[:12]}`)" if t.lines_at else ""
+    rows = [f"`{t.key}` — where each value comes from{at}:", "", "| field | value | from |", "|---|---|---|"]
     for field, source in t.provenance.items():
         value = _plan_value(t, field).replace("|", "\\|")
         rows.append(f"| {field} | `{value}` | {source} |")
@@ -134,8 +137,11 @@ def report_markdown(rep: PipelineReport) -> str:
         for t in rep.plan:
             env = ", ".join(f"{e.name}={'<secret:' + e.secret + '>' if e.secret else e.value}"
                             for e in t.job.env if e.name != t.job.script_env_var)
-            out.append(f"- `{t.key}` env: {env}; script via `{t.job.script_env_var}` from `{t.job.script_path}`")
+            via = (f"script via `{t.job.script_env_var}` from `{t.job.script_path}`" if t.job.script_env_var
+                   else f"runs `{t.job.script_path}` from the bundle")
+            out.append(f"- `{t.key}` env: {env}; {via}")
         out.append("")
+        out += [f"- `{t.key}` {t.rehearsal.describe()}" for t in rep.plan if t.rehearsal] + [""]
         for t in rep.plan:
             out += provenance_rows(t) + [""]
     if rep.targets:

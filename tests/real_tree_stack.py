@@ -21,7 +21,10 @@ from domain.config import load_config
 from sandbox.git_remotes import seed_tree_remote
 from worker import build_worker
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "real-marinskyrl"
+# ../shared beside the checkout (also from a worktree under /work/wt/<name>: the nearest ancestor holding it).
+REAL = next((p / "shared" / "real-marinskyrl" for p in Path(__file__).resolve().parents
+             if (p / "shared" / "real-marinskyrl").is_dir()),
+            Path(__file__).resolve().parents[2] / "shared" / "real-marinskyrl")
 
 
 def real_tree(era: str) -> Path:

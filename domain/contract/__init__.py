@@ -12,6 +12,7 @@ from domain.config import BuildSettings
 from domain.contract.agents import AGENTS_PATH, parse_agents
 from domain.contract.dockerfile import arch_dockerfiles, parse_dockerfile
 from domain.contract.errors import ContractError
+from domain.contract.launch import bundle_command, command_text, needs_bundle_launch
 from domain.contract.models import (
     AgentsPolicy,
     ArchSpec,
@@ -102,6 +103,7 @@ def load_contract(files: Mapping[str, str | bytes], commit: str, defaults: Build
     agents = parse_agents(_optional(files, AGENTS_PATH), AGENTS_PATH)
     launch, megatron, ceiling, boundary, provenance, fallbacks, config_disagreements = resolve_launch(
         ops, defaults, sorted(script.arches))
+    config_disagreements += _launch_from_bundle(script, ops.path, launch)
     if not agents.policy:
         fallbacks.append(Fallback(field="policy", config_key="github.do_not_touch",
                                   reason=f"{AGENTS_PATH} " + ("states no policy section" if AGENTS_PATH in files
@@ -113,6 +115,34 @@ def load_contract(files: Mapping[str, str | bytes], commit: str, defaults: Build
         launch=launch, megatron_env=megatron, layer_ceiling=ceiling, deploy_boundary=boundary,
         provenance=provenance, fallbacks=fallbacks,
     )
+
+
+def _launch_from_bundle(script: ScriptContract, ops_path: str, launch: dict) -> list[Disagreement]:
+    """A script that finds files beside itself runs from the bundle, not from a decoded copy (script wins)."""
+    out: list[Disagreement] = []
+    seen: set[str] = set()
+    where = f"{script.path}:{script.lines.get('self_location', 0)}"
+    for a in launch.values():
+        if not needs_bundle_launch(script, a.command, a.script_env_var):
+            continue
+        old, old_src, carrier = a.command, a.provenance.get("command", ""), a.script_env_var
+        a.command = bundle_command(script.path)
+        a.provenance["command"] = f"{where} (the script finds files beside itself: run from the bundle; " \
+                                  f"instead of {old_src})"
+        a.env = [e for e in a.env if e.name != carrier]
+        a.provenance.pop(f"env.{carrier}", None)
+        a.provenance.pop("script_env_var", None)
+        a.script_env_var = None
+        if old_src in seen:
+            continue
+        seen.add(old_src)
+        out.append(Disagreement(
+            file=ops_path, field="launch command", prose_value=command_text(old), prose_source=old_src,
+            script_value=command_text(a.command), other_source=where,
+            resolution=f"script wins: it locates its siblings from its own path ({where}), so a copy decoded "
+                       f"from ${carrier} into a scratch file cannot find them; the job runs the bundle's "
+                       f"{script.path} (no {carrier}); corrected in the build commit"))
+    return out
 
 
 def describe_disagreement(d: Disagreement) -> str:

@@ -204,7 +204,9 @@ class ScriptContract(BaseModel):
     pin_value_var: str | None = "value"  # the loop variable holding the declared value
     # Source line per field, for `file:line` provenance: image_repository_default, tag_pattern,
     # wheels_tag_pattern, floating_tag_pattern, cache_repo, pinned_args, credential_user,
-    # credential_token, dockerfile, wheel_source, arch_table, arch_var (absent: not in the script).
+    # credential_token, dockerfile, wheel_source, arch_table, arch_var, self_location (where the script
+    # finds its own directory: BASH_SOURCE, dirname "$0"; it then needs its siblings beside it)
+    # (absent: not in the script).
     lines: dict[str, int] = Field(default_factory=dict)
 
     @property

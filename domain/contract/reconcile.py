@@ -207,8 +207,32 @@ def corrected_ops_text(script: ScriptContract, ops: OpsContract, text: str) -> s
         last = max(r.line for r in ops.contract_rows) - 1
         n = _cells(lines[last])
         extra[last] = "".join(_row_line(n, name, when, script.path) for name, when in missing.items())
+    _bundle_launch(script, ops, lines)
     out = "".join((line if i not in drop else "") + extra.get(i, "") for i, line in enumerate(lines))
     return None if out == text else out
+
+
+def _bundle_launch(script: ScriptContract, ops: OpsContract, lines: list[str]) -> None:
+    """Rewrite a stale launch command (a decoded copy of a script that needs its siblings) in place."""
+    from domain.contract.launch import bundle_command, needs_bundle_launch
+
+    for t in ops.templates.values():
+        if not t.command:
+            continue
+        carrier = next((e.name for e in t.env if f"${e.name}" in " ".join(t.command)), None)
+        if not needs_bundle_launch(script, t.command, carrier):
+            continue
+        old, new = t.command[-1], bundle_command(script.path)[-1]
+        i = t.lines.get("command", t.line) - 1
+        for j in [i, *range(len(lines))]:
+            if 0 <= j < len(lines) and old in lines[j]:
+                lines[j] = lines[j].replace(old, new, 1)
+                break
+        for e in t.env:  # the `-e BUILD_B64 "$BUILD_B64" \` line: nothing reads it any more
+            j = e.line - 1
+            if e.name == carrier and 0 <= j < len(lines) and re.fullmatch(
+                    rf'\s*-e\s+{re.escape(e.name)}\s+"?\$\{{?{re.escape(e.name)}\}}?"?\s*\\?\s*', lines[j]):
+                lines[j] = ""
 
 
 def tag_form_disagreements(script: ScriptContract, ops: OpsContract, megatron_env: list[EnvPair]) -> list[Disagreement]:

@@ -539,6 +539,12 @@ def parse_script(text: str, path: str = SCRIPT_PATH) -> ScriptContract:
         for p in printed_lines(s):
             echoes.append(EchoLine(template=p.template, guards=s.guards, line=s.line, source_text=p.source_text))
 
+    code = r.code_text()
+    self_ref = re.search(r'BASH_SOURCE|dirname\s+(?:--\s+)?"?\$\{?0\b|\$\{0%/?\*?\}|(?:realpath|readlink\s+-f)\s+"?\$\{?0\b',
+                         code)
+    if self_ref:
+        lines["self_location"] = code.count("\n", 0, self_ref.start()) + 1
+
     return ScriptContract(
         path=path,
         required=required,

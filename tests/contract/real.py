@@ -15,7 +15,10 @@ import pytest
 
 from domain.contract import BuildContract, load_contract
 
-REAL = Path(__file__).resolve().parents[3] / "shared" / "real-marinskyrl"
+# ../shared beside the checkout (also from a worktree under /work/wt/<name>: the nearest ancestor holding it).
+REAL = next((p / "shared" / "real-marinskyrl" for p in Path(__file__).resolve().parents
+             if (p / "shared" / "real-marinskyrl").is_dir()),
+            Path(__file__).resolve().parents[3] / "shared" / "real-marinskyrl")
 SCRIPT = "docker/build_gpu_rl_kaniko.sh"
 DF_AMD = "docker/Dockerfile.gpu-rl"
 DF_ARM = "docker/Dockerfile.gpu-rl-arm64"

@@ -63,13 +63,15 @@ def test_era_c_four_targets_from_the_ops_doc_code_blocks_with_provenance(tmp_pat
     # "Every job uses `docker.io/library/ubuntu:22.04`, `--no-sync`, ..." and the `-e` block (lines 77-82).
     assert amd.job.task_image == "docker.io/library/ubuntu:22.04" and amd.job.no_sync
     assert amd.provenance["task_image"] == at("era-c", "Every job uses")
-    assert amd.job.command == ["bash", "-lc", 'echo "$BUILD_B64" | base64 -d > /tmp/build.sh && exec bash /tmp/build.sh']
-    assert amd.provenance["command"] == at("era-c", "-- bash -lc")
-    assert amd.job.script_env_var == "BUILD_B64"
-    assert amd.provenance["env.BUILD_B64"] == at("era-c", '-e BUILD_B64 "$BUILD_B64"')
+    # The script finds write_registry_auth.sh beside itself (SCRIPT_DIR, line 20): the stale template's
+    # decoded copy in /tmp cannot; the job runs the bundle's script instead, without BUILD_B64 (#18).
+    assert amd.job.command == ["bash", "-lc", 'exec bash "${IRIS_WORKDIR:-/app}/docker/build_gpu_rl_kaniko.sh"']
+    assert amd.provenance["command"].startswith(f"{SCRIPT}:20 (the script finds files beside itself")
+    assert at("era-c", "-- bash -lc") in amd.provenance["command"]
+    assert amd.job.script_env_var is None and "env.BUILD_B64" not in amd.provenance
     # The script wins: its credential names, from its lines 18-19, values from configuration.
     env = {e.name: e for e in amd.job.env}
-    assert set(env) == {"BUILD_B64", "GITSHA", "REGISTRY_USER", "REGISTRY_TOKEN", "WHEEL_SOURCE"}
+    assert set(env) == {"GITSHA", "REGISTRY_USER", "REGISTRY_TOKEN", "WHEEL_SOURCE"}
     assert (env["REGISTRY_USER"].secret, env["REGISTRY_TOKEN"].secret) == ("registry_user", "registry_token")
     assert amd.provenance["env.REGISTRY_USER"] == f"{SCRIPT}:18; value config:registry.user"
     assert amd.provenance["env.REGISTRY_TOKEN"] == f"{SCRIPT}:19; value config:registry.token"
@@ -121,12 +123,15 @@ def test_era_c_without_an_ops_doc_plans_from_configuration_and_says_so(tmp_path)
     assert (arm.job.resources.gpu, arm.job.max_retries_failure) == (a["arm64"].gpu, a["arm64"].max_retries)
     assert amd.provenance["cluster"] == "config:build.architectures.amd64.cluster"
     assert amd.provenance["resources.cpu"] == "config:build.architectures.amd64.cpu"
-    assert amd.provenance["command"] == "config:build.command" and amd.job.command == CFG.command
-    assert amd.job.script_env_var == CFG.script_env_var
+    # The configured command decodes a copy into a scratch file; this script needs its siblings (line 20).
+    assert amd.provenance["command"].startswith(f"{SCRIPT}:20 ") and "config:build.command" in amd.provenance["command"]
+    assert amd.job.command == ["bash", "-lc", f'exec bash "${{IRIS_WORKDIR:-/app}}/{SCRIPT}"']
+    assert amd.job.script_env_var is None
     assert t["amd64-megatron"].provenance["env.TAG_PREFIX"] == "config:build.megatron_env"
     assert amd.provenance["layer_ceiling.max_layer_bytes"] == "config:build.max_layer_bytes"
     # Still the script's own values where the script states them.
-    assert {e.name for e in amd.job.env} >= {"GITSHA", "REGISTRY_USER", "REGISTRY_TOKEN", "BUILD_B64"}
+    assert {e.name for e in amd.job.env} >= {"GITSHA", "REGISTRY_USER", "REGISTRY_TOKEN"}
+    assert CFG.script_env_var not in {e.name for e in amd.job.env}
     reasons = {f.field: f.reason for f in c.fallbacks}
     assert f"no {OPS} at the build commit" in reasons["amd64.cpu"]
     assert "deploy_boundary" in reasons and corrected_ops_doc(c) is None
@@ -261,7 +266,7 @@ def test_fixture_plan_provenance_points_at_the_template_lines():
     assert lines[int(amd.provenance["resources.cpu"].rsplit(":", 1)[1]) - 1].strip().startswith("--cpu 48")
     assert lines[int(amd.provenance["timeout"].rsplit(":", 1)[1]) - 1].strip() == "--timeout 18000 \\"
     assert amd.provenance["cluster"].startswith(f"{OPS}:")
-    assert all(v.startswith((f"{OPS}:", f"{SCRIPT}", "config:", "docker/", "kaniko")) or ";" in v
+    assert all(v.startswith((f"{OPS}:", f"{SCRIPT}", "config:", "docker/", "kaniko", "service:")) or ";" in v
                for v in amd.provenance.values()), amd.provenance
 
 

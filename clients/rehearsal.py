@@ -1,0 +1,213 @@
+"""Run one planned job's command in an isolated root with no network, with stand-ins for the network tools.
+
+Why bubblewrap (Debian package ``bubblewrap``, the ``bwrap`` binary): it builds a throwaway root from
+bind mounts in new user, mount, PID, network and IPC namespaces without a daemon, root or setuid on
+hosts that allow unprivileged user namespaces, and it dies with its parent — what a worker pod can
+run in seconds. A container runtime would need a daemon and privileges the worker does not have;
+chroot/unshare need root. Where the host cannot create the namespaces (a restricted pod) the
+rehearsal is skipped and says why (``isolation_unavailable``).
+
+The root is laid out as Iris lays out a task: the build commit's bundle unpacked at ``/app``
+(``IRIS_WORKDIR``, also the working directory), a private ``/tmp``, ``/root`` as home, the host's
+``/usr`` read-only as the task image's userland, writable ``/kaniko`` and ``/usr/local/bin`` (the
+scripts install crane and unpack kaniko there), and ``/.rehearsal`` holding the stand-ins
+(clients/rehearsal_standins/standin) first on ``PATH`` and their records. ``BASH_ENV`` installs a
+DEBUG/EXIT trap that records the last script line each bash process ran, so a failure names the line.
+Everything lives in one temporary directory removed afterwards; no real credential is ever given.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+from domain.buildset import TargetSpec
+from domain.contract import BuildContract
+from domain.markers import variant_env
+from domain.rehearsal import (
+    KANIKO_EXECUTOR,
+    STANDIN_TOOLS,
+    RehearsalPlan,
+    RehearsalResult,
+    StandinCall,
+    evaluate,
+    expected_build_args,
+    read_record,
+    refusal,
+    rehearsal_plan,
+)
+
+STANDIN = Path(__file__).with_name("rehearsal_standins") / "standin"
+TIMEOUT_S = 60.0
+STDERR_LINES = 12
+PATH = "/.rehearsal/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Records "<rc>\t<source>:<line>" for every bash process that exits: the DEBUG trap keeps the last
+# statement (skipping the trap's own firings while the EXIT trap runs, which report line 1).
+LINE_TRAP = r"""set -o functrace
+trap '[[ $LINENO == 1 && $BASH_COMMAND == "${__rh_cmd-}" ]] || { __rh_cmd=$BASH_COMMAND; __rh_line="${BASH_SOURCE[0]:-}:$LINENO"; }' DEBUG
+trap '__rh_rc=$?; printf "%s\t%s\n" "$__rh_rc" "${__rh_line-}" > "$(mktemp /.rehearsal/exits/$$.XXXXXX)"' EXIT
+"""
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+def _root_args(top: Path) -> list[str]:
+    args = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if os.geteuid() != 0:
+        args[1:1] = ["--unshare-user", "--uid", "0", "--gid", "0"]
+    args += ["--ro-bind", "/usr", "/usr"]
+    for d in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        p = Path("/") / d
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), f"/{d}"]
+        elif p.is_dir():
+            args += ["--ro-bind", str(p), f"/{d}"]
+    if Path("/etc/alternatives").is_dir():  # Debian's awk, which, ... resolve through it
+        args += ["--ro-bind", "/etc/alternatives", "/etc/alternatives"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/root", "--tmpfs", "/var/tmp",
+             "--ro-bind", str(top / "rehearsal"), "/.rehearsal",
+             "--bind", str(top / "rehearsal" / "records"), "/.rehearsal/records",
+             "--bind", str(top / "rehearsal" / "exits"), "/.rehearsal/exits",
+             "--bind", str(top / "app"), "/app", "--bind", str(top / "kaniko"), "/kaniko"]
+    if Path("/usr/local/bin").is_dir():  # scripts install crane there; the host's own tools stay hidden
+        args += ["--bind", str(top / "usr-local-bin"), "/usr/local/bin"]
+    return args + ["--chdir", "/app"]
+
+
+def _layout(top: Path, bundle_zip: Path | None, uname_m: str) -> None:
+    r = top / "rehearsal"
+    for d in (r / "bin", r / "records", r / "exits", top / "app", top / "kaniko", top / "usr-local-bin"):
+        d.mkdir(parents=True)
+    shutil.copy2(STANDIN, r / "bin" / "standin")
+    (r / "bin" / "standin").chmod(0o755)
+    for name in STANDIN_TOOLS:
+        (r / "bin" / name).symlink_to("standin")
+    # The kaniko image is where its executor lives; scripts that fetch it with crane unpack the same file.
+    shutil.copy2(STANDIN, top / "kaniko" / "executor")
+    (top / "kaniko" / "executor").chmod(0o755)
+    (r / "uname-m").write_text(uname_m + "\n")
+    (r / "bash_env").write_text(LINE_TRAP)
+    if bundle_zip is not None:
+        with zipfile.ZipFile(bundle_zip) as z:
+            for info in z.infolist():
+                dest = top / "app" / info.filename
+                if info.is_dir():
+                    dest.mkdir(parents=True, exist_ok=True)
+                    continue
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(z.read(info))
+                mode = (info.external_attr >> 16) & 0o777
+                dest.chmod(mode or 0o644)
+
+
+def isolation_unavailable() -> str | None:
+    """None when bwrap can build an isolated root here, else why not (shown as "rehearsal skipped: …")."""
+    exe = bwrap_path()
+    if exe is None:
+        return "bwrap is not installed on this worker (Debian package bubblewrap; see deploy/README.md)"
+    with tempfile.TemporaryDirectory(prefix="gpu-rl-rehearsal-probe-") as tmp:
+        top = Path(tmp)
+        _layout(top, None, "x86_64")
+        try:
+            p = subprocess.run([exe, *_root_args(top), "--", "/bin/true"], capture_output=True, text=True,
+                               timeout=20, env={"PATH": PATH})
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"bwrap could not start: {e}"
+        if p.returncode != 0:
+            err = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+            return f"this host cannot create an isolated root (user namespaces): bwrap: {err}"
+    return None
+
+
+class Rehearsal:
+    """The outcome of one run: exit code, stderr tail, the stand-in calls and per-process last lines."""
+
+    def __init__(self, exit_code: int, stderr: str, calls: list[StandinCall], exits: list[tuple[int, str]],
+                 unrehearsable: list[str], seconds: float, timed_out: bool):
+        self.exit_code, self.stderr, self.calls, self.exits = exit_code, stderr, calls, exits
+        self.unrehearsable, self.seconds, self.timed_out = unrehearsable, seconds, timed_out
+
+    def kaniko_calls(self) -> list[StandinCall]:
+        return [c for c in self.calls if c.tool == "executor"]
+
+
+def run(plan: RehearsalPlan, bundle_zip: Path, *, timeout_s: float = TIMEOUT_S) -> Rehearsal:
+    exe = bwrap_path()
+    if exe is None:
+        raise RuntimeError("bwrap is not installed")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gpu-rl-rehearsal-") as tmp:
+        top = Path(tmp)
+        _layout(top, bundle_zip, plan.uname_m)
+        env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **plan.env, "BASH_ENV": "/.rehearsal/bash_env"}
+        timed_out = False
+        proc = subprocess.Popen([exe, *_root_args(top), "--", *plan.argv], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                                start_new_session=True)
+        try:
+            _, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, err = proc.communicate()
+        calls: list[StandinCall] = []
+        unrehearsable: list[str] = []
+        for f in sorted((top / "rehearsal" / "records").iterdir()):
+            rec = read_record(f.read_bytes())
+            if rec is None:
+                continue
+            if f.name.endswith(".unrehearsable"):
+                unrehearsable.append(" ".join(rec.argv))
+            else:
+                calls.append(rec)
+        exits: list[tuple[int, str]] = []
+        for f in sorted((top / "rehearsal" / "exits").iterdir()):
+            rc, _, where = f.read_text().strip().partition("\t")
+            if rc.isdigit():
+                exits.append((int(rc), where))
+    return Rehearsal(proc.returncode, err.decode("utf-8", "replace"), calls, exits, unrehearsable,
+                     time.monotonic() - started, timed_out)
+
+
+def script_b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+__all__ = ["KANIKO_EXECUTOR", "Rehearsal", "RehearsalResult", "TIMEOUT_S", "isolation_unavailable",
+           "rehearse_targets", "run", "script_b64"]
+
+
+def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bundle_path: Path, bundle_sha256: str,
+                     script_text: str, harbor_commit: str, cluster_env: dict[str, dict[str, str]],
+                     timeout_s: float = TIMEOUT_S) -> str | None:
+    """Rehearse every target (setting ``target.rehearsal``); the refusal message when one failed, else None.
+
+    Where the host cannot isolate, every target says "rehearsal skipped: <reason>" and nothing runs."""
+    reason = isolation_unavailable()
+    if reason is not None:
+        for t in targets:
+            t.rehearsal = RehearsalResult(status="skipped", reason=reason)
+        return None
+    b64 = script_b64(script_text)
+    for t in targets:
+        plan = rehearsal_plan(t, bundle_sha256=bundle_sha256, script_b64=b64 if t.job.script_env_var else None,
+                              cluster_env=cluster_env.get(t.cluster, {}))
+        r = run(plan, bundle_path, timeout_s=timeout_s)
+        df = contract.dockerfiles.get(t.dockerfile)
+        t.rehearsal = evaluate(
+            plan, t, exit_code=r.exit_code, stderr=r.stderr, calls=r.calls, exits=r.exits,
+            unrehearsable=r.unrehearsable, seconds=round(r.seconds, 3), timed_out=r.timed_out, timeout_s=timeout_s,
+            expected_args=expected_build_args(t, harbor_commit=harbor_commit, build_commit=contract.commit,
+                                              wheel_source_var=contract.script.wheel_source_var,
+                                              megatron=variant_env(contract, t.variant)),
+            dockerfile_defaults=dict(df.global_args) if df else {})
+    return refusal(targets)

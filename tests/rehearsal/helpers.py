@@ -1,0 +1,54 @@
+"""Plan a real (or fixture) tree in-process and rehearse its targets: contract, plan, bundle, bwrap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clients import rehearsal
+from clients.bundle import build_bundle
+from domain.buildset import BuildRequest, CompatibilityRequest, TargetSpec, plan_targets
+from domain.contract import load_contract
+from tests.contract.real import commit_tree, files_at
+
+FIXTURE = Path(__file__).resolve().parents[2] / "sandbox" / "fixtures"
+
+
+def need_isolation() -> None:
+    reason = rehearsal.isolation_unavailable()
+    if reason:
+        pytest.skip(f"rehearsal cannot isolate on this host: {reason}")
+
+
+def planned(tmp_path: Path, era: str, edits=None, arches: list[str] | None = None, push_floating: bool = False):
+    """(contract, targets, bundle, script text) for ``era`` (a real tree, or "fixture") after ``edits``."""
+    if era == "fixture":
+        import tests.contract.real as real
+
+        saved, real.REAL = real.REAL, FIXTURE
+        try:
+            repo, sha = commit_tree(tmp_path, "marinskyrl", edits)
+        finally:
+            real.REAL = saved
+    else:
+        repo, sha = commit_tree(tmp_path, era, edits)
+    files = files_at(repo, sha)
+    contract = load_contract(files, sha)
+    harbor = next(iter(contract.dockerfiles.values())).pins["HARBOR_COMMIT"]
+    for df in contract.dockerfiles.values():  # as if the service had re-pinned every Dockerfile
+        df.pins["HARBOR_COMMIT"] = harbor
+        df.global_args["HARBOR_COMMIT"] = harbor
+    archs = arches or [a for a in sorted(contract.script.arches) if not contract.script.arches[a].blocked]
+    request = BuildRequest(architectures=archs, push_floating=push_floating,
+                           compatibility_request=CompatibilityRequest(requested_by="t", reason="rehearsal test"))
+    targets = plan_targets(contract, request, build_commit=sha, harbor_commit=harbor, cluster_archs=None,
+                           image_repository_override=None)
+    bundle = build_bundle(Path(repo.working_dir), tmp_path / "bundle.zip")
+    return contract, targets, bundle, files[contract.script.path], harbor
+
+
+def rehearse(contract, targets: list[TargetSpec], bundle, script: str, harbor: str,
+             cluster_env: dict[str, dict[str, str]] | None = None) -> str | None:
+    return rehearsal.rehearse_targets(contract, targets, bundle_path=bundle.path, bundle_sha256=bundle.sha256,
+                                      script_text=script, harbor_commit=harbor, cluster_env=cluster_env or {})
