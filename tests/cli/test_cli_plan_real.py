@@ -46,13 +46,29 @@ async def test_plan_era_c_four_targets_with_provenance_and_corrected_credentials
         wt = s.config.work_dir + "/worktrees/" + rep.workflow_id
         corrected = subprocess.run(["git", "-C", wt, "show", f"{rep.source.build_commit}:{OPS}"],
                                    capture_output=True, text=True, check=True).stdout
+        base = subprocess.run(["git", "-C", wt, "show", f"{rep.source.base_commit}:{OPS}"],
+                              capture_output=True, text=True, check=True).stdout
         shown = await starter(s.config_path, "report", rep.workflow_id)
     targets = {t.key: t for t in rep.plan}
     assert sorted(targets) == ["amd64-megatron", "amd64-standard", "arm64-megatron", "arm64-standard"]
 
     def at(needle: str) -> str:
-        """Provenance is file:line at the build commit, whose ops doc is the corrected one."""
-        return f"{OPS}:{next(i for i, t in enumerate(corrected.splitlines(), 1) if needle in t)}"
+        """Plan mode pushes nothing: provenance is file:line at the base commit, the one an operator can open."""
+        return f"{OPS}:{next(i for i, t in enumerate(base.splitlines(), 1) if needle in t)}"
+
+    # The launch runs the script from the bundle (it finds write_registry_auth.sh beside itself), and the
+    # rehearsal ran that command for every target up to the kaniko executor with the planned destinations.
+    for t in targets.values():
+        assert t.lines_at == rep.source.base_commit
+        assert t.job.command == ["bash", "-lc", f'exec bash "${{IRIS_WORKDIR:-/app}}/{SCRIPT}"']
+        assert t.provenance["command"].startswith(f"{SCRIPT}:20 ") and at("-- bash -lc") in t.provenance["command"]
+        assert t.rehearsal.status == "passed", t.rehearsal.describe()
+        assert t.rehearsal.kaniko.destinations == [f"{t.image_repository}:{t.tag}"]
+        assert t.rehearsal.tools[-1] == "/kaniko/executor"
+    assert any(d.startswith(f"{OPS}: launch command: prose") and f"{OPS}:82" in d and f"{SCRIPT}:20" in d
+               for d in rep.state.disagreements)
+    assert 'exec bash "${IRIS_WORKDIR:-/app}/docker/build_gpu_rl_kaniko.sh"' in corrected
+    assert "/tmp/build.sh" not in corrected and '-e BUILD_B64' not in corrected
 
     registry = s.config.registry.image_repository
     for t in targets.values():
@@ -83,6 +99,7 @@ async def test_plan_era_c_four_targets_with_provenance_and_corrected_credentials
     # The plan text shows where each value comes from.
     assert shown.code == 0, shown.text
     assert "where each value comes from" in shown.out and f"| resources.cpu | `48` | {OPS}:25 |" in shown.out
+    assert f"file:line at `{rep.source.base_commit[:12]}`" in shown.out and "rehearsal passed in" in shown.out
 
 
 async def test_plan_era_b_amd64_falls_back_to_configuration_and_says_so(service_config, request):
@@ -114,6 +131,8 @@ async def test_plan_without_ops_doc_uses_configuration_and_reports_it(service_co
     build = s.config.build.architectures["arm64"]
     assert (t.job.resources.gpu, t.job.max_retries_failure) == (build.gpu, build.max_retries)
     assert t.provenance["resources.gpu"] == "config:build.architectures.arm64.gpu"
-    assert t.provenance["command"] == "config:build.command" and t.job.script_env_var == "BUILD_B64"
+    # The configured command would run a decoded copy; era C needs its siblings, so the bundle's script runs.
+    assert "config:build.command" in t.provenance["command"] and t.job.script_env_var is None
+    assert t.rehearsal.status == "passed", t.rehearsal.describe()
     assert any(f"no {OPS} at the build commit" in f for f in rep.state.fallbacks)
     assert not rep.source.ops_doc_corrected

@@ -5,7 +5,7 @@ The sandbox cannot run the real Dockerfile (no kaniko, no /app): the real script
 repository is the sandbox registry from configuration, so nothing can reach ghcr.io. What is checked
 is that the job the Iris controller received is the one planned from the real files: resources,
 timeout and priority from the ops doc's resource line, the script's credential names, the real
-script as the base64 payload, the command from the ops doc. The pipeline and job are then ended.
+script run from the bundle (it needs the files beside it; the ops doc's template is stale). The pipeline and job are then ended.
 """
 
 from __future__ import annotations
@@ -58,11 +58,14 @@ async def test_real_era_c_tree_submits_the_job_it_planned(service_config, reques
     assert echoed.get("maxRetriesFailure", 0) == 0
     assert echoed["priorityBand"] == "PRIORITY_BAND_INTERACTIVE"
     assert echoed["taskImage"] == "docker.io/library/ubuntu:22.04"
+    # The script finds write_registry_auth.sh beside itself: the job runs the bundle's copy (#18), not a
+    # decoded one in /tmp as the ops doc's stale template said.
     assert echoed["entrypoint"]["runCommand"]["argv"] == [
-        "bash", "-lc", 'echo "$BUILD_B64" | base64 -d > /tmp/build.sh && exec bash /tmp/build.sh']
+        "bash", "-lc", 'exec bash "${IRIS_WORKDIR:-/app}/docker/build_gpu_rl_kaniko.sh"']
     env = echoed["environment"]["envVars"]
     names = set(env)
-    assert {"BUILD_B64", "GITSHA", "REGISTRY_USER", "REGISTRY_TOKEN", "WHEEL_SOURCE", "IMAGE_REPOSITORY"} <= names
+    assert {"GITSHA", "REGISTRY_USER", "REGISTRY_TOKEN", "WHEEL_SOURCE", "IMAGE_REPOSITORY"} <= names
+    assert "BUILD_B64" not in names
     assert not {"DOCKER_USER_ID", "GHCR_TOKEN"} & names, "the script's credential names, not the stale prose"
     assert env["WHEEL_SOURCE"] == "wheel-builder"
     host = s.config.registry.image_repository.split(":")[0]  # the echo redacts what follows the host
