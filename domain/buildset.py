@@ -115,10 +115,19 @@ class TargetSpec(BaseModel):
 
 
 def parse_iris_size(value: str) -> int:
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", value or "")
+    """A size with its unit, as `iris job run` reads it ("512GB" is 512 GiB). A bare number or a space
+    before the unit is refused: "512 GB" from prose once planned 512 bytes."""
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([A-Za-z]+)", (value or "").strip())
     if not m or m.group(2).upper() not in _MEM_UNITS:
-        raise BuildSetError(f"unrecognized size {value!r} (expected e.g. 512GB)")
+        raise BuildSetError(f"unrecognized size {value!r} (expected a number and a unit, e.g. 512GB)")
     return int(float(m.group(1)) * _MEM_UNITS[m.group(2).upper()])
+
+
+def _size(value: str, source: str, flag: str) -> int:
+    try:
+        return parse_iris_size(value)
+    except BuildSetError as e:
+        raise BuildSetError(f"{source}: {flag} {e}") from None
 
 
 def choose_wheel_source(contract: BuildContract, arch: str) -> str:
@@ -229,7 +238,7 @@ def plan_targets(
         wheel_source = choose_wheel_source(contract, arch)
         for variant in request.variants:
             targets.append(_target(contract, request, arch, variant, cluster, priority, wheel_source,
-                                   repository, image_repository_override, build_commit))
+                                   repository, image_repository_override, build_commit, harbor_commit))
     return targets
 
 
@@ -260,7 +269,7 @@ def check_credential_destinations(contract: BuildContract, repository: str, over
 
 
 def _target(contract, request, arch, variant, cluster, priority, wheel_source, repository, override,
-            commit) -> TargetSpec:
+            commit, harbor_commit) -> TargetSpec:
     s = contract.script
     a = s.arches[arch]
     t = contract.launch[arch]
@@ -297,6 +306,12 @@ def _target(contract, request, arch, variant, cluster, priority, wheel_source, r
     dockerfile_env = a.dockerfile_env
     if dockerfile_env:  # the script's default would pick another Dockerfile on this host: pass it
         inputs[dockerfile_env] = (a.dockerfile, prov["dockerfile"])
+    harbor_knob = s.knobs.get(HARBOR_PIN)
+    if harbor_knob is not None and HARBOR_PIN not in pins_of(s):
+        # The script takes Harbor from the environment (its own default otherwise) and bakes it as a
+        # build arg; re-pinning the Dockerfile alone would leave the script's default in the image.
+        inputs[HARBOR_PIN] = (harbor_commit, f"{_at(sp, harbor_knob.line)} reads it (default "
+                                             f"{harbor_knob.default}); value: the Harbor commit of this build")
     art = contract.ops.wheel_artifact
     if wheel_source == "prebuilt-wheelhouse" and art:
         for r in s.required:
@@ -319,7 +334,7 @@ def _target(contract, request, arch, variant, cluster, priority, wheel_source, r
         named.add(name)
         env.append(EnvVar(name=name, value=value, secret=secret))
 
-    pins = set(s.pinned_args) | {p.name for p in s.conditional_pinned_args}
+    pins = pins_of(s)
     for pair in t.env:
         src = t.provenance.get(f"env.{pair.name}", "")
         name = renames.get(pair.name, pair.name)
@@ -379,8 +394,8 @@ def _target(contract, request, arch, variant, cluster, priority, wheel_source, r
         job_name=_job_name(t.job_name, contract, arch, variant, commit),
         cluster=cluster,
         priority=priority,
-        resources=JobResources(cpu=t.cpu, memory_bytes=parse_iris_size(t.memory),
-                               disk_bytes=parse_iris_size(t.disk), gpu=t.gpu),
+        resources=JobResources(cpu=t.cpu, memory_bytes=_size(t.memory, prov["resources.memory"], "--memory"),
+                               disk_bytes=_size(t.disk, prov["resources.disk"], "--disk"), gpu=t.gpu),
         max_retries_failure=t.max_retries,
         max_retries_preemption=IRIS_CLI_PREEMPTION_RETRIES,
         timeout_s=t.timeout_s,
@@ -399,6 +414,14 @@ def _target(contract, request, arch, variant, cluster, priority, wheel_source, r
                       kaniko_platform=a.kaniko_platform, image_repository=repository, tag=tag,
                       floating_tag=floating, wheel_source=wheel_source, expected_markers=markers, job=job,
                       layer_ceiling=contract.layer_ceiling, cache_repo=cache_repo, provenance=prov)
+
+
+HARBOR_PIN = "HARBOR_COMMIT"
+
+
+def pins_of(s) -> set[str]:
+    """The ARGs the script reads out of the Dockerfile (and refuses from the environment)."""
+    return set(s.pinned_args) | {p.name for p in s.conditional_pinned_args}
 
 
 def _required_at(s, name: str) -> str:

@@ -199,6 +199,16 @@ def _is_launch_line(words: list[str]) -> bool:
         words[:1] == ["iris"])
 
 
+# A size as `iris job run` takes it: a number and a unit (a bare number would be bytes: never meant).
+_IRIS_SIZE = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:[KMGT]i?B?)", re.IGNORECASE)
+
+
+class _NotASize(ValueError):
+    def __init__(self, line: int, detail: str):
+        super().__init__(detail)
+        self.line, self.detail = line, detail
+
+
 def _apply_words(tpl: LaunchTemplate, words: list[tuple[int, str]], skipped: list[str]) -> list[EnvPair]:
     """Fill ``tpl`` from one logical line of `iris job run` words; returns the `-e` pairs it held."""
     pairs: list[EnvPair] = []
@@ -241,6 +251,11 @@ def _apply_words(tpl: LaunchTemplate, words: list[tuple[int, str]], skipped: lis
                 continue
             tpl.flags[flag] = value
             name = _FIELD_OF_FLAG.get(flag)
+            if name in ("memory", "disk") and not _IRIS_SIZE.fullmatch(value):
+                nxt = words[i][1] if i < len(words) else ""
+                hint = f" (`{value} {nxt}`: write it without the space, `{value}{nxt}`)" if re.fullmatch(
+                    r"[0-9.]+", value) and _IRIS_SIZE.fullmatch(value + nxt) else ""
+                raise _NotASize(line, f"{flag} {value!r} is not a size such as 512GB{hint}")
             if name:
                 try:
                     typed = {"cpu": float, "max_retries": int, "timeout_s": int}.get(name, str)(value)
@@ -293,6 +308,11 @@ def _read_fence(b: _Block, arches: set[str], templates: dict[str, LaunchTemplate
         arch = block_arch
         if (m := re.fullmatch(r"([A-Za-z0-9_]+):", words[0][1])) and _arch_in(m.group(1), arches):
             arch, words = _arch_in(m.group(1), arches), words[1:]
+        elif m and _ARCH_WORDS.get(m.group(1).lower()):
+            # A line for an architecture the script does not build: never a template for the others.
+            skipped.append(f"line {words[0][0]}: the `{m.group(1)}:` resource line is for an architecture the "
+                           f"build script does not build ({', '.join(sorted(arches))}); ignored")
+            continue
         cluster = next((w.partition("=")[2] or (words[i + 1][1] if i + 1 < len(words) else "")
                         for i, (_, w) in enumerate(words) if w.partition("=")[0] == "--cluster"), None)
         if arch is None and (words[0][1] == "iris" or cluster):
@@ -534,6 +554,15 @@ def parse_ops(
     if text is None:
         return OpsContract(path=path, found=False)
     known = set(arches or ("amd64", "arm64"))
+    try:
+        return _parse_ops(text, path, known, uri_schemes=uri_schemes, wheel_source_var=wheel_source_var,
+                          wheel_sources=wheel_sources, megatron_var=megatron_var)
+    except _NotASize as e:
+        raise ContractError(path, e.line, "a resource size such as 512GB", e.detail) from None
+
+
+def _parse_ops(text: str, path: str, known: set[str], *, uri_schemes, wheel_source_var, wheel_sources,
+               megatron_var) -> OpsContract:
     skipped: list[str] = []
     ops = OpsContract(path=path)
     ceiling = ProseCeiling()

@@ -180,6 +180,17 @@ class _Dest:
     stmt: Stmt
     target: bool  # a `--target` stage build (the wheels image)
     line: int
+    # Set for an array destination that another statement empties (`FLOATING=(--destination …)` then
+    # `[ … ] || FLOATING=()`): pushed only when that statement does not run, so it is conditional too.
+    emptied_by: Stmt | None = None
+
+    @property
+    def conditional(self) -> bool:
+        return bool(self.stmt.guards) or self.emptied_by is not None
+
+    @property
+    def guards(self) -> list:
+        return self.stmt.guards or (self.emptied_by.guards if self.emptied_by is not None else [])
 
 
 class _Reader:
@@ -317,14 +328,17 @@ class _Reader:
         out: list[_Dest] = []
         for s in self.stmts:
             n = s.node
-            holders: list[tuple[Node, bool]] = []
+            holders: list[tuple[Node, bool, str | None]] = []
             if n.type == "command":
                 holders.append((n, any(word_text(a) == "--target" or word_text(a).startswith("--target=")
-                                       for a in command_args(n))))
+                                       for a in command_args(n)), None))
             for a in _assignments(s):
                 if a.value is not None and a.value.type == "array":
-                    holders.append((a.value, False))
-            for holder, target in holders:
+                    holders.append((a.value, False, a.name))
+            for holder, target, array in holders:
+                emptied = next((e.stmt for e in self.assigns if array and e.name == array and e.stmt is not s
+                                and not e.append and e.value is not None and e.value.type == "array"
+                                and not e.value.named_children), None)
                 for w, text in _arg_after(holder, "--destination"):
                     where = line(w)
                     ref = _var_ref(text)
@@ -336,7 +350,7 @@ class _Reader:
                     if not m:
                         raise self.need(s.line, "image repository", f"`--destination {text}` is not `$REPO:TAG`")
                     out.append(_Dest(repo=_var_ref(m.group(1)) or "", tag=m.group(2), stmt=s, target=target,
-                                     line=where))
+                                     line=where, emptied_by=emptied))
         return out
 
     # ------------------------------------------------------------------ pins
@@ -404,7 +418,7 @@ def parse_script(text: str, path: str = SCRIPT_PATH) -> ScriptContract:
 
     # Destinations: repository, main tag, wheels tag, floating tag.
     dests = r.destinations()
-    main = [d for d in dests if not d.target and not d.stmt.guards]
+    main = [d for d in dests if not d.target and not d.conditional]
     if not main:
         raise r.need(0, "image tag", "no unconditional `--destination \"$REPO:TAG\"` for the image")
     repo_local = main[0].repo
@@ -431,12 +445,12 @@ def parse_script(text: str, path: str = SCRIPT_PATH) -> ScriptContract:
     tag = tag_pattern(main[0], "tag_pattern")
     assert tag is not None
     wheels = next((d for d in dests if d.target), None)
-    floating = next((d for d in dests if not d.target and d.stmt.guards), None)
+    floating = next((d for d in dests if not d.target and d.conditional), None)
     wheels_tag = tag_pattern(wheels, "wheels_tag_pattern")
     floating_tag = tag_pattern(floating, "floating_tag_pattern")
     floating_var = preserve_var = None
     if floating is not None:
-        conds = [c for g in floating.stmt.guards for clause in g.dnf() for c in clause]
+        conds = [c for g in floating.guards for clause in g.dnf() for c in clause]
         floating_var = next((c.var for c in conds if c.value == "1"), conds[0].var if conds else None)
     if wheels is not None:
         conds = [c for g in wheels.stmt.guards for clause in g.dnf() for c in clause]
