@@ -67,8 +67,9 @@ def approve_command(workflow_id: str) -> str:
     return f"{STARTER} approve-merge {q(workflow_id)} --by <your-name>"
 
 
-def build_command(request: BuildRequest) -> str:
-    """The ``build`` command that makes this request again (to run after fixing its input)."""
+def build_command(request: BuildRequest, plan: bool = False) -> str:
+    """The ``build`` command that makes this request again (to run after fixing its input), with the
+    operator's own flags: ``--plan`` too when the failed request was a plan."""
     parts = [f"{STARTER} build"]
     parts += [f"--arch {q(a)}" for a in request.architectures]
     parts += [f"--variant {q(v)}" for v in request.variants]
@@ -86,37 +87,58 @@ def build_command(request: BuildRequest) -> str:
         parts.append("--push-floating")
     if request.issue_url:
         parts.append(f"--issue-url {q(request.issue_url)}")
+    if plan:
+        parts.append("--plan")
     return " ".join(parts)
 
 
 _FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z-]*)")
 
 
-def input_failure(error_type: str, message: str, request: BuildRequest) -> FailureInfo:
+_PARSER = re.compile(r"the parser \(([\w/.]+)\) needs attention")
+_CONFIG_KEY = re.compile(r"config(?:uration)?[: ]\[?((?:[a-z0-9_]+\.)+[a-z0-9_]+)\]?")
+
+
+def input_failure(error_type: str, message: str, request: BuildRequest, *, plan: bool = False) -> FailureInfo:
+    """The next step says where the fix belongs: the upstream file, the service configuration, the
+    operator's flag, or the service's parser (an issue to file; the upstream file is probably fine)."""
     loc = find_location(message)
     flag = _FLAG.search(message)
-    if loc:
-        where = f"`{loc}`"
+    again = f"then run `{build_command(request, plan)}`"
+    parser = _PARSER.search(message)
+    config = _CONFIG_KEY.search(message)
+    if parser:
+        step = (f"the upstream file is probably fine: gpu-rl-builder's parser ({parser.group(1)}) cannot read "
+                f"{f'`{loc}`' if loc else 'it'} yet — file an issue against gpu-rl-builder quoting this message "
+                f"(or build a commit it reads); {again}")
+    elif "rehearsal" in message and "the script asked kaniko for" in message:
+        step = ("the plan and what the script asks kaniko for differ: if the script is right, the service "
+                "misread it — file an issue against gpu-rl-builder (domain/contract/script.py) quoting this "
+                f"message; if the plan is right, fix the script in the MarinSkyRL repository; {again}")
+    elif loc and not loc.startswith("config"):
+        step = f"fix `{loc}` in the MarinSkyRL repository (the upstream file at the cited commit), commit it; {again}"
+    elif config and not flag:
+        step = f"fix the service configuration `{config.group(1)}` (GPU_RL_BUILDER_CONFIG / --config); {again}"
     elif flag:
-        where = f"`{flag.group(1)}`"
+        step = f"fix `{flag.group(1)}`, {again}"
     elif "architecture" in message:
-        where = "`--arch`"
+        step = f"fix `--arch`, {again}"
     else:
-        where = "the file, field or flag named above"
-    return FailureInfo(failure_class="input", error_type=error_type, message=message, location=loc,
-                       next_step=f"fix {where}, then run `{build_command(request)}`")
+        step = f"fix the file, field or flag named above, {again}"
+    return FailureInfo(failure_class="input", error_type=error_type, message=message, location=loc, next_step=step)
 
 
 def step_failure(error_type: str, message: str, *, step: str, request: BuildRequest,
-                 resume_id: str | None = None) -> FailureInfo:
+                 resume_id: str | None = None, plan: bool = False) -> FailureInfo:
     """A pipeline step (load, prepare, plan, record, merge) ended with an error.
 
     ``resume_id``: the step came after every target was validated (recording, the PR, the merge); the
-    next step is then to resume that build, which adopts the validated images — never a rebuild."""
+    next step is then to resume that build, which adopts the validated images — never a rebuild.
+    ``plan``: the request was a plan (`build --plan`): the suggested command repeats it."""
     again = (f"`{resume_command(resume_id)}` (the validated images are adopted, nothing is rebuilt)"
-             if resume_id else f"`{build_command(request)}`")
+             if resume_id else f"`{build_command(request, plan)}`")
     if error_type in INPUT_ERROR_TYPES and not resume_id:
-        return input_failure(error_type, message, request)
+        return input_failure(error_type, message, request, plan=plan)
     if error_type in INPUT_ERROR_TYPES:
         return FailureInfo(failure_class="input", error_type=error_type, message=f"{step}: {message}",
                            location=find_location(message), next_step=f"fix what the message names; then run {again}")

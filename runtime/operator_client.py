@@ -144,7 +144,8 @@ async def read_report(client: Client, wid: str) -> PipelineReport:
                 return detail if isinstance(detail, PipelineReport) else PipelineReport.model_validate(detail)
             error_type, message = type(cause).__name__, str(cause or e)
         inp = await started_input(client, wid)
-        info = outcome.step_failure(error_type, message, step="run", request=inp.request)
+        info = outcome.step_failure(error_type, message, step="run", request=inp.request,
+                                    plan=getattr(inp, "plan_only", False))
         return PipelineReport(workflow_id=wid, status="failed", request=inp.request, failure=info,
                               message=info.message)
     inp = await started_input(client, wid)

@@ -141,7 +141,8 @@ class BuildPipelineWorkflow:
             error_type, message = _error_of(e)
             after_validation = self._stage in (Stage.RECORDING, Stage.AWAITING_MERGE, Stage.MERGING)
             failure = outcome.step_failure(error_type, message, step=self._step, request=inp.request,
-                                           resume_id=workflow.info().workflow_id if after_validation else None)
+                                           resume_id=workflow.info().workflow_id if after_validation else None,
+                                           plan=inp.plan_only)
             await self._finish(Stage.FAILED, "failed", failure)
             # The failure message itself carries the next step: it is what the UI shows without opening JSON.
             raise ApplicationError(f"{failure.message} — next step: {failure.next_step}", self._report,

@@ -136,3 +136,18 @@ async def test_plan_without_ops_doc_uses_configuration_and_reports_it(service_co
     assert t.rehearsal.status == "passed", t.rehearsal.describe()
     assert any(f"no {OPS} at the build commit" in f for f in rep.state.fallbacks)
     assert not rep.source.ops_doc_corrected
+
+
+async def test_plan_refusal_says_where_the_fix_belongs_and_repeats_the_flags_with_plan(service_config, request):
+    """`--memory 512 GB` (a space) once planned 512 bytes; now the plan refuses naming the ops-doc line (#18)."""
+    edit = {OPS: lambda t: t.replace("amd64: --cpu 48 --memory 512GB", "amd64: --cpu 48 --memory 512 GB")}
+    async with real_tree_service(service_config, "era-c", request.node.nodeid, edits=edit) as s:
+        ran = await _plan(s, "--arch", "amd64", "--variant", "standard", "--cluster", "amd64=sandbox-amd64")
+    assert ran.code == 2, ran.text
+    rep = _report(ran.out)
+    f = rep.failure
+    assert f.failure_class == "input" and f"{OPS}:25: expected a resource size such as 512GB" in f.message
+    assert "write it without the space, `512GB`" in f.message
+    assert f.next_step.startswith(f"fix `{OPS}:25` in the MarinSkyRL repository")
+    assert f.next_step.endswith("--arch amd64 --variant standard --cluster amd64=sandbox-amd64 --requested-by tester "
+                                "--reason 'real-tree plan' --plan`")
