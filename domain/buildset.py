@@ -275,6 +275,7 @@ def _target(contract, request, arch, variant, cluster, priority, wheel_source, r
     t = contract.launch[arch]
     sp = s.path
     prov: dict[str, str] = {
+        "architecture": "flag:--arch", "variant": "flag:--variant",
         "cluster": "flag:--cluster" if request.clusters.get(arch) else t.provenance["cluster"],
         "priority": "flag:--priority" if request.priority else t.provenance["priority"],
         **{f"resources.{k}": t.provenance[k] for k in ("cpu", "memory", "disk", "gpu")},
@@ -293,6 +294,8 @@ def _target(contract, request, arch, variant, cluster, priority, wheel_source, r
         **{k: v for k, v in contract.provenance.items() if k.startswith("layer_ceiling.")},
     }
     script_var = t.script_env_var
+    if script_var:
+        prov["script_env_var"] = t.provenance.get("script_env_var", t.provenance.get(f"env.{script_var}", ""))
     reads = script_inputs(s)
     renames = credential_renames(s, contract.ops, contract.ops_text)
     inputs: dict[str, tuple[str, str]] = {"GITSHA": (commit, _required_at(s, "GITSHA")),

@@ -59,6 +59,7 @@ def _plan_value(t: TargetSpec, field: str) -> str:
         "task_image": j.task_image or "-", "no_sync": str(j.no_sync),
         "enable_extra_resources": str(j.enable_extra_resources), "command": " ".join(j.command)[:60], "job_name": j.job_name,
         "dockerfile": t.dockerfile, "image_repository": t.image_repository, "tag": t.tag,
+        "architecture": t.architecture, "variant": t.variant, "script_env_var": j.script_env_var or "-",
         "kaniko_platform": t.kaniko_platform, "max_retries_preemption": str(j.max_retries_preemption),
         "floating_tag": t.floating_tag or "-", "cache_repo": t.cache_repo or "-",
         "wheel_source": t.wheel_source, "markers": f"{len(t.expected_markers)} markers",
