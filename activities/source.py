@@ -300,11 +300,12 @@ class SourceActivities(ActivityGroup):
     def _rehearse(self, inp: PlanTargetsInput, contract: BuildContract, targets: list[TargetSpec]) -> str | None:
         """Run every planned command in the rehearsal (clients/rehearsal.py) against the build commit's bundle."""
         repo = self.repos.marinskyrl()
-        wt = self.paths.worktree(inp.request_id)
+        rid = inp.request_id or f"plan-{inp.build_commit[:12]}"
+        wt = self.paths.worktree(rid)
         if _head(wt) != inp.build_commit:  # pushed by an earlier run: a managed worktree at the build commit
-            wt = create_worktree(repo, inp.build_commit, self.paths.worktree(f"{inp.request_id}-rehearsal"))
+            wt = create_worktree(repo, inp.build_commit, self.paths.worktree(f"{rid}-rehearsal"))
         try:
-            bundle = build_bundle(wt, self.paths.bundle(inp.request_id, inp.build_commit))
+            bundle = build_bundle(wt, self.paths.bundle(rid, inp.build_commit))
         except BundleError as e:
             raise input_error(f"Iris bundle of {inp.build_commit[:12]} refused before submission: {e}") from None
         return rehearse_targets(
