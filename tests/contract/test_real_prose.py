@@ -266,7 +266,7 @@ def test_fixture_plan_provenance_points_at_the_template_lines():
     assert lines[int(amd.provenance["resources.cpu"].rsplit(":", 1)[1]) - 1].strip().startswith("--cpu 48")
     assert lines[int(amd.provenance["timeout"].rsplit(":", 1)[1]) - 1].strip() == "--timeout 18000 \\"
     assert amd.provenance["cluster"].startswith(f"{OPS}:")
-    assert all(v.startswith((f"{OPS}:", f"{SCRIPT}", "config:", "docker/", "kaniko", "service:")) or ";" in v
+    assert all(v.startswith((f"{OPS}:", f"{SCRIPT}", "config:", "docker/", "kaniko", "service:", "flag:")) or ";" in v
                for v in amd.provenance.values()), amd.provenance
 
 
