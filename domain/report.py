@@ -120,7 +120,8 @@ def report_markdown(rep: PipelineReport) -> str:
             out.append("- stale ops documentation corrected in the same commit")
         out.append("")
     if rep.state and rep.state.disagreements:
-        out += ["Contract disagreements (the script wins over prose; prose over configuration):"]
+        at = f", file:line at `{rep.state.base_commit[:12]}`" if rep.state.base_commit else ""
+        out += [f"Contract disagreements (the script wins over prose; prose over configuration{at}):"]
         out += [f"- {d}" for d in rep.state.disagreements] + [""]
     if rep.state and rep.state.fallbacks:
         out += ["Taken from configuration (the ops doc / AGENTS.md does not state it):"]
