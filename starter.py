@@ -99,7 +99,17 @@ def _config(ctx: click.Context) -> ServiceConfig:
     raise AssertionError  # unreachable
 
 
+def _quiet_sdk_core() -> None:
+    """The SDK core (Rust) logs to this process's stderr by default: WARN lines with colour codes about
+    retried calls. The operator's terminal shows what this CLI says about them ("reconnecting…"), never
+    those; this process runs no worker, so nothing else is lost."""
+    from temporalio.runtime import Runtime, TelemetryConfig
+
+    Runtime.set_default(Runtime(telemetry=TelemetryConfig(logging=None)), error_if_already_set=False)
+
+
 async def _client(config: ServiceConfig) -> Client:
+    _quiet_sdk_core()
     try:
         return await connect(config)
     except (ConfigError, CredentialError) as e:  # e.g. an unset API-key variable: bad input, not unreachable
@@ -225,9 +235,15 @@ async def _until_planned(client: Client, config: ServiceConfig, wid: str, as_jso
             click.echo(json.dumps({"workflow_id": wid, "status": "running", "stage": "queued"}))
         return EXIT_UNREACHABLE
     deadline = time.monotonic() + timeout_s
+    told = False
     while time.monotonic() < deadline:
         desc = await oc.describe(client, wid)
         stage = desc.typed_search_attributes.get(sa.STAGE)
+        stalled = oc.stalled_workflow_task(desc)
+        if stalled is not None and not told:  # a dead worker's poller is still listed: say so within seconds
+            _out(oc.no_worker_line(config.temporal.task_queue, f"a workflow task has waited {stalled:.0f} s for "
+                                   f"one") + f"; follow it with `python starter.py follow {wid}`", as_json)
+            told = True
         if desc.status != WorkflowExecutionStatus.RUNNING:
             return await _print_result(client, wid, as_json)
         if stage not in PLANNING_STAGES:
@@ -373,24 +389,74 @@ async def _follow(client: Client, wid: str, task_queue: str, interval: float, as
     view = (progress.LiveView() if stream.isatty() and not as_json
             else progress.PlainView(lambda line: click.echo(line, err=as_json)))
     live = WatchedProgress(client, task_queue)  # running jobs: live progress from the cluster watcher, fast log reads
+    view.note(f"following {wid} (task queue {task_queue}); Ctrl-C stops following, not the build")
+    lost_since: float | None = None  # Temporal stopped answering at (monotonic)
+    no_worker: str | None = None  # the "no worker" line last shown
     try:
         while True:
-            desc = await oc.describe(client, wid)
-            rep = await _safe_query(handle, BuildPipelineWorkflow.report)
-            stage = desc.typed_search_attributes.get(sa.STAGE) or desc.status.name.lower()
-            statuses = {}
-            retries = progress.retrying(desc.raw_description.pending_activities)
-            for t in (rep.plan if rep else []):
-                child = client.get_workflow_handle_for(TargetBuildWorkflow.run, target_workflow_id(wid, t.key))
-                statuses[t.key] = await _safe_query(child, TargetBuildWorkflow.status)
-                retries += progress.retrying(await _safe_pending(child), t.key)
-            await live.overlay({t.key: t.cluster for t in (rep.plan if rep else [])}, statuses)
+            try:
+                desc = await oc.describe(client, wid)
+                rep, unanswered = await _timed_query(handle, BuildPipelineWorkflow.report)
+                stage = desc.typed_search_attributes.get(sa.STAGE) or desc.status.name.lower()
+                statuses = {}
+                retries = progress.retrying(desc.raw_description.pending_activities)
+                for t in (rep.plan if rep else []):
+                    child = client.get_workflow_handle_for(TargetBuildWorkflow.run, target_workflow_id(wid, t.key))
+                    statuses[t.key] = await _safe_query(child, TargetBuildWorkflow.status)
+                    retries += progress.retrying(await _safe_pending(child), t.key)
+                await live.overlay({t.key: t.cluster for t in (rep.plan if rep else [])}, statuses)
+                missing = await _no_worker(client, task_queue, desc, rep is None, unanswered)
+            except (CommandError, RPCError) as e:
+                err = e if isinstance(e, CommandError) else oc.service_error(e, "Temporal")
+                if err.code != EXIT_UNREACHABLE:
+                    raise err from None
+                # A blip (a restart, a network hiccup): say so and keep trying, for a bounded time.
+                now = time.monotonic()
+                if lost_since is None:
+                    lost_since = now
+                    view.note(f"reconnecting… Temporal did not answer ({err.message[:160]}); trying again for "
+                              f"up to {RECONNECT_S:.0f} s")
+                elif now - lost_since > RECONNECT_S:
+                    raise CommandError(f"Temporal did not answer for {now - lost_since:.0f} s: {err.message}; "
+                                       f"the build goes on without this terminal — `python starter.py follow {wid}` "
+                                       "again later", EXIT_UNREACHABLE) from None
+                await asyncio.sleep(RECONNECT_RETRY_S)
+                continue
+            if lost_since is not None:
+                view.note(f"reconnected to Temporal after {time.monotonic() - lost_since:.0f} s")
+                lost_since = None
+            if missing != no_worker:
+                view.note(missing or f"a worker is polling {task_queue} again")
+                no_worker = missing
             view.update(wid, stage, progress.rows(rep, statuses), progress.waits(rep, statuses) + retries)
             if desc.status != WorkflowExecutionStatus.RUNNING:
                 return
-            await asyncio.sleep(interval)
+            # Wake in time for the next line that is due (plain mode prints at least every HEARTBEAT_S).
+            due = getattr(view, "due_in", None)
+            await asyncio.sleep(max(0.5, min(interval, due() if due else interval)))
     finally:
         view.close()
+
+
+RECONNECT_S = 120.0  # follow keeps trying a silent Temporal this long, then exits 3
+RECONNECT_RETRY_S = 2.0
+
+
+async def _no_worker(client: Client, task_queue: str, desc, no_report: bool, unanswered: bool) -> str | None:
+    """The line to show when no worker serves the build's task queue, else None. Fast signs first: a
+    workflow task waiting for a worker, or a query nobody answered (a dead worker's poller stays listed
+    in DescribeTaskQueue for minutes); then the poller list with its last-access times."""
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        return None
+    stalled = oc.stalled_workflow_task(desc)
+    if stalled is not None:
+        return oc.no_worker_line(task_queue, f"a workflow task has waited {stalled:.0f} s for one")
+    if no_report and not await oc.has_workers(client, task_queue):
+        return oc.no_worker_line(task_queue, "none in the server's poller list has polled in the last "
+                                             f"{oc.LIVE_POLLER_S:.0f} s")
+    if unanswered:
+        return oc.no_worker_line(task_queue, f"no worker answered a query within {QUERY_TIMEOUT_S:.0f} s")
+    return None
 
 
 async def _safe_pending(handle) -> list:
@@ -401,12 +467,27 @@ async def _safe_pending(handle) -> list:
         return []
 
 
+QUERY_TIMEOUT_S = 5.0  # a query no worker answers in this long counts as "no worker"
+
+
 async def _safe_query(handle, query):
-    """A typed query (method reference); None when not started yet or no worker answers."""
+    """A typed query (method reference); None when not started yet or no worker answers in time.
+    Temporal being unreachable is raised (follow reconnects), not taken for "no worker"."""
+    return (await _timed_query(handle, query))[0]
+
+
+async def _timed_query(handle, query):
+    """(result or None, whether the query went unanswered for QUERY_TIMEOUT_S)."""
     try:
-        return await handle.query(query)
-    except Exception:  # noqa: BLE001 - not started yet / no worker: progress simply unknown
-        return None
+        return await handle.query(query, rpc_timeout=timedelta(seconds=QUERY_TIMEOUT_S)), False
+    except RPCError as e:
+        if e.status == RPCStatusCode.UNAVAILABLE:
+            raise
+        return None, e.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
+    except TimeoutError:
+        return None, True
+    except Exception:  # noqa: BLE001 - not started yet: progress simply unknown
+        return None, False
 
 
 # --------------------------------------------------------------------------------------- status / report

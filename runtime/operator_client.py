@@ -9,10 +9,11 @@ so a renamed handler breaks here at import, not at an operator's terminal.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.enums.v1 import PendingWorkflowTaskState, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
@@ -168,15 +169,42 @@ def exit_code(rep: PipelineReport) -> int:
     return EXIT_OK
 
 
+# A live worker long-polls, so its poller's last access is at most about a minute old (measured: 5-60 s on
+# the dev server); the server keeps a dead worker's poller listed for minutes, ageing past that.
+LIVE_POLLER_S = 75.0
+# A workflow task scheduled this long without a worker starting it: nobody is polling, whatever the list says.
+STALLED_TASK_S = 5.0
+
+
 async def has_workers(client: Client, task_queue: str) -> bool:
-    """Whether any worker polled the workflow task queue recently (the server's own poller list)."""
+    """Whether a worker polls the workflow task queue: a poller in the server's list whose last access
+    is recent (``LIVE_POLLER_S``); a dead worker's poller still listed does not count."""
     try:
         resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
             namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
             task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
     except RPCError as e:
         raise service_error(e, f"task queue {task_queue}") from None
-    return bool(resp.pollers)
+    now = time.time()
+    return any(not p.HasField("last_access_time") or now - p.last_access_time.ToSeconds() < LIVE_POLLER_S
+               for p in resp.pollers)
+
+
+def stalled_workflow_task(desc: WorkflowExecutionDescription, now: float | None = None) -> float | None:
+    """Seconds a workflow task of this running workflow has waited for a worker to start it (None: no
+    such wait, or shorter than ``STALLED_TASK_S``). Seen within seconds, unlike a dead poller."""
+    pending = desc.raw_description.pending_workflow_task
+    if desc.status != WorkflowExecutionStatus.RUNNING or not desc.raw_description.HasField("pending_workflow_task"):
+        return None
+    if pending.state != PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_SCHEDULED:
+        return None
+    waited = (now or time.time()) - pending.original_scheduled_time.ToSeconds()
+    return waited if waited >= STALLED_TASK_S else None
+
+
+def no_worker_line(task_queue: str, why: str) -> str:
+    return (f"no worker is polling {task_queue} ({why}); start one (`python worker.py`, or the deployment's "
+            "worker) and this carries on by itself")
 
 
 @dataclass

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from domain.models import PipelineReport, TargetStatus, WaitingReason
 from domain.terminal_text import printable, shorten
 
-HEARTBEAT_S = 55.0  # plain mode prints at least this often, even when nothing changes
+HEARTBEAT_S = 45.0  # plain mode prints at least this often, even when nothing changes (promise: 60 s)
+JOB_ID_WIDTH = 30  # a longer job id is shortened in the middle; its state is never cut
+LIVE_MIN_REDRAW_S = 1.0  # the live table redraws on change only, at most once a second
 
 
 @dataclass(frozen=True)
@@ -43,16 +45,29 @@ def rows(rep: PipelineReport | None, statuses: dict[str, TargetStatus | None]) -
             out.append(Row(key, "not started", "-", "-", "-", ""))
             continue
         p = st.progress
-        job = (st.job_ids[-1].rsplit("/", 1)[-1] if st.job_ids else "-") + (f" ({p.state})" if p else "")
+        state = [f"({p.state})"] if p else []
         if p and p.preemptions:
-            job += f" preempted×{p.preemptions}"
+            state.append(f"preempted×{p.preemptions}")
         if p and not p.controller_reachable:
-            job += " controller unreachable"
+            state.append("controller unreachable")
+        # The id may be shortened (in the middle: its head names the build, its tail the round); the state
+        # never is — it is what the operator reads the column for.
+        job = " ".join([shorten_middle(st.job_ids[-1].rsplit("/", 1)[-1] if st.job_ids else "-", JOB_ID_WIDTH),
+                        *state])
         stage = st.stage.value + (f" [{st.failure_class}]" if st.failure_class else "")
-        out.append(Row(key, stage, shorten(job, 48), _elapsed(p.elapsed_s if p else None),
+        out.append(Row(key, stage, job, _elapsed(p.elapsed_s if p else None),
                        shorten(p.last_marker if p else None, 40) or "-",
                        shorten(st.waiting.detail, 60) if st.waiting else ""))
     return out
+
+
+def shorten_middle(text: str, width: int) -> str:
+    """``text`` at most ``width`` characters, cut in the middle (an ellipsis marks the cut)."""
+    text = printable(text)
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
 
 
 def waits(rep: PipelineReport | None, statuses: dict[str, TargetStatus | None]) -> list[WaitingReason]:
@@ -97,6 +112,15 @@ class PlainView:
         self._printed_at = float("-inf")
         self._waits: list[str] = []
 
+    def due_in(self) -> float:
+        """Seconds until the next line is due even without a change (the follow loop wakes by then)."""
+        return max(0.0, self._printed_at + HEARTBEAT_S - self.clock())
+
+    def note(self, line: str) -> None:
+        """A line about the service itself (reconnecting, no worker), printed at once."""
+        self.echo(line)
+        self._printed_at = self.clock()
+
     def update(self, wid: str, stage: str, table: list[Row], reasons: list[WaitingReason]) -> None:
         now = self.clock()
         beat = now - self._printed_at >= HEARTBEAT_S
@@ -127,28 +151,46 @@ class PlainView:
 class LiveView:
     """A table redrawn in place on a TTY (rich), with the unblocking commands under it."""
 
-    def __init__(self, console=None):
+    def __init__(self, console=None, clock: Callable[[], float] = time.monotonic):
         from rich.console import Console
         from rich.live import Live
 
         self.console = console or Console()
-        self.live = Live(console=self.console, refresh_per_second=2, transient=False, auto_refresh=True)
+        self.clock = clock
+        # No auto refresh: the table is redrawn when what it shows changes, never on a timer.
+        self.live = Live(console=self.console, transient=False, auto_refresh=False)
         self.live.start()
+        self._shown: tuple | None = None
+        self._drawn_at = float("-inf")
+        self.redraws = 0
 
     def render(self, wid: str, stage: str, table: list[Row], reasons: list[WaitingReason]):
         from rich.console import Group
         from rich.table import Table
         from rich.text import Text
 
-        t = Table(title=Text(f"{wid} — {stage}  ({time.strftime('%H:%M:%S')})"), title_justify="left",
+        t = Table(title=Text(f"{wid} — {stage}  (changed {time.strftime('%H:%M:%S')})"), title_justify="left",
                   expand=False)
         for col in ("target", "stage", "job", "elapsed", "last marker", "waiting for"):
             t.add_column(col, overflow="fold")
         for r in table:
-            t.add_row(Text(r.target), Text(r.stage), Text(r.job), Text(r.elapsed), Text(r.marker), Text(r.waiting))
+            # job id and state on their own lines: a narrow terminal wraps the id, never splits the state
+            job = r.job.replace(" ", "\n", 1) if " " in r.job else r.job
+            t.add_row(Text(r.target), Text(r.stage), Text(job), Text(r.elapsed), Text(r.marker), Text(r.waiting))
         return Group(t, *(Text(line) for line in wait_lines(reasons)))
 
+    def note(self, line: str) -> None:
+        self.live.console.print(line, markup=False, highlight=False)
+
     def update(self, wid: str, stage: str, table: list[Row], reasons: list[WaitingReason]) -> None:
+        # Elapsed times tick every poll: they alone do not make a change worth a redraw.
+        shown = (wid, stage, tuple((r.target, r.stage, r.job, r.marker, r.waiting) for r in table),
+                 tuple(wait_lines(reasons)))
+        now = self.clock()
+        if shown == self._shown or now - self._drawn_at < LIVE_MIN_REDRAW_S:
+            return
+        self._shown, self._drawn_at = shown, now
+        self.redraws += 1
         self.live.update(self.render(wid, stage, table, reasons), refresh=True)
 
     def close(self) -> None:

@@ -63,7 +63,7 @@ async def test_operator_drives_one_build_end_to_end_through_the_cli(service_stac
         f1 = await Follower.start(cfg, "follow", wid, "--interval", "1")
         followers.append(f1)
         await f1.read_until(lambda line: line.startswith(f"  {KEY}: ") and " job " in line)
-        assert f1.lines[0].startswith("[") and wid in f1.lines[0]
+        assert f1.lines[0].startswith(f"following {wid}") and f1.lines[1].startswith("[") and wid in f1.lines[1]
         assert await f1.interrupt() != 0
         assert "done" not in f1.output and "merged" not in f1.output
         assert (await s.client.get_workflow_handle(wid).describe()).status.name == "RUNNING"
