@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import time
 
-import httpx
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
@@ -45,7 +43,7 @@ from clients.iris import (
     Unavailable,
 )
 from clients.kube import KubeEvidence, PodFacts
-from clients.registry import RegistryClient, RegistryError, scheme_for
+from clients.registry import scheme_for, warm_pool
 from domain.config import ConfigError, PolicySettings
 from domain.contract import load_contract
 from domain.evidence import failing_line
@@ -343,18 +341,7 @@ class BuildActivities(ActivityGroup):
                      fetch_secret(self.config.registry.token, what="registry.token"))
         except CredentialError:
             pass
-        client = RegistryClient(host, scheme=scheme, credentials=creds, pool=self.registry_pool, max_retries=0)
-        try:
-            if repo and creds:
-                with contextlib.suppress(RegistryError):  # a 404 for the probe tag still brought the token
-                    await client.head_manifest(repo, "gpu-rl-builder-warm-up")
-                return f"{scheme}://{host} connection and the pull token of {repo}"
-            await client.ping()
-            return f"{scheme}://{host} connection"
-        except (RegistryError, httpx.HTTPError) as e:
-            return f"nothing ({host}: {e or type(e).__name__})"
-        finally:
-            await client.aclose()
+        return await warm_pool(self.registry_pool, host, repo, scheme=scheme, credentials=creds)
 
     @activity.defn
     async def validate_image(self, inp: ValidateInput) -> ValidationReport:

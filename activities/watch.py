@@ -35,6 +35,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Optional
 
 import httpx
@@ -77,8 +78,12 @@ LOG_PAGES_PER_READ = 4  # a read that finds full pages continues, at most this m
 LOG_LOOKBACK_MS = 120_000  # a fresh cursor reads only lines newer than the watcher's start minus this
 FOLLOW_VIEW_MAX = 200  # live progress in the heartbeat: followed jobs only, at most this many
 STATUS_METHODS = ("GetJobState", "ListJobs", "GetJobStatus")
-STALL_S = 8.0  # a poll iteration (or dispatch) running longer than this is a stalled watcher
+# A poll iteration or dispatch round running longer than one heartbeat timeout (workflows/options.py) is a
+# stalled watcher: every request inside is bounded (POLL_DEADLINE_S, RPC_DEADLINE_S), so only a starved
+# or hung loop gets there.
+STALL_S = 10.0
 POLL_DEADLINE_S = 5.0  # one status request's bound inside an iteration (past it: unreachable this tick)
+RPC_DEADLINE_S = 5.0  # one Temporal call (signal, query) of the watcher
 
 
 @dataclass
@@ -299,9 +304,9 @@ class ClusterWatch:
         returns the jobs it did not find (read one by one)."""
         self.budget.spend()
         try:
-            listed = {i.job_id: i for i in await iris.list_jobs(prefix=common_prefix(group), state=state,
-                                                                 limit=len(group) + 100, newest_first=True)}
-        except Unavailable:
+            listed = {i.job_id: i for i in await asyncio.wait_for(iris.list_jobs(
+                prefix=common_prefix(group), state=state, limit=len(group) + 100, newest_first=True), POLL_DEADLINE_S)}
+        except (Unavailable, TimeoutError):
             return group
         rest = []
         for j in group:
@@ -319,7 +324,7 @@ class ClusterWatch:
             return
         self.budget.spend()
         try:
-            info = await iris.job_status(job_id, with_tasks=False)
+            info = await asyncio.wait_for(iris.job_status(job_id, with_tasks=False), POLL_DEADLINE_S)
             t.now = _progress(info, t.now)
             t.detail_needed = False
         except NotFound:
@@ -327,8 +332,9 @@ class ClusterWatch:
                 state="missing", terminal=True, missing=True, controller_reachable=True,
                 error=f"{job_id} is no longer known to the controller (pruned?); not a success"))
             t.detail_needed = False
-        except Unavailable as e:
+        except (Unavailable, TimeoutError) as e:
             self._unreachable(job_id, e)
+            t.detail_needed = True  # read again on the next poll
 
     def _unreachable(self, job_id: str, err: Exception) -> None:
         t = self.jobs[job_id]
@@ -597,7 +603,8 @@ async def _read_changes(me, engine: ClusterWatch) -> WatchPage:
     """Apply every page of the workflow's changes after the engine's revision (one small page when
     nothing changed)."""
     while True:
-        page = await me.query("changes", PageRequest(since=engine.rev), result_type=WatchPage)
+        page = await me.query("changes", PageRequest(since=engine.rev), result_type=WatchPage,
+                              rpc_timeout=timedelta(seconds=RPC_DEADLINE_S))
         engine.apply(page)
         if not page.more:
             return page
@@ -623,7 +630,7 @@ async def _report_told(me, engine: ClusterWatch) -> None:
     next try when the signal fails."""
     for batch in engine.take_unreported():
         try:
-            await me.signal("told", [redact_value(p) for p in batch])
+            await me.signal("told", [redact_value(p) for p in batch], rpc_timeout=timedelta(seconds=RPC_DEADLINE_S))
         except RPCError:
             for p in batch:
                 engine.unreported.setdefault(p.job_id, p)
@@ -673,7 +680,8 @@ async def _wake(client: Client, engine: ClusterWatch) -> int:
     async def one(workflow_id: str, progress: JobProgress) -> int:
         async with sem:
             try:
-                await client.get_workflow_handle(workflow_id).signal(JOB_CHANGED_SIGNAL, redact_value(progress))
+                await client.get_workflow_handle(workflow_id).signal(JOB_CHANGED_SIGNAL, redact_value(progress),
+                                                                     rpc_timeout=timedelta(seconds=RPC_DEADLINE_S))
             except RPCError as e:
                 if e.status == RPCStatusCode.NOT_FOUND:  # closed target: nobody to tell any more
                     engine.told(progress.job_id, progress.model_copy(update={"terminal": True}))

@@ -5,8 +5,10 @@ in one process, one after the other:
 
 - `validate (worker pool)`: `validate_image` with one `RegistryPool` kept for the whole run, as a worker
   keeps it (tag → manifest in one GET, platform child, config, then the anonymous probe);
-- `validate (cold pool)`: the same with a new pool per validation (a worker's first validation: new
-  connections, no cached token);
+- `validate (cold pool)`: the same with a new pool per validation (a worker's first validation when
+  nothing warmed it: new connections, no cached token);
+- `validate (first after warm-up)`: a new pool per validation, warmed first by `warm_pool` as
+  `worker.py` does at start (connection and the push identity's pull token); only the validation is timed;
 - `skopeo inspect`: `skopeo inspect --tls-verify=false docker://…` (its own process per call, resolves
   the amd64 child and reads the config; no anonymous probe), the operator's tool for the same question.
 
@@ -31,8 +33,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from clients import registry as registry_client  # noqa: E402
 from clients.image_validator import validate_image  # noqa: E402
-from clients.registry import RegistryPool  # noqa: E402
+from clients.registry import RegistryPool, split_image_repository  # noqa: E402
 from domain.validation import ExpectedImage  # noqa: E402
 from sandbox.registry import start_registry  # noqa: E402
 from tests.registry.imagepush import ImageSpec, Pusher, good_labels  # noqa: E402
@@ -100,7 +103,8 @@ async def _measure(handle, tag: str, n: int) -> dict[str, tuple[list[float], str
     warm_pool = RegistryPool(transport=warm_transport)
     _skopeo(args)
     await _validate(handle, tag, warm_pool)  # warm-up: connections and the push identity's token
-    times: dict[str, list[float]] = {"skopeo inspect": [], "validate (worker pool)": [], "validate (cold pool)": []}
+    times: dict[str, list[float]] = {"skopeo inspect": [], "validate (worker pool)": [], "validate (cold pool)": [],
+                                     "validate (first after warm-up)": []}
     requests = {"skopeo inspect": "-"}
     try:
         for i in range(n):
@@ -117,6 +121,17 @@ async def _measure(handle, tag: str, n: int) -> dict[str, tuple[list[float], str
                 await cold.aclose()
             if i == 0:
                 requests["validate (cold pool)"] = _split(cold_transport.paths)
+            warmed_transport = CountingTransport()
+            warmed = RegistryPool(transport=warmed_transport)
+            try:
+                host, repo = split_image_repository(f"{handle.host}/{REPO}")
+                await registry_client.warm_pool(warmed, host, repo, scheme="http", credentials=handle.credentials)
+                warmed_transport.paths.clear()
+                times["validate (first after warm-up)"].append(await _validate(handle, tag, warmed))
+            finally:
+                await warmed.aclose()
+            if i == 0:
+                requests["validate (first after warm-up)"] = _split(warmed_transport.paths)
     finally:
         await warm_pool.aclose()
     return {name: (t, requests[name]) for name, t in times.items()}
@@ -139,7 +154,8 @@ async def main() -> None:
                     await _seed(handle, tag, layers)
                     measured = await _measure(handle, tag, args.n)
                     base = _pct(measured["skopeo inspect"][0], 50)
-                    for name in ("validate (worker pool)", "validate (cold pool)", "skopeo inspect"):
+                    for name in ("validate (worker pool)", "validate (first after warm-up)", "validate (cold pool)",
+                                 "skopeo inspect"):
                         times, req = measured[name]
                         rows.append((mode, layers, name, _pct(times, 50) * 1e3, _pct(times, 95) * 1e3,
                                      _pct(times, 50) / base, req))

@@ -46,7 +46,8 @@ from domain.models import JobProgress  # noqa: E402
 from domain.watch import PageRequest, WatcherInput, WatchPage, WatchRequest, watcher_id  # noqa: E402
 from sandbox.temporal_server import start_temporal_dev_server  # noqa: E402
 from tests.iris.standin_jobs import StandinJobs  # noqa: E402
-from tests.workflows.test_watcher_scale import MARKERS, EndReceiver, SizeRecorder  # noqa: E402
+from tests.workflows.receiver import EndReceiver, SizeRecorder  # noqa: E402
+from tests.workflows.test_watcher_scale import MARKERS  # noqa: E402
 from workflows.watcher import IrisWatcherWorkflow  # noqa: E402
 
 STATUS = ("GetJobState", "GetJobStatus", "ListJobs")
@@ -82,7 +83,7 @@ class Bench:
         t = time.monotonic()
         await self.client.start_workflow(IrisWatcherWorkflow.run, WatcherInput(cluster=cluster), id=wid,
                                          task_queue=tq, start_signal="watch", start_signal_args=[reqs[0]])
-        sem = asyncio.Semaphore(48)
+        sem = asyncio.Semaphore(16)
 
         async def one(r):
             async with sem:

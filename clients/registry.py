@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import email.utils
 import hashlib
 import http.cookiejar
@@ -218,6 +219,25 @@ class RegistryPool:
         loop = id(asyncio.get_running_loop())
         for key in [k for k in self._clients if k[0] == loop]:
             await self._clients.pop(key).aclose()
+
+
+async def warm_pool(pool: RegistryPool, host: str, repo: str, *, scheme: Literal["https", "http"] = "https",
+                    credentials: tuple[str, str] | None = None) -> str:
+    """Open ``pool``'s connection to ``host`` (TCP, TLS, SSL context) and, with ``credentials``, fetch and
+    cache their pull token for ``repo``, so the next validation costs what a later one does. Never
+    raises: what could not be warmed is met again by the validation itself. Returns what was warmed."""
+    client = RegistryClient(host, scheme=scheme, credentials=credentials, pool=pool, max_retries=0)
+    try:
+        if repo and credentials:
+            with contextlib.suppress(NotFound):  # a 404 for the probe tag still brought the token
+                await client.head_manifest(repo, "gpu-rl-builder-warm-up")
+            return f"{scheme}://{host} connection and the pull token of {repo}"
+        await client.ping()
+        return f"{scheme}://{host} connection"
+    except (RegistryError, httpx.HTTPError) as e:
+        return f"nothing ({host}: {e or type(e).__name__})"
+    finally:
+        await client.aclose()
 
 
 # --- the client --------------------------------------------------------------------------------------

@@ -10,13 +10,19 @@ workflow alone; a job whose target was told the terminal state is dropped.
 Bounded payloads at any job count: markers are held once per build contract (``marker_set``), query
 replies are pages of at most ``PAGE_BUDGET_BYTES``, ``told`` batches are cut at ``TOLD_BATCH`` jobs,
 and the continue-as-new input carries only the previous run's id: the new run's activity adopts that
-closed run's watch set page by page (``adopt`` signals) before it polls. Runs started before this change
-(patch ``WATCHER_BOUNDED``) continue as new the old way, carrying their watch set.
+closed run's watch set page by page (``adopt`` signals) before it polls. Each run continues as new as soon
+as its history passes ``events_per_run`` (the watch activity is cancelled then), so a run replays fast
+whatever the registration rate. Runs started before this change (patch ``WATCHER_BOUNDED``) wait for
+their activity and continue as new the old way, carrying their watch set.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.watch import WatchActivities
@@ -52,6 +58,7 @@ class IrisWatcherWorkflow:
         self._rev = 0
         self._adopting = inp.previous_run_id
         self._events_per_run = inp.events_per_run or MAX_EVENTS_PER_RUN
+        self._due = False  # the history is long enough to continue as new (set by the signal handlers)
         for w in inp.watches:
             self._store(w)
 
@@ -77,11 +84,13 @@ class IrisWatcherWorkflow:
     @workflow.signal
     def watch(self, req: WatchRequest) -> None:
         self._store(req)
+        self._check_due()
 
     @workflow.signal
     def unwatch(self, job_ids: list[str]) -> None:
         for job_id in job_ids:
             self._drop(job_id)
+        self._check_due()
 
     @workflow.signal
     def told(self, progress: list[JobProgress]) -> None:
@@ -95,6 +104,7 @@ class IrisWatcherWorkflow:
                 self._drop(p.job_id)
             else:
                 self._watches[p.job_id] = w.model_copy(update={"known": p})
+        self._check_due()
 
     @workflow.signal
     def follow(self, req: FollowRequest) -> None:
@@ -102,6 +112,7 @@ class IrisWatcherWorkflow:
             self._following[job_id] = req.until_s
             if job_id in self._watches:
                 self._bump(job_id)
+        self._check_due()
 
     @workflow.signal
     def adopt(self, chunk: AdoptChunk) -> None:
@@ -117,6 +128,7 @@ class IrisWatcherWorkflow:
                     self._following.setdefault(w.job_id, chunk.following[w.job_id])
         if chunk.done:
             self._adopting = None
+        self._check_due()
 
     # ------------------------------------------------------------------ queries (bounded replies)
     @workflow.query
@@ -160,6 +172,11 @@ class IrisWatcherWorkflow:
         return WatchSet(watches=[w.model_copy(update={"markers": page.marker_sets.get(w.marker_set, [])})
                                  for w in page.watches], following=page.following)
 
+    def _check_due(self) -> None:
+        """Once per signal (cheap): a wait condition evaluated on every event-loop turn must not call into
+        the workflow info (hundreds of signals in one activation would make that quadratic)."""
+        self._due = self._due or self._continue_due()
+
     def _continue_due(self) -> bool:
         info = workflow.info()
         return info.is_continue_as_new_suggested() or info.get_current_history_length() > self._events_per_run
@@ -167,16 +184,28 @@ class IrisWatcherWorkflow:
     # ------------------------------------------------------------------ the run
     @workflow.run
     async def run(self, inp: WatcherInput) -> None:
+        bounded = workflow.patched(patches.WATCHER_BOUNDED)
         while self._watches or self._adopting:
-            await workflow.execute_activity_method(
-                WatchActivities.watch_cluster, WatchClusterInput(cluster=inp.cluster, return_after_s=WATCH_RETURN_S),
-                **options.watch_cluster(WATCH_RETURN_S),
-                summary=f"poll Iris on {inp.cluster} for {len(self._watches)} job(s), wake targets on change")
+            options_ = dict(**options.watch_cluster(WATCH_RETURN_S),
+                            summary=f"poll Iris on {inp.cluster} for {len(self._watches)} job(s), wake targets on change")
+            watch_input = WatchClusterInput(cluster=inp.cluster, return_after_s=WATCH_RETURN_S)
+            if bounded:
+                # The history is kept short whatever the registration rate: once it is long the watch
+                # activity is cancelled and the run continues as new at once (a run that grew to thousands of
+                # events would take longer to replay than a workflow task may run).
+                act = workflow.start_activity_method(WatchActivities.watch_cluster, watch_input, **options_)
+                await workflow.wait_condition(lambda act=act: act.done() or (self._due and not self._adopting))
+                if not act.done():
+                    act.cancel()
+                with contextlib.suppress(ActivityError, asyncio.CancelledError):
+                    await act
+            else:
+                await workflow.execute_activity_method(WatchActivities.watch_cluster, watch_input, **options_)
             now = workflow.now().timestamp()
             self._following = {j: t for j, t in self._following.items() if t > now and j in self._watches}
             if (self._watches or self._adopting) and self._continue_due():
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                if workflow.patched(patches.WATCHER_BOUNDED):
+                if bounded:
                     if self._adopting:
                         continue  # hand over only an adopted set: the chain of previous runs stays one long
                     workflow.continue_as_new(WatcherInput(cluster=inp.cluster, previous_run_id=workflow.info().run_id,

@@ -33,9 +33,11 @@ from temporalio.testing import WorkflowEnvironment
 from domain.config import PolicySettings
 from domain.models import JobProgress, MergeAuthorization, OperatorDecision, PipelineInput, Stage
 from domain.watch import (
+    PageRequest,
     WatchClusterInput,
     WatchClusterResult,
     WatcherInput,
+    WatchPage,
     WatchRequest,
     WatchSet,
     watcher_id,
@@ -70,6 +72,7 @@ WATCHED_ID = "history-target-watched"
 WATCHER_CLUSTER = "history-cluster"
 INCONCLUSIVE_ID = "history-target-validation-inconclusive"
 CONTINUED_ID = "history-pipeline-merge-wait-continued"
+WATCHER_CAN_CLUSTER = "history-cluster-continued"
 KEY = "amd64-standard"
 # file name -> workflow id (the replay test reads this too)
 HISTORIES = {
@@ -84,6 +87,8 @@ HISTORIES = {
     "target_validation_inconclusive.json": INCONCLUSIVE_ID,
     "pipeline_merge_wait_continued.json": CONTINUED_ID,
     "pipeline_merge_wait_resumed.json": CONTINUED_ID,
+    "watcher_continued.json": watcher_id(WATCHER_CAN_CLUSTER, TASK_QUEUE),
+    "watcher_adopted.json": watcher_id(WATCHER_CAN_CLUSTER, TASK_QUEUE),
 }
 
 
@@ -253,6 +258,63 @@ async def _watcher(env: WorkflowEnvironment) -> None:
         await result(h)
 
 
+_CONTINUING: dict[str, object] = {}
+
+
+@activity.defn(name="watch_cluster")
+async def _watch_cluster_continuing(inp: WatchClusterInput) -> WatchClusterResult:
+    """Run 1: the first call returns (as after ``return_after_s``); the second polls until the workflow,
+    its history long, cancels it and continues as new carrying only its run id. Run 2: the first call
+    adopts run 1's watch set in pages (the real adoption); the second tells every job terminal."""
+    from activities.watch import _adopt_previous
+
+    info = activity.info()
+    client = activity.client()
+    me = client.get_workflow_handle(info.workflow_id)
+    page = await me.query("changes", PageRequest(), result_type=WatchPage)
+    if page.adopting:
+        await _adopt_previous(client, me, page.adopting)
+        _CONTINUING["adopted"] = True
+        return WatchClusterResult(polls=1, signals=0, requests={"GetJobState": 1})
+    if _CONTINUING.get("adopted"):
+        await me.signal("told", [w.known.model_copy(update={"state": "succeeded", "terminal": True})
+                                 for w in page.watches])
+        return WatchClusterResult(polls=1, signals=len(page.watches), requests={"GetJobState": 1})
+    if not _CONTINUING.get("first_returned"):
+        _CONTINUING["first_returned"] = True
+        return WatchClusterResult(polls=5, signals=0, requests={"GetJobState": 5})
+    while True:  # until cancelled by the workflow (delivered with a heartbeat)
+        activity.heartbeat()
+        await asyncio.sleep(0.2)
+
+
+async def _watcher_continued(env: WorkflowEnvironment) -> dict[str, str]:
+    from temporalio.worker import Worker
+
+    wid = watcher_id(WATCHER_CAN_CLUSTER, TASK_QUEUE)
+    reqs = [WatchRequest(job_id=f"/tester/job-{i}", workflow_id=f"target-{i}", markers=["step 1", "step 2"],
+                         known=JobProgress(job_id=f"/tester/job-{i}", state="running", terminal=False),
+                         registered_at="2026-12-01T00:00:00+00:00") for i in range(12)]
+    async with Worker(env.client, task_queue=TASK_QUEUE, workflows=[IrisWatcherWorkflow],
+                      activities=[_watch_cluster_continuing]):
+        h = await env.client.start_workflow(
+            IrisWatcherWorkflow.run, WatcherInput(cluster=WATCHER_CAN_CLUSTER, events_per_run=15), id=wid,
+            task_queue=TASK_QUEUE, start_signal="watch", start_signal_args=[reqs[0]])
+        first = h.result_run_id
+        await eventually(lambda: _ready(_CONTINUING.get("first_returned")), what="the first watch call returned")
+        await asyncio.sleep(1.0)
+        for r in reqs[1:]:
+            await h.signal("watch", r)
+        await env.client.get_workflow_handle(wid).result()
+        last = (await env.client.get_workflow_handle(wid).describe()).run_id
+    return {"watcher_continued.json": (await env.client.get_workflow_handle(wid, run_id=first).fetch_history()).to_json(),
+            "watcher_adopted.json": (await env.client.get_workflow_handle(wid, run_id=last).fetch_history()).to_json()}
+
+
+async def _ready(value):
+    return value
+
+
 async def main(rewrite_all: bool = False) -> None:
     env = await WorkflowEnvironment.start_time_skipping(data_converter=pydantic_data_converter,
                                                         test_server_existing_path=test_server_path())
@@ -269,6 +331,7 @@ async def main(rewrite_all: bool = False) -> None:
         await _validation_inconclusive(env)
         await _failed(env)
         texts = await _merge_wait_continued(env)
+        texts.update(await _watcher_continued(env))
         texts.update(await _merge_wait(env))  # last: it leaves an in-flight watch behind on this server
         for name, wid in HISTORIES.items():
             path = HERE / name

@@ -20,6 +20,8 @@ class StandinJobs(httpx.AsyncBaseTransport):
         self.requests: Counter[str] = Counter()
         self.lines: list[dict] = []  # {"key", "data", "seq"}
         self.stall_s = 0.0  # answer every request this late (a stalled controller)
+        self.stall_once: dict[str, float] = {}  # method -> hang its next request this long (then answer)
+        self.block_once: dict[str, float] = {}  # method -> block the whole event loop this long (a starved worker)
 
     def set_state(self, job_id: str, state: str) -> None:
         self.jobs[job_id] = state
@@ -45,6 +47,10 @@ class StandinJobs(httpx.AsyncBaseTransport):
         self.requests[method] += 1
         if self.stall_s:
             await asyncio.sleep(self.stall_s)
+        if method in self.stall_once:
+            await asyncio.sleep(self.stall_once.pop(method))
+        if method in self.block_once:
+            time.sleep(self.block_once.pop(method))
         body = json.loads(await request.aread() or b"{}")
         if method == "GetJobState":
             reply = {"states": {j: f"JOB_STATE_{self.jobs[j].upper()}" for j in body.get("jobIds", []) if j in self.jobs}}

@@ -12,10 +12,9 @@ import datetime
 import uuid
 
 from temporalio import workflow
-from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.converter import PayloadCodec
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
@@ -24,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.models import JobProgress
     from domain.watch import PageRequest, WatcherInput, WatchPage, WatchRequest, watcher_id
     from tests.iris.standin_jobs import StandinJobs
+    from tests.workflows.receiver import EndReceiver, SizeRecorder
     from workflows.watcher import IrisWatcherWorkflow
 
 N_WATCHES = 1500
@@ -32,44 +32,6 @@ MARKERS = [f"=== [build {i:02d}/31] step {i} of the GPU-RL image build: a marker
            for i in range(31)]  # like the real contract's 31 marker texts (~2.25 KB per job before)
 POLICY = PolicySettings(watch_interval_s=0.5, watch_fast_interval_s=0.5, watch_idle_interval_s=0.5,
                         watch_status_budget_per_min=600, watch_signal_progress_s=3600)
-
-
-class SizeRecorder(PayloadCodec):
-    """Records the size of every payload encoded or decoded (passes them through unchanged)."""
-
-    def __init__(self) -> None:
-        self.largest = 0
-        self.count = 0
-
-    def _see(self, payloads) -> None:
-        for p in payloads:
-            self.count += 1
-            self.largest = max(self.largest, p.ByteSize())
-
-    async def encode(self, payloads: list[Payload]) -> list[Payload]:
-        self._see(payloads)
-        return list(payloads)
-
-    async def decode(self, payloads: list[Payload]) -> list[Payload]:
-        self._see(payloads)
-        return list(payloads)
-
-
-@workflow.defn
-class EndReceiver:
-    """Plays a target: waits for the watcher's ``job_changed`` with a terminal state."""
-
-    def __init__(self) -> None:
-        self.progress: JobProgress | None = None
-
-    @workflow.signal
-    def job_changed(self, progress: JobProgress) -> None:
-        self.progress = progress
-
-    @workflow.run
-    async def run(self) -> JobProgress:
-        await workflow.wait_condition(lambda: self.progress is not None and self.progress.terminal)
-        return self.progress
 
 
 def _config(tmp_path, cluster: str) -> ServiceConfig:
@@ -155,3 +117,51 @@ async def _eventually(predicate, what: str, attempts: int = 600, interval: float
             return value
         await asyncio.sleep(interval)
     raise AssertionError(f"gave up waiting for {what}")
+
+
+async def test_a_stalled_watcher_is_replaced_and_the_end_still_delivered(temporal_client, tmp_path):
+    """A request that never answers is bounded (the job is shown unreachable and read again); a worker
+    whose loop is starved (the detail read of a job that just ended blocks the event loop for 15 s) stops
+    heartbeating: Temporal starts a fresh attempt after one heartbeat timeout (the old one ends itself as
+    stalled once it runs again), the new attempt rebuilds from the workflow, and the end is delivered."""
+    run = uuid.uuid4().hex[:8]
+    cluster, tq = f"stall-{run}", f"tq-stall-{run}"
+    job_ids = [f"/runner/stall-{run}-{i}" for i in range(3)]
+    iris = StandinJobs({j: "running" for j in job_ids})
+    receiver_id, ended = f"receiver-{run}", job_ids[1]
+    wid = watcher_id(cluster, tq)
+    watch = WatchActivities(_config(tmp_path, cluster), transport=iris)
+    async with Worker(temporal_client, task_queue=tq, workflows=[IrisWatcherWorkflow, EndReceiver],
+                      activities=[watch.watch_cluster]):
+        receiver = await temporal_client.start_workflow(EndReceiver.run, id=receiver_id, task_queue=tq)
+        for i, j in enumerate(job_ids):
+            await temporal_client.start_workflow(
+                IrisWatcherWorkflow.run, WatcherInput(cluster=cluster), id=wid, task_queue=tq,
+                start_signal="watch", start_signal_args=[WatchRequest(
+                    job_id=j, workflow_id=receiver_id if j == ended else f"gone-{run}-{i}",
+                    registered_at="2026-12-01T00:00:00+00:00",
+                    known=JobProgress(job_id=j, state="running", terminal=False))],
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+
+        async def polling() -> bool:
+            return iris.requests["GetJobState"] > 0
+        await _eventually(polling, "the watcher polls")
+        iris.stall_once = {"GetJobState": 60.0}  # bounded by the poll deadline: not a stall
+        await _eventually(lambda: _async(not iris.stall_once), "the hung request")
+        iris.block_once = {"GetJobStatus": 15.0}
+        iris.set_state(ended, "succeeded")
+        got = await asyncio.wait_for(receiver.result(), 120)
+        for j in job_ids:
+            iris.set_state(j, "succeeded")  # the rest end too: the watcher completes and its history closes
+        await asyncio.wait_for(temporal_client.get_workflow_handle(wid).result(), 120)
+        events = [e async for e in temporal_client.get_workflow_handle(wid).fetch_history_events()]
+
+    assert got.job_id == ended and got.terminal
+    started = [e.activity_task_started_event_attributes for e in events
+               if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED]
+    assert any(s.attempt >= 2 and ("stalled" in s.last_failure.message or "eartbeat" in s.last_failure.message)
+               for s in started), [(s.attempt, s.last_failure.message) for s in started]
+
+
+async def _async(value):
+    return value
