@@ -554,7 +554,9 @@ async def _send_update(handle, update, arg) -> None:
     try:
         msg = await handle.execute_update(update, arg)
     except WorkflowUpdateFailedError as e:
-        _fail(f"refused: {e.cause.message if e.cause else e}", EXIT_FAILED)
+        # Not a configured operator (checked by the worker): bad input, like an unlisted --by caught here.
+        code = EXIT_USAGE if getattr(e.cause, "type", None) == "NotAuthorized" else EXIT_FAILED
+        _fail(f"refused: {e.cause.message if e.cause else e}", code)
     except RPCError as e:
         raise oc.service_error(e, handle.id) from None
     click.echo(msg)
@@ -576,15 +578,34 @@ def _note(value: str) -> str:
     raise AssertionError
 
 
+def _operator(config: ServiceConfig, name: str) -> str:
+    """``--by`` must name a configured operator; the worker checks again (and a team's members via GitHub)."""
+    ops = config.operators
+    if not ops.lists(name) and not ops.teams:
+        listed = "not in operators.logins" if ops.logins else "no [operators] logins or teams configured"
+        _fail(f"--by {name}: not a configured operator ({listed})")
+    return name
+
+
 @cli.command("approve-merge")
 @click.argument("workflow_id")
-@click.option("--by", required=True, help="Operator authorizing the merge.")
+@click.option("--by", required=True, help="Configured operator ([operators]) authorizing the merge.")
 @click.option("--note", default="")
+@click.option("--override-check", "override_checks", multiple=True, metavar="NAME",
+              help="Merge although required check NAME is not green (repeatable; needs --reason).")
+@click.option("--reason", default="", help="Why the overridden checks do not block (recorded in the PR).")
 @click.pass_context
-def approve_merge(ctx, workflow_id, by, note):
-    """Authorize the merge of the pipeline's PR (refused while checks are pending or red)."""
-    auth = MergeAuthorization(by=_checked_name(by, "--by"), note=_note(note))
+def approve_merge(ctx, workflow_id, by, note, override_checks, reason):
+    """Authorize the merge of the pipeline's PR: accepted at once, merged as soon as the required checks are green."""
+    name, note = _checked_name(by, "--by"), _note(note)
     config = _config(ctx)
+    try:
+        checks = [operator_name(c, flag="--override-check") for c in override_checks]
+        why = clean_text(reason, flag="--reason", required=bool(checks)) or ""
+    except OperatorInputError as e:
+        _fail(str(e))
+    auth = MergeAuthorization(by=_operator(config, name), note=note, override_checks=sorted(set(checks)),
+                              reason=why)
 
     async def go():
         handle = await oc.pipeline(await _client(config), workflow_id, running=True)
@@ -597,13 +618,14 @@ def approve_merge(ctx, workflow_id, by, note):
 @click.argument("workflow_id")
 @click.argument("target")
 @click.argument("action", type=click.Choice(["retry", "abort"]))
-@click.option("--by", required=True, help="Operator making the decision.")
+@click.option("--by", required=True, help="Configured operator ([operators]) deciding.")
 @click.option("--note", default="")
 @click.pass_context
 def decide(ctx, workflow_id, target, action, by, note):
     """Answer a target waiting on an unknown failure: retry it or abort it."""
-    decision = OperatorDecision(action=action, by=_checked_name(by, "--by"), note=_note(note))
+    name, note = _checked_name(by, "--by"), _note(note)
     config = _config(ctx)
+    decision = OperatorDecision(action=action, by=_operator(config, name), note=note)
 
     async def go():
         handle = await oc.target(await _client(config), workflow_id, target, running=True)

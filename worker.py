@@ -22,6 +22,7 @@ from temporalio.worker import Worker
 
 from activities.build import BuildActivities
 from activities.common import HEARTBEAT_EVERY_S
+from activities.merge_gate import OperatorActivities
 from activities.preflight import PreflightActivities
 from activities.record import RecordActivities
 from activities.source import SourceActivities
@@ -86,7 +87,7 @@ def serve_metrics(bind: str) -> None:
 
 def activity_groups(config) -> list:
     return [SourceActivities(config), PreflightActivities(config), BuildActivities(config), RecordActivities(config),
-            WatchActivities(config)]
+            WatchActivities(config), OperatorActivities(config)]
 
 
 def activities_for(config, groups: list | None = None) -> list:

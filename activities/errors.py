@@ -90,6 +90,10 @@ class Conflict(ActivityFailure):
     """Remote state disagrees with what this build would write (moved branch, foreign worktree)."""
 
 
+class NotAuthorized(ActivityFailure):
+    """An operator command named someone who is not a configured operator (``[operators]``)."""
+
+
 class PreflightFailed(ActivityFailure):
     """Preflight found a missing credential, permission, tool or a broken script: nothing was done yet."""
 
@@ -99,7 +103,8 @@ class PreflightUnavailable(Transient):
 
 
 NON_RETRYABLE: tuple[type[ActivityFailure], ...] = (
-    InputError, AuthenticationFailed, PermissionDenied, NotFound, MissingTool, Conflict, PreflightFailed)
+    InputError, AuthenticationFailed, PermissionDenied, NotFound, MissingTool, Conflict, PreflightFailed,
+    NotAuthorized)
 NON_RETRYABLE_TYPES: list[str] = [c.__name__ for c in NON_RETRYABLE]
 
 

@@ -16,6 +16,7 @@ import git
 from temporalio import activity
 
 from activities.common import ActivityGroup, Heartbeater, input_error
+from activities.merge_gate import gate_reader, verify_operator
 from clients.child_env import child_env
 from clients.git_source import (
     DirtyWorktree,
@@ -29,7 +30,7 @@ from clients.git_source import (
     restore_paths,
     worktree_changes,
 )
-from clients.github import GitHubClient, HeadMoved, NotMergeable, checks_state, comment_marker
+from clients.github import GitHubClient, HeadMoved, NotMergeable, comment_marker
 from clients.identity import github_auth
 from domain.config import GitHubSettings
 from domain.contract import ContractError, load_contract
@@ -180,41 +181,42 @@ class RecordActivities(ActivityGroup):
     # ------------------------------------------------------------------ watch + merge
     @activity.defn
     async def watch_pull_request(self, inp: WatchInput) -> ReviewState:
-        """Poll checks and reviews until something changes (or ``return_after_s``), heartbeating."""
+        """Poll the PR until its gate state changes (or ``return_after_s``), heartbeating: required checks
+        (branch protection / rulesets, else configured), reviews that block, operators' approvals on GitHub.
+        Faster while an authorization waits for green (``policy.merge_watch_authorized_interval_s``)."""
         _, gh = self._github()
+        policy = self.config.policy
+        every = policy.merge_watch_authorized_interval_s if inp.authorized else policy.merge_watch_interval_s
         started = time.monotonic()
         async with gh:
+            reader = gate_reader(gh, self.config)
             while True:
-                state = await _review_state(gh, inp.pr_number)
+                state = await reader.state(inp.pr_number, inp.overrides)
                 activity.heartbeat(redact_obj(state.model_dump(mode="json")))
                 if state != inp.last or time.monotonic() - started >= inp.return_after_s:
                     return state
-                await asyncio.sleep(5)
+                await asyncio.sleep(every)
 
     @activity.defn
     async def merge_pull_request(self, inp: MergeInput) -> ReviewState:
+        """Merge at the reviewed head, after checking the authorization again on this worker: the login
+        must still be a configured operator (an authorization carried for weeks, or recorded by an
+        older version that took the name on trust, is never merged on its word alone)."""
         _, gh = self._github()
+        overrides = inp.authorization.override_checks if inp.authorization else []
         async with gh:
+            reader = gate_reader(gh, self.config)
             pull = await gh.get_pull(inp.pr_number)
             if pull.merged:
-                return await _review_state(gh, inp.pr_number)
+                return await reader.state(inp.pr_number, overrides)
+            auth = inp.authorization
+            verified = auth and await verify_operator(gh, self.config.operators, auth.by, strict=False)
+            if not verified:
+                activity.logger.warning(f"merge of #{inp.pr_number} refused: "
+                                        f"{auth.by if auth else 'nobody'} is not a configured operator")
+                return await reader.state(inp.pr_number, overrides)
             try:
                 await gh.merge_pull(inp.pr_number, inp.head_sha)
             except (HeadMoved, NotMergeable) as e:
                 activity.logger.warning(f"merge of #{inp.pr_number} refused: {e}")
-            return await _review_state(gh, inp.pr_number)
-
-
-async def _review_state(gh: GitHubClient, number: int) -> ReviewState:
-    pull = await gh.get_pull(number)
-    runs = await gh.check_runs(pull.head_sha)
-    combined = await gh.combined_status(pull.head_sha)
-    reviews = await gh.reviews(number)
-    latest: dict[str, str] = {}
-    for r in reviews:
-        latest[r.user_login or str(r.id)] = r.state
-    failing = [r.name for r in runs if r.status == "completed" and r.conclusion not in ("success", "neutral", "skipped")]
-    return ReviewState(head_sha=pull.head_sha, checks=checks_state(runs, combined), failing_checks=failing,
-                       changes_requested="CHANGES_REQUESTED" in latest.values(),
-                       approvals=sum(1 for s in latest.values() if s == "APPROVED"),
-                       merged=pull.merged, merge_commit=pull.merge_commit_sha)
+            return await reader.state(inp.pr_number, overrides)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Generator, Iterable
 from datetime import UTC, datetime
 from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ConfigDict
@@ -456,6 +457,50 @@ class GitHubClient:
 
     async def reviews(self, pull_number: int) -> list[Review]:
         return [Review.from_api(d) for d in await self._paged(f"{self._r}/pulls/{pull_number}/reviews")]
+
+    # -- merge gate: required checks, reviewers' access, operators' teams
+
+    async def protection_required_checks(self, branch: str) -> list[str]:
+        """``GET /repos/{o}/{r}/branches/{b}/protection/required_status_checks``: the required contexts.
+
+        An unprotected branch (404 "Branch not protected") or one without status-check protection (404
+        "Required status checks not enabled") requires none: ``[]``. Other errors propagate (403 when
+        the token lacks administration read, 404 "Not Found" when it cannot see the settings at all)."""
+        try:
+            data = await self._json("GET", f"{self._r}/branches/{quote(branch, safe='')}/protection/"
+                                           "required_status_checks")
+        except NotFound as e:
+            if e.message in ("Branch not protected", "Required status checks not enabled"):
+                return []
+            raise
+        names = set(data.get("contexts") or []) | {c["context"] for c in data.get("checks") or [] if c.get("context")}
+        return sorted(names)
+
+    async def ruleset_required_checks(self, branch: str) -> list[str]:
+        """``GET /repos/{o}/{r}/rules/branches/{b}``: contexts of every active ``required_status_checks`` rule
+        (readable with read access; rulesets apply on top of branch protection)."""
+        rules = await self._paged(f"{self._r}/rules/branches/{quote(branch, safe='')}")
+        names: set[str] = set()
+        for rule in rules:
+            if rule.get("type") == "required_status_checks":
+                params = rule.get("parameters") or {}
+                names |= {c["context"] for c in params.get("required_status_checks") or [] if c.get("context")}
+        return sorted(names)
+
+    async def collaborator_permission(self, login: str) -> str:
+        """``GET /repos/{o}/{r}/collaborators/{u}/permission``: admin, write, read or none (maintain → write)."""
+        data = await self._json("GET", f"{self._r}/collaborators/{quote(login, safe='')}/permission")
+        return str(data.get("permission") or "none")
+
+    async def team_membership(self, team: str, login: str) -> str | None:
+        """``GET /orgs/{org}/teams/{slug}/memberships/{u}``: "active"/"pending", or None when not a member."""
+        org, slug = team.split("/", 1)
+        try:
+            data = await self._json("GET", f"/orgs/{quote(org, safe='')}/teams/{quote(slug, safe='')}/memberships/"
+                                           f"{quote(login, safe='')}")
+        except NotFound:
+            return None
+        return str(data.get("state") or "")
 
     # -- access (preflight)
 

@@ -188,12 +188,36 @@ class GitHubSettings(_Model):
     do_not_touch: list[str] = Field(default_factory=lambda: ["cloud/iris/launch_rl_iris.py"])
     lint_command: list[str] | None = None
     tracking_issue_url: str = "https://github.com/marin-community/marin/issues/7920"
+    # The merge gate waits on the base branch's required checks as GitHub states them (branch protection
+    # and rulesets). These are used instead, and the report says so, when GitHub cannot tell (the token
+    # may not read branch protection: 403) or states none; with neither, every reported check is required.
+    required_checks: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_identity(self) -> GitHubSettings:
         if (self.token is None) == (self.app is None):
             raise ValueError("set exactly one of github.token (a token) and github.app (an App installation)")
         return self
+
+
+class OperatorSettings(_Model):
+    """Who may authorize a merge (``approve-merge``, an ``/approve-merge`` comment or an approving review)
+    and answer a waiting target (``decide``): GitHub logins and/or teams (``org/team-slug``, membership
+    read through the GitHub API). Checked by the worker, never taken from the caller: empty = nobody."""
+
+    logins: list[str] = Field(default_factory=list)
+    teams: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _team_form(self) -> OperatorSettings:
+        bad = [t for t in self.teams if t.count("/") != 1 or not all(t.split("/"))]
+        if bad:
+            raise ValueError(f"teams must be 'org/team-slug', got {', '.join(map(repr, bad))}")
+        return self
+
+    def lists(self, login: str) -> bool:
+        """``login`` is listed by name (GitHub logins are case-insensitive)."""
+        return login.strip().lower() in {x.strip().lower() for x in self.logins}
 
 
 class PolicySettings(_Model):
@@ -228,6 +252,11 @@ class PolicySettings(_Model):
     monitor_safety_interval_s: float = 1200.0  # a target re-checks its watch when not woken for this long
     # Planning asks each cluster the plan uses for its live architecture at most this long (all at once).
     plan_cluster_deadline_s: float = Field(default=1.5, gt=0)
+
+    # The PR watch polls GitHub this often (about 5 requests a poll), and faster while an accepted merge
+    # authorization waits for the required checks to turn green (the critical path of approve-at-green).
+    merge_watch_interval_s: float = Field(default=5.0, gt=0)
+    merge_watch_authorized_interval_s: float = Field(default=2.0, gt=0)
 
 
 class EvidenceSettings(_Model):
@@ -311,6 +340,7 @@ class ServiceConfig(_Model):
     clusters: dict[str, ClusterSettings]
     registry: RegistrySettings
     github: GitHubSettings | None = None
+    operators: OperatorSettings = OperatorSettings()
     policy: PolicySettings = PolicySettings()
     evidence: EvidenceSettings = EvidenceSettings()
     build: BuildSettings = BuildSettings()

@@ -297,6 +297,8 @@ class OperatorDecision(BaseModel):
     action: Literal["retry", "abort"]
     by: str = "operator"
     note: str = ""
+    verified: str = ""  # set by the worker: how ``by`` was found to be a configured operator
+    temporal_identity: str | None = None
 
 
 class TargetStatus(BaseModel):
@@ -377,30 +379,83 @@ class PullRequestInfo(BaseModel):
     issue_comment_url: str | None = None
 
 
+class GitHubApproval(BaseModel):
+    """A merge authorization given on GitHub by a configured operator, verified through the API."""
+
+    login: str
+    via: Literal["review", "comment"]
+    url: str | None = None
+    verified: str  # how the login was found to be an operator: "config:operators.logins" or "team org/slug"
+
+
 class ReviewState(BaseModel):
     head_sha: str
-    checks: Literal["pending", "success", "failure"]
-    failing_checks: list[str] = Field(default_factory=list)
-    changes_requested: bool = False
+    checks: Literal["pending", "success", "failure"]  # the REQUIRED checks (minus operator overrides)
+    failing_checks: list[str] = Field(default_factory=list)  # required checks that failed
+    changes_requested: bool = False  # a reviewer with write access requests changes
     approvals: int = 0
     merged: bool = False
     merge_commit: str | None = None
+    # Where the required set came from (branch protection / rulesets / configuration) and what it is;
+    # optional checks are shown, never blocking. (Defaults: states recorded before the merge gate read them.)
+    required_checks: list[str] = Field(default_factory=list)
+    required_source: str = ""
+    pending_checks: list[str] = Field(default_factory=list)  # required checks not finished or not reported
+    optional_failing: list[str] = Field(default_factory=list)
+    overridden: list[str] = Field(default_factory=list)  # required checks an operator overrode
+    blocking_reviewers: list[str] = Field(default_factory=list)  # CHANGES_REQUESTED with write access
+    ignored_reviewers: list[str] = Field(default_factory=list)  # CHANGES_REQUESTED without write access
+    github_approval: GitHubApproval | None = None
 
 
 class WatchInput(BaseModel):
     pr_number: int
     return_after_s: float = 50.0
     last: ReviewState | None = None
+    overrides: list[str] = Field(default_factory=list)  # required checks an operator overrode
+    authorized: bool = False  # an authorization waits for green: poll at the faster cadence
+
+
+class MergeAuthorization(BaseModel):
+    """Who authorized the merge and how it was verified. The caller fills ``by``/``note`` and the override;
+    the worker fills the rest (configured operator, Temporal identity of the update's caller)."""
+
+    by: str
+    note: str = ""
+    override_checks: list[str] = Field(default_factory=list)  # required checks merged over, with reason
+    reason: str = ""  # why the overridden checks do not block (required with override_checks)
+    via: Literal["temporal", "github-review", "github-comment"] = "temporal"
+    verified: str = ""  # "config:operators.logins" or "team org/slug"; empty = not verified (older runs)
+    temporal_identity: str | None = None  # the identity the server recorded for the update's caller
+    head_sha: str | None = None  # the PR head when authorized: a new head needs a new authorization
+    update_id: str | None = None
+    comment_url: str | None = None  # the PR comment recording it
 
 
 class MergeInput(BaseModel):
     pr_number: int
     head_sha: str
+    authorization: MergeAuthorization | None = None  # re-verified by the merge activity (None: older runs)
 
 
-class MergeAuthorization(BaseModel):
+class AuthorizeInput(BaseModel):
+    """An operator command to verify on the worker: the name against the configured operators, the
+    caller's Temporal identity from the server's record of the update, and (approve-merge) the PR comment."""
+
+    kind: Literal["approve-merge", "decide"]
     by: str
-    note: str = ""
+    update_id: str | None = None
+    pr_number: int | None = None
+    request_id: str = ""
+    authorization: MergeAuthorization | None = None  # approve-merge: what to record in the PR
+    detail: str = ""  # decide: "<target> retry"
+
+
+class VerifiedOperator(BaseModel):
+    login: str
+    verified: str  # "config:operators.logins" or "team org/slug"
+    temporal_identity: str | None = None
+    comment_url: str | None = None
 
 
 # ---------------------------------------------------------------- the final report

@@ -31,6 +31,8 @@ BOUNDARY_FAILURES = {
     "MissingTool": ("tool", "install the tool on the worker (the worker image pins its tools in "
                             "docker/install.py) or fix the configured command"),
     "Conflict": ("conflict", "look at the branch or work directory the message names; nothing was overwritten"),
+    "NotAuthorized": ("authorization", "have a configured operator ([operators] in the worker's configuration) "
+                                       "run the command"),
     "Transient": ("unreachable", "the service stayed unreachable for the whole retry budget; once it answers, "
                                  "build again (nothing already done is repeated)"),
 }

@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import git
 import jwt
@@ -97,6 +97,10 @@ class _Store:
     reviews: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)  # repo -> number
     permissions: dict[str, dict[str, bool]] = field(default_factory=dict)  # repo -> the token's permissions
     issues: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # repo -> number -> overrides
+    protection: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # repo -> branch -> settings
+    rulesets: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # repo -> active rulesets
+    collaborators: dict[str, dict[str, str]] = field(default_factory=dict)  # repo -> login -> permission
+    teams: dict[str, list[str]] = field(default_factory=dict)  # "org/slug" -> member logins
     next_id: int = 1000
     next_number: dict[str, int] = field(default_factory=dict)  # repo -> next issue/PR number
 
@@ -326,7 +330,7 @@ class GitHubStandin:
     def _comment_json(self, repo: str, c: dict[str, Any]) -> dict[str, Any]:
         return {**c, "url": f"{self.base_url}/repos/{repo}/issues/comments/{c['id']}",
                 "html_url": f"{self.base_url}/{repo}/issues/{c['issue_number']}#issuecomment-{c['id']}",
-                "user": {"login": repo.split("/")[0]}}
+                "user": {"login": c.get("user") or repo.split("/")[0]}}  # the token's own login: the owner
 
     def add_comment(self, repo: str, issue: str, body: dict[str, Any]) -> dict[str, Any]:
         known = self.get_issue(repo, issue)  # a missing issue: 404, as GitHub answers
@@ -354,6 +358,87 @@ class GitHubStandin:
             raise _HttpError(422, "Validation Failed",
                              errors=[{"resource": "IssueComment", "field": "body", "code": "missing_field"}])
         c.update(body=body["body"], updated_at=_now())
+        self._save()
+        return self._comment_json(repo, c)
+
+    # -- endpoints: branch protection, rulesets, collaborators, teams (the merge gate's reads)
+
+    def _can_admin(self, repo: str) -> bool:
+        return bool((self.store.permissions.get(repo) or {}).get("admin"))
+
+    def protection_required_checks(self, repo: str, branch: str) -> dict[str, Any]:
+        """GitHub's answers: 403 without admin (what most tokens get), 404 "Branch not protected" /
+        "Required status checks not enabled", else the required contexts and checks."""
+        self._git(repo)
+        if self._branch_sha(repo, branch) is None:
+            raise _HttpError(404, "Branch not found")
+        if not self._can_admin(repo):
+            raise _HttpError(403, "Resource not accessible by integration")
+        prot = self.store.protection.get(repo, {}).get(branch)
+        if prot is None:
+            raise _HttpError(404, "Branch not protected")
+        if prot.get("contexts") is None:
+            raise _HttpError(404, "Required status checks not enabled")
+        url = f"{self.base_url}/repos/{repo}/branches/{branch}/protection/required_status_checks"
+        return {"url": url, "strict": bool(prot.get("strict")), "contexts": list(prot["contexts"]),
+                "checks": [{"context": c, "app_id": None} for c in prot["contexts"]],
+                "contexts_url": f"{url}/contexts"}
+
+    def branch_rules(self, repo: str, branch: str) -> list[dict[str, Any]]:
+        """``GET /repos/{o}/{r}/rules/branches/{b}``: readable with read access; [] when nothing applies."""
+        self._git(repo)
+        out = []
+        for rs in self.store.rulesets.get(repo, []):
+            if branch in rs["branches"] and rs.get("enforcement", "active") == "active":
+                out.append({"type": "required_status_checks", "ruleset_source_type": "Repository",
+                            "ruleset_source": repo, "ruleset_id": rs["id"],
+                            "parameters": {"strict_required_status_checks_policy": False,
+                                           "do_not_enforce_on_create": False,
+                                           "required_status_checks": [{"context": c} for c in rs["checks"]]}})
+        return out
+
+    def collaborator_permission(self, repo: str, login: str) -> dict[str, Any]:
+        """Everyone not set otherwise can read (a public repository); the owner is admin."""
+        self._git(repo)
+        perm = self.store.collaborators.get(repo, {}).get(login.lower())
+        if perm is None:
+            perm = "admin" if login.lower() == repo.split("/")[0].lower() else "read"
+        role = {"admin": "admin", "maintain": "maintain", "write": "write", "triage": "triage"}.get(perm, perm)
+        legacy = {"maintain": "write", "triage": "read"}.get(perm, perm)
+        return {"permission": legacy, "role_name": role, "user": {"login": login}}
+
+    def team_membership(self, org: str, slug: str, login: str) -> dict[str, Any]:
+        members = self.store.teams.get(f"{org}/{slug}")
+        if members is None or login.lower() not in {m.lower() for m in members}:
+            raise _HttpError(404, "Not Found")
+        return {"url": f"{self.base_url}/orgs/{org}/teams/{slug}/memberships/{login}", "role": "member",
+                "state": "active"}
+
+    def admin_merge_gate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Set branch protection, a ruleset, a collaborator's permission or a team's members."""
+        repo = body.get("repo", "")
+        if "protection" in body:  # {"branch": ..., "contexts": [...] | None} or None to unprotect
+            prot = self.store.protection.setdefault(repo, {})
+            if body["protection"] is None:
+                prot.pop(body["branch"], None)
+            else:
+                prot[body["branch"]] = body["protection"]
+        if "ruleset" in body:
+            rs = {"id": self.store.new_id(), **body["ruleset"]}
+            self.store.rulesets.setdefault(repo, []).append(rs)
+        if "collaborator" in body:
+            self.store.collaborators.setdefault(repo, {})[body["collaborator"].lower()] = body["permission"]
+        if "team" in body:
+            self.store.teams[body["team"]] = list(body["members"])
+        self._save()
+        return {"ok": True}
+
+    def admin_add_comment(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A comment by another GitHub user (e.g. an operator's ``/approve-merge``)."""
+        repo = body["repo"]
+        c = {"id": self.store.new_id(), "issue_number": int(body["number"]), "body": body["body"],
+             "user": body["user"], "created_at": _now(), "updated_at": _now()}
+        self.store.comments.setdefault(repo, {})[str(c["id"])] = c
         self._save()
         return self._comment_json(repo, c)
 
@@ -601,7 +686,17 @@ class GitHubStandin:
              200, None),
             ("POST", r + r"/statuses/(?P<sha>[^/]+)", lambda m: self.create_status(m["repo"], m["sha"], body),
              201, None),
+            ("GET", r + r"/branches/(?P<b>[^/]+)/protection/required_status_checks",
+             lambda m: self.protection_required_checks(m["repo"], unquote(m["b"])), 200, None),
+            ("GET", r + r"/rules/branches/(?P<b>[^/]+)", lambda m: self.branch_rules(m["repo"], unquote(m["b"])),
+             200, ""),
+            ("GET", r + r"/collaborators/(?P<u>[^/]+)/permission",
+             lambda m: self.collaborator_permission(m["repo"], unquote(m["u"])), 200, None),
+            ("GET", r"/orgs/(?P<org>[^/]+)/teams/(?P<slug>[^/]+)/memberships/(?P<u>[^/]+)",
+             lambda m: self.team_membership(m["org"], m["slug"], unquote(m["u"])), 200, None),
             ("POST", r"/_admin/checks", lambda m: self.admin_set_check(body), 200, None),
+            ("POST", r"/_admin/merge_gate", lambda m: self.admin_merge_gate(body), 200, None),
+            ("POST", r"/_admin/comments", lambda m: self.admin_add_comment(body), 200, None),
             ("POST", r"/_admin/reviews", lambda m: self.admin_add_review(body), 200, None),
             ("POST", r"/_admin/rate_limit", lambda m: self.admin_rate_limit(body), 200, None),
             ("POST", r"/_admin/slow", lambda m: self.admin_slow(body), 200, None),
@@ -724,6 +819,25 @@ class GitHubStandinHandle:
 
     def add_review(self, repo: str, number: int, state: str = "APPROVED", user: str = "reviewer") -> dict[str, Any]:
         return self._admin("reviews", {"repo": repo, "number": number, "state": state, "user": user})
+
+    def protect(self, repo: str, branch: str, contexts: list[str] | None) -> dict[str, Any]:
+        """Branch protection on ``branch`` requiring ``contexts`` (None: protected, no status checks).
+        Readable only when the token is admin (``set_permissions(repo, admin=True, ...)``)."""
+        return self._admin("merge_gate", {"repo": repo, "branch": branch, "protection": {"contexts": contexts}})
+
+    def add_ruleset(self, repo: str, branch: str, checks: list[str], enforcement: str = "active") -> dict[str, Any]:
+        return self._admin("merge_gate", {"repo": repo, "ruleset": {"branches": [branch], "checks": checks,
+                                                                     "enforcement": enforcement}})
+
+    def set_collaborator(self, repo: str, login: str, permission: str) -> dict[str, Any]:
+        """``permission``: admin, maintain, write, triage, read or none."""
+        return self._admin("merge_gate", {"repo": repo, "collaborator": login, "permission": permission})
+
+    def set_team(self, team: str, members: list[str]) -> dict[str, Any]:
+        return self._admin("merge_gate", {"team": team, "members": members})
+
+    def add_comment(self, repo: str, number: int, body: str, user: str) -> dict[str, Any]:
+        return self._admin("comments", {"repo": repo, "number": number, "body": body, "user": user})
 
     def set_permissions(self, repo: str, **permissions: bool) -> dict[str, Any]:
         """What ``GET /repos/{repo}`` reports the token may do (default: push, triage, pull)."""

@@ -194,6 +194,9 @@ class SandboxStack:
             self.temporal, self.iris, self.open_registry, self.token_registry, self.github)) if p]
 
 
+SANDBOX_OPERATORS = ("tester", "sandbox-operator", "kill-matrix", "bench-operator")
+
+
 def write_service_config(path: Path, state_dir: Path, *, temporal, iris, token_registry, open_registry, remotes,
                          github=None, task_queue: str = "gpu-rl-builder") -> Path:
     """The service configuration for these sandbox parts (``domain.config.ServiceConfig`` as TOML).
@@ -239,6 +242,8 @@ def write_service_config(path: Path, state_dir: Path, *, temporal, iris, token_r
         gh_token = state_dir / "secrets" / "github-token"
         _write_secret(gh_token, github.token)
         config["github"] = {"api_url": github.api_url, "token": {"kind": "file", "path": str(gh_token)}}
+    # Who may approve merges and decide in the sandbox (the names its demo, tests and benches use).
+    config["operators"] = {"logins": list(SANDBOX_OPERATORS)}
     (state_dir / "work").mkdir(parents=True, exist_ok=True)
     path.write_text(to_toml(config))
     from domain.config import load_config

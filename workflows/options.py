@@ -68,6 +68,9 @@ PREFLIGHT = io_step(timedelta(minutes=5), retry=retry_within(timedelta(seconds=6
 PUBLISH_SOURCE = io_step(timedelta(minutes=15))
 RECORD = io_step(timedelta(minutes=15))
 MERGE = io_step(timedelta(minutes=5))
+# An operator command waits on this (the CLI blocks until the update completes): a GitHub outage fails it
+# within about a minute, with the cause, rather than holding the operator's terminal for half an hour.
+AUTHORIZE = io_step(timedelta(minutes=1), retry=retry_within(timedelta(seconds=60)))
 
 
 def watch_pull_request(return_after_s: float) -> dict[str, Any]:

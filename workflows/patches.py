@@ -33,3 +33,12 @@ ADOPT_VALIDATED = "adopt-validated-targets"
 # BuildPipelineWorkflow and RebuildCheckWorkflow started without a BuildKind search attribute tag
 # themselves (build/plan, rebuild-check) with one upsert (runs started before never do).
 BUILD_KIND = "build-kind-search-attribute"
+
+# Operator commands are verified on the worker (approve_merge / decide run the authorize_operator activity:
+# configured operator, Temporal identity, PR comment) instead of taking ``--by`` on trust.
+OPERATOR_AUTHORIZATION = "operator-authorization"
+
+# BuildPipelineWorkflow's merge wait keeps an accepted authorization while required checks are pending or
+# red (merging as soon as they are green, or overridden), adopts operators' approvals on GitHub, and
+# withdraws an authorization only when the head moves or the merge is refused.
+MERGE_GATE = "merge-gate-required-checks"

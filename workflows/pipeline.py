@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from domain import outcome
     from domain.models import (
         AdoptInput,
+        AuthorizeInput,
         BuildState,
         LoadStateInput,
         MergeAuthorization,
@@ -56,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from runtime import search_attributes as sa
     from workflows import metrics, options, patches
+    from workflows.operators import verify_operator
     from workflows.target import TargetBuildWorkflow
 
 # The PR watch long-polls GitHub (heartbeating) and returns on any change, else after an hour: an idle
@@ -77,6 +79,8 @@ class BuildPipelineWorkflow:
         self._step = "start"  # the step running now, named in a failure
         self._memo_sent = ""
         self._merge_wait_since: datetime | None = None
+        self._gate = False  # this run's merge wait follows patches.MERGE_GATE (set when the wait begins)
+        self._auth_seq = 0  # bumped by every accepted authorization: the PR watch wakes and re-reads
 
     @workflow.signal
     def target_changed(self, brief: TargetBrief) -> None:
@@ -103,22 +107,61 @@ class BuildPipelineWorkflow:
 
     @workflow.update
     async def approve_merge(self, auth: MergeAuthorization) -> str:
+        """Accepted and recorded at once, whatever the checks say (the merge follows them); refused only
+        for a caller who is not a configured operator (checked on the worker, not taken on trust)."""
+        if not workflow.patched(patches.OPERATOR_AUTHORIZATION):
+            self._merge_auth = auth
+            return f"merge authorized by {auth.by}"
+        pr = self._report.pull_request
+        verified = await verify_operator(AuthorizeInput(
+            kind="approve-merge", by=auth.by, pr_number=pr.number if pr else None,
+            request_id=self._report.workflow_id, authorization=auth))
+        update = workflow.current_update_info()
+        auth = auth.model_copy(update={
+            "verified": verified.verified, "temporal_identity": verified.temporal_identity,
+            "comment_url": verified.comment_url, "update_id": update.id if update else None,
+            "head_sha": self._review.head_sha if self._review else None})
+        if self._merge_auth is not None and self._merge_auth.head_sha == auth.head_sha:
+            # An authorization stands: this one adds overrides (each with its reason, in the PR comment).
+            auth = auth.model_copy(update={"override_checks": sorted(
+                set(self._merge_auth.override_checks) | set(auth.override_checks))})
         self._merge_auth = auth
-        return f"merge authorized by {auth.by}"
+        self._auth_seq += 1
+        self._show_merge_wait()
+        return self._approval_message(auth)
+
+    def _approval_message(self, auth: MergeAuthorization) -> str:
+        who = f"merge authorized by {auth.by} ({auth.verified}" + (
+            f"; Temporal identity {auth.temporal_identity}" if auth.temporal_identity else "") + ")"
+        rev = self._review
+        if rev is None:
+            return who
+        blocking = _blocking(rev, auth.override_checks)
+        if not blocking:
+            return f"{who}; required checks are green as last seen: merging now"
+        if rev.checks == "failure" and not set(rev.failing_checks) <= set(auth.override_checks):
+            return (f"{who}; accepted, waiting: {blocking}; it merges when they turn green, or approve again with "
+                    "--override-check NAME --reason TEXT")
+        return f"{who}; accepted and queued: {blocking}; it merges as soon as they are green"
 
     @approve_merge.validator
     def _validate_approve(self, auth: MergeAuthorization) -> None:
         if not auth.by.strip():
             raise ValueError("approve-merge needs the name of the operator who authorizes it (--by)")
-        if self._merge_auth is not None:
-            raise ValueError(f"merge already authorized by {self._merge_auth.by}")
+        if auth.override_checks and not auth.reason.strip():
+            raise ValueError("--override-check needs --reason (it is recorded in the PR)")
+        if self._review is not None and self._review.merged:
+            raise ValueError(f"PR already merged ({self._review.merge_commit})")
         if self._stage != Stage.AWAITING_MERGE or self._review is None:
             raise ValueError(f"nothing to merge yet (stage {self._stage.value})")
-        if self._review.checks != "success":
-            failing = ", ".join(self._review.failing_checks) or "none reported yet"
-            raise ValueError(f"required checks are {self._review.checks} (failing: {failing}); refusing to merge")
-        if self._review.changes_requested:
-            raise ValueError("a reviewer requested changes; refusing to merge")
+        if self._merge_auth is not None and (not auth.override_checks or not self._gate):
+            raise ValueError(f"merge already authorized by {self._merge_auth.by}")
+        if not self._gate:  # a run from before the merge gate: its merge wait drops authorizations given early
+            if self._review.checks != "success":
+                failing = ", ".join(self._review.failing_checks) or "none reported yet"
+                raise ValueError(f"required checks are {self._review.checks} (failing: {failing}); refusing to merge")
+            if self._review.changes_requested:
+                raise ValueError("a reviewer requested changes; refusing to merge")
 
     # ------------------------------------------------------------------ the run
     @workflow.run
@@ -249,6 +292,9 @@ class BuildPipelineWorkflow:
 
         Review can take weeks: once this run's history reaches ``merge_wait_events_per_run``, the wait
         continues as a new run carrying only ``MergeWaitState``, so no run nears Temporal's limits."""
+        if workflow.patched(patches.MERGE_GATE):
+            self._gate = True
+            return await self._await_merge_gated(inp, pr)
         rep = self._report
         watch_cancelled = False
         while True:
@@ -284,7 +330,7 @@ class BuildPipelineWorkflow:
                 await self._set_stage(Stage.MERGING)
                 merged = await workflow.execute_activity_method(
                     RecordActivities.merge_pull_request,
-                    MergeInput(pr_number=pr.number, head_sha=self._review.head_sha),
+                    MergeInput(pr_number=pr.number, head_sha=self._review.head_sha, authorization=self._merge_auth),
                     **options.MERGE,
                     summary=f"merge PR #{pr.number} at {self._review.head_sha[:12]} "
                             f"(authorized by {self._merge_auth.by})")
@@ -293,12 +339,72 @@ class BuildPipelineWorkflow:
                     break
                 await self._set_stage(Stage.AWAITING_MERGE)
             self._merge_auth = None  # head moved or checks went red after authorization: ask again
+        return await self._merged(pr)
+
+    async def _await_merge_gated(self, inp: PipelineInput, pr: PullRequestInfo) -> PipelineReport:
+        """The merge wait with the merge gate (patches.MERGE_GATE): an authorization is accepted whenever
+        it comes and stays while the required checks are pending or red; the watch wakes at once on it
+        and re-reads GitHub, then returns on every change, so the merge follows the checks turning green
+        without a second command. Only a new head (or a refused merge) withdraws an authorization."""
+        rep = self._report
+        watch_cancelled, reread = False, self._merge_auth is not None
+        while True:
+            if not watch_cancelled and self._history_is_long(inp):
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(inp.model_copy(update={"resume": self._merge_wait_state(inp)}))
+            auth = self._merge_auth
+            watch = asyncio.ensure_future(workflow.execute_activity_method(
+                RecordActivities.watch_pull_request,
+                WatchInput(pr_number=pr.number, last=None if reread else self._review, return_after_s=WATCH_RETURN_S,
+                           overrides=auth.override_checks if auth else [], authorized=auth is not None),
+                **options.watch_pull_request(WATCH_RETURN_S), summary=f"watch checks and reviews on PR #{pr.number}"))
+            reread, seq = False, self._auth_seq
+            woken = asyncio.ensure_future(workflow.wait_condition(lambda seq=seq: self._auth_seq != seq))
+            await workflow.wait([watch, woken], return_when=asyncio.FIRST_COMPLETED)
+            if not watch.done():
+                watch.cancel()  # an authorization arrived: read GitHub again right away
+                _settle_quietly(watch)
+                watch_cancelled, reread = True, True
+                continue
+            woken.cancel()
+            self._review = rep.review = await watch
+            watch_cancelled = False
+            if self._review.merged:  # merged by a human outside the service
+                break
+            if self._merge_auth is None and self._review.github_approval:
+                a = self._review.github_approval
+                self._merge_auth = MergeAuthorization(by=a.login, via=f"github-{a.via}", verified=a.verified,
+                                                      head_sha=self._review.head_sha, comment_url=a.url)
+            elif self._merge_auth is not None and self._merge_auth.head_sha not in (None, self._review.head_sha):
+                self._merge_auth = None  # new commits since the authorization: they need their own
+            self._show_merge_wait()
+            auth = self._merge_auth
+            if auth is None or _blocking(self._review, auth.override_checks):
+                continue
+            await self._set_stage(Stage.MERGING)
+            merged = await workflow.execute_activity_method(
+                RecordActivities.merge_pull_request,
+                MergeInput(pr_number=pr.number, head_sha=self._review.head_sha, authorization=auth),
+                **options.MERGE,
+                summary=f"merge PR #{pr.number} at {self._review.head_sha[:12]} (authorized by {auth.by})")
+            self._review = rep.review = merged
+            if merged.merged:
+                break
+            self._merge_auth = None  # refused (head moved, conflicts, operator no longer listed): ask again
+            await self._set_stage(Stage.AWAITING_MERGE)
+            self._show_merge_wait()
+        return await self._merged(pr)
+
+    async def _merged(self, pr: PullRequestInfo) -> PipelineReport:
+        rep = self._report
         pr.merged = True
         pr.merge_commit = self._review.merge_commit
         rep.merge_commit = self._review.merge_commit
         rep.status = "merged"
         rep.waiting = []
-        rep.message = f"merged PR #{pr.number} as {rep.merge_commit}"
+        rep.message = f"merged PR #{pr.number} as {rep.merge_commit}" + (
+            f" (authorized by {self._merge_auth.by}, {self._merge_auth.verified})"
+            if self._merge_auth and self._merge_auth.verified else "")
         await self._set_stage(Stage.DONE)
         workflow.upsert_search_attributes([sa.FAILURE_CLASS.value_unset()])
         self._refresh()
@@ -331,23 +437,31 @@ class BuildPipelineWorkflow:
     def _show_merge_wait(self) -> None:
         """While awaiting merge: say whether CI, a reviewer or an operator's authorization is awaited."""
         rev, pr, wid = self._review, self._report.pull_request, workflow.info().workflow_id
+        auth = self._merge_auth
         if rev is None or pr is None or rev.merged:
             self._report.waiting = []
-        elif self._merge_auth is not None:
+            self._refresh()
+            return
+        optional = f" (optional, not blocking: {', '.join(rev.optional_failing)})" if rev.optional_failing else ""
+        source = f"; required checks from {rev.required_source}" if rev.required_source else ""
+        if auth is not None:
+            blocking = _blocking(rev, auth.override_checks)
+            over = f"; overridden: {', '.join(auth.override_checks)}" if auth.override_checks else ""
             self._report.waiting = [WaitingReason(
-                kind="merge_checks", detail=f"merge of PR #{pr.number} authorized by {self._merge_auth.by}; "
-                                            f"waiting for green checks on {rev.head_sha[:12]}")]
-        elif rev.checks != "success" or rev.changes_requested:
-            why = ("a reviewer requested changes" if rev.changes_requested else
-                   f"required checks are {rev.checks}" + (f" (failing: {', '.join(rev.failing_checks)})"
-                                                          if rev.failing_checks else ""))
+                kind="merge_checks", detail=f"merge of PR #{pr.number} authorized by {auth.by}"
+                + (f" ({auth.verified})" if auth.verified else "")
+                + (f"; waiting for {blocking}" if blocking else f"; merging at {rev.head_sha[:12]}")
+                + over + optional + source)]
+        elif blocking := _blocking(rev):
+            then = ("approve-merge is accepted now and merges once they are green" if self._gate else
+                    "approve-merge is refused until checks are green and no changes are requested")
             self._report.waiting = [WaitingReason(
-                kind="merge_checks", detail=f"PR #{pr.number} ({pr.url}): {why}; approve-merge is refused until "
-                                            "checks are green and no changes are requested")]
+                kind="merge_checks", detail=f"PR #{pr.number} ({pr.url}): {blocking}{optional}; {then}{source}")]
         else:
             self._report.waiting = [WaitingReason(
-                kind="merge_authorization", detail=f"PR #{pr.number} ({pr.url}) is green: an operator authorizes "
-                                                   "the merge", command=outcome.approve_command(wid))]
+                kind="merge_authorization", detail=f"PR #{pr.number} ({pr.url}) is green{optional}: an operator "
+                                                   f"authorizes the merge{source}",
+                command=outcome.approve_command(wid))]
         self._refresh()
 
     async def _run_target(self, inp: PipelineInput, source: SourceSnapshot, target) -> TargetResult:
@@ -437,6 +551,25 @@ class BuildPipelineWorkflow:
         if not rep.targets:
             parts.extend(f"{t.key}: planned {t.tag}" for t in rep.plan)
         return "; ".join(parts)
+
+
+def _blocking(rev: ReviewState, overrides: list[str] | tuple[str, ...] = ()) -> str:
+    """What keeps an authorized merge from happening now ("" = nothing): required checks not green (less
+    the operator's overrides) and reviewers with write access requesting changes."""
+    over = set(overrides)
+    failing = [c for c in rev.failing_checks if c not in over]
+    pending = [c for c in rev.pending_checks if c not in over]
+    parts = []
+    if failing:
+        parts.append(f"required checks failing: {', '.join(failing)}")
+    if pending:
+        parts.append(f"required checks pending: {', '.join(pending)}")
+    if rev.checks != "success" and not failing and not pending and not (
+            over & (set(rev.failing_checks) | set(rev.pending_checks))):
+        parts.append(f"required checks {rev.checks}" + (" (none reported yet)" if rev.checks == "pending" else ""))
+    if rev.changes_requested:
+        parts.append(f"changes requested by {', '.join(rev.blocking_reviewers) or 'a reviewer'}")
+    return "; ".join(parts)
 
 
 def _settle_quietly(task: asyncio.Future) -> None:

@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.failures import decide_retry
     from domain.jobs import generation_of, registry_has_our_image, vanished_job_classification
     from domain.models import (
+        AuthorizeInput,
         CaptureInput,
         FailureRecord,
         FileRef,
@@ -42,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.watch import WatchJobInput
     from runtime import search_attributes as sa
     from workflows import metrics, options, patches
+    from workflows.operators import verify_operator
 
 MAX_ROUNDS = 10  # hard stop on resubmissions, whatever the per-class budgets say
 SAFETY_BACKOFF_MAX = 3  # a watched job unchanged for long is re-checked at most every 3 safety intervals
@@ -70,8 +72,18 @@ class TargetBuildWorkflow:
 
     @workflow.update
     async def decide(self, decision: OperatorDecision) -> str:
+        """The operator's answer, once the worker verified the caller is a configured operator."""
+        who = ""
+        if workflow.patched(patches.OPERATOR_AUTHORIZATION):
+            verified = await verify_operator(AuthorizeInput(
+                kind="decide", by=decision.by, request_id=self._inp.request_id,
+                detail=f"{self._inp.target.key} {decision.action}"))
+            decision = decision.model_copy(update={"verified": verified.verified,
+                                                   "temporal_identity": verified.temporal_identity})
+            who = f" (by {decision.by}, {verified.verified}" + (
+                f"; Temporal identity {verified.temporal_identity}" if verified.temporal_identity else "") + ")"
         self._decision = decision
-        return f"{decision.action} accepted for {self._inp.target.key}"
+        return f"{decision.action} accepted for {self._inp.target.key}{who}"
 
     @decide.validator
     def _validate_decide(self, decision: OperatorDecision) -> None:

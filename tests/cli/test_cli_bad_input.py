@@ -62,6 +62,9 @@ async def test_bad_operator_text_is_refused_before_anything_is_started(service_c
           "--reason", "r"), "--requested-by"),
         (("approve-merge", "any-id", "--by", "  "), "--by"),
         (("decide", "any-id", "amd64-standard", "retry", "--by", non_utf8), "--by"),
+        # #21.5: only a configured operator ([operators] logins; sandbox: tester, ...) approves or decides.
+        (("approve-merge", "any-id", "--by", "mallory"), "--by mallory: not a configured operator"),
+        (("decide", "any-id", "amd64-standard", "retry", "--by", "mallory"), "--by mallory: not a configured operator"),
     ]
     for args, needle in cases:
         one_line_error(await starter(cfg, *args), 2, needle)
@@ -91,19 +94,21 @@ async def test_commands_on_unknown_finished_or_foreign_ids_print_one_line(servic
     await s.client.start_workflow(RebuildCheckWorkflow.run, RebuildCheckInput(request=request()), id=foreign,
                                   task_queue=queue)
     try:
-        for args in (("approve-merge", f"nope-{u}", "--by", "ana"), ("decide", f"nope-{u}", "amd64-standard", "retry", "--by", "ana"),
+        for args in (("approve-merge", f"nope-{u}", "--by", "tester"),
+                     ("decide", f"nope-{u}", "amd64-standard", "retry", "--by", "tester"),
                      ("recheck", f"nope-{u}", "amd64-standard"), ("cancel", f"nope-{u}"), ("report", f"nope-{u}"),
                      ("follow", f"nope-{u}")):
             one_line_error(await starter(cfg, *args), 2, f"nope-{u}", "no such workflow")
-        for args in (("approve-merge", foreign, "--by", "ana"), ("cancel", foreign),
+        for args in (("approve-merge", foreign, "--by", "tester"), ("cancel", foreign),
                      ("recheck", foreign, "amd64-standard"), ("follow", foreign)):
             one_line_error(await starter(cfg, *args), 2, foreign, "RebuildCheckWorkflow")
         check = await starter(cfg, "report", foreign)  # a rebuild check has a report too: its decision so far
         assert check.code == 0 and check.out.startswith(f"rebuild check {foreign}: running"), check.text
         assert "checking (running)" in check.out
-        for args in (("approve-merge", finished, "--by", "ana"), ("cancel", finished)):
+        for args in (("approve-merge", finished, "--by", "tester"), ("cancel", finished)):
             one_line_error(await starter(cfg, *args), 1, finished, "already finished (terminated)")
-        one_line_error(await starter(cfg, "decide", finished, "amd64-standard", "retry", "--by", "ana"), 2, "no target")
+        one_line_error(await starter(cfg, "decide", finished, "amd64-standard", "retry", "--by", "tester"), 2,
+                       "no target")
         one_line_error(await starter(cfg, "status", "--query", "BuildStage = = 'x'"), 2, "--query")
 
         # A finished build's report is read from its history: no worker serves this queue.

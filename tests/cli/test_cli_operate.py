@@ -18,7 +18,6 @@ from sandbox.stack import MARINSKYRL_SLUG
 from tests.cli.starter_cli import Follower, starter
 from tests.e2e.helpers import (
     awaiting_merge,
-    checks_green,
     report,
     target_status,
     wait_until,
@@ -91,16 +90,15 @@ async def test_operator_drives_one_build_end_to_end_through_the_cli(service_stac
         rechecked = await starter(cfg, "recheck", wid, KEY)
         assert rechecked.code == 0 and f"re-check requested for {KEY}" in rechecked.out
 
-        # PR open, CI pending: approve-merge is refused; a second follow runs to the end meanwhile.
+        # PR open, CI pending: approve-merge is accepted at once and queued; a second follow runs to the end
+        # meanwhile; the merge follows CI turning green without a second command.
         rep = await wait_until(lambda: awaiting_merge(s.client, wid), what="awaiting_merge")
         f2 = await Follower.start(cfg, "follow", wid, "--interval", "1")
         followers.append(f2)
-        pending = await starter(cfg, "approve-merge", wid, "--by", "tester")
-        assert pending.code == 1 and "required checks are pending" in pending.err
-        s.github.set_check(MARINSKYRL_SLUG, rep.pull_request.head_sha, "ci")
-        await wait_until(lambda: checks_green(s.client, wid), what="checks green seen by the workflow")
         approved = await starter(cfg, "approve-merge", wid, "--by", "tester")
-        assert approved.code == 0 and "merge authorized by tester" in approved.out
+        assert approved.code == 0 and "merge authorized by tester (config:operators.logins" in approved.out
+        assert "accepted and queued" in approved.out, approved.text
+        s.github.set_check(MARINSKYRL_SLUG, rep.pull_request.head_sha, "ci")
 
         assert await f2.finish() == 0, f2.output + f2.err
         final = await report(s.client, wid)

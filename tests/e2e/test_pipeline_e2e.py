@@ -18,7 +18,6 @@ from sandbox.git_remotes import remote_head
 from sandbox.stack import MARINSKYRL_SLUG
 from tests.e2e.helpers import (
     awaiting_merge,
-    checks_green,
     git_show,
     is_closed,
     request,
@@ -50,15 +49,17 @@ async def test_build_to_merged_pr_with_visibility_gate_and_no_secret_leak(servic
     for key in keys:
         await s.client.get_workflow_handle(target_workflow_id(wid, key)).signal(TargetBuildWorkflow.recheck)
 
-    # PR opened; merge is refused while CI is pending, accepted once it is green.
+    # PR opened; an unlisted name is refused by the worker; the operator's approval is accepted while CI is
+    # pending and the merge follows CI turning green without a second command.
     rep = await wait_until(lambda: awaiting_merge(s.client, wid), what="awaiting_merge")
     with pytest.raises(WorkflowUpdateFailedError) as refused:
-        await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="tester"))
-    assert "required checks are pending" in str(refused.value.cause)
+        await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="mallory"))
+    assert refused.value.cause.type == "NotAuthorized"
+    ack = await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="tester"))
+    assert "accepted and queued" in ack and "required checks pending" in ack
     s.github.set_check(MARINSKYRL_SLUG, rep.pull_request.head_sha, "ci")
-    await wait_until(lambda: checks_green(s.client, wid), what="checks green seen by the workflow")
-    await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="tester"))
     final: PipelineReport = await handle.result()
+    assert "authorized by tester, config:operators.logins" in final.message
 
     assert final.status == "merged" and final.merge_commit
     sha = final.source.build_commit

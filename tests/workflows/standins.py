@@ -19,13 +19,15 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
+from activities.merge_gate import caller_identity
 from domain.buildset import BuildRequest, CompatibilityRequest, TargetSpec, plan_targets
-from domain.config import PolicySettings
+from domain.config import OperatorSettings, PolicySettings
 from domain.failures import Evidence, classify
 from domain.jobs import submission_name
 from domain.models import (
     AdoptInput,
     AdoptResult,
+    AuthorizeInput,
     BuildState,
     BundleSummary,
     CapturedFailure,
@@ -52,6 +54,7 @@ from domain.models import (
     TargetResult,
     TerminateInput,
     ValidateInput,
+    VerifiedOperator,
     WatchInput,
 )
 from domain.validation import CheckResult, ValidationReport
@@ -64,6 +67,7 @@ RESULT_TIMEOUT_S = 60  # every wait on a workflow is bounded: a broken workflow 
 MERGE_COMMIT = "c" * 40
 PR_HEAD = "d" * 40
 DIGEST = "sha256:" + "e" * 64
+OPERATORS = {"ana", "bob", "history", "tester"}  # the configured operators of these tests
 
 # Evidence as the capture activity would assemble it for each failure kind (classified for real).
 PREEMPTED = Evidence(job_state="worker_failed", k8s_event_reasons=["EvictedDueToPreempted"],
@@ -134,13 +138,16 @@ class Standins:
 
     def __init__(self, *, rounds: dict[str, list[Round]] | None = None,
                  validations: dict[str, list[str]] | None = None, reviews: list[ReviewState] | None = None,
-                 policy: PolicySettings | None = None, targets: list[TargetSpec] | None = None):
+                 policy: PolicySettings | None = None, targets: list[TargetSpec] | None = None,
+                 operators: set[str] | None = None):
         self.rounds = rounds or {}
         self.validations = validations or {}
         self.review_now = (reviews or [review()])[0]  # the PR as GitHub shows it now; see set_review
         self.policy_settings = policy or PolicySettings()
         self.targets = targets
         self.plan_error: str | None = None  # plan_targets raises this as a non-retryable InputError
+        self.override_answer: ReviewState | None = None  # what the watch reports given an operator's overrides
+        self.operators = set(operators if operators is not None else OPERATORS)  # configured operator logins
         self.calls: list[tuple[str, object]] = []
         self.hold: dict[str, asyncio.Event] = {}  # activity name -> released when set
         self.entered: dict[str, asyncio.Event] = {}  # activity name -> set when a call starts
@@ -295,24 +302,42 @@ class Standins:
         (the real one gives up after ``return_after_s``). Never blocks long: a watch still running when
         its workflow ends would stall the time-skipping server's clock for later tests."""
         await self._enter("watch_pull_request", inp)
+        now = self.override_answer if inp.overrides and self.override_answer is not None else self.review_now
         for _ in range(15):
-            if inp.last is None or self.review_now != inp.last:
+            if inp.last is None or now != inp.last:
                 break
             activity.heartbeat()
             await asyncio.sleep(0.02)
-        return self.review_now
+            now = self.override_answer if inp.overrides and self.override_answer is not None else self.review_now
+        return now
 
     @activity.defn(name="merge_pull_request")
     async def merge_pull_request(self, inp: MergeInput) -> ReviewState:
+        """Like the real merge: only for an authorization by a configured operator."""
         await self._enter("merge_pull_request", inp)
+        if inp.authorization is None or not OperatorSettings(logins=sorted(self.operators)).lists(inp.authorization.by):
+            return self.review_now
         return ReviewState(head_sha=inp.head_sha, checks="success", merged=True, merge_commit=MERGE_COMMIT)
+
+    @activity.defn(name="authorize_operator")
+    async def authorize_operator(self, inp: AuthorizeInput) -> VerifiedOperator:
+        """The real check's decision (configured logins) and the real identity lookup (the server's record)."""
+        await self._enter("authorize_operator", inp)
+        if not OperatorSettings(logins=sorted(self.operators)).lists(inp.by):
+            raise ApplicationError(f"--by {inp.by}: not a configured operator (operators.logins / operators.teams)",
+                                   type="NotAuthorized", non_retryable=True)
+        return VerifiedOperator(login=inp.by, verified="config:operators.logins",
+                                temporal_identity=await caller_identity(inp.update_id),
+                                comment_url=f"http://github.invalid/pull/7#comment-{len(self.calls)}"
+                                if inp.kind == "approve-merge" else None)
 
     def all(self) -> list:
         return [self.policy, self.submit_job, self.monitor_job, self.watch_job, self.check_build_log,
                 self.capture_failure,
                 self.validate_image, self.terminate_jobs, self.adopt_validated, self.load_build_state, self.prepare_source,
                 self.publish_source, self.preflight,
-                self.plan_targets, self.record_artifact, self.watch_pull_request, self.merge_pull_request]
+                self.plan_targets, self.record_artifact, self.watch_pull_request, self.merge_pull_request,
+                self.authorize_operator]
 
 
 def _snapshot(inp: PrepareSourceInput) -> SourceSnapshot:

@@ -16,7 +16,7 @@ from datetime import datetime
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 
-from domain.models import PipelineInput, PipelineReport, ReviewState, WatchInput
+from domain.models import MergeAuthorization, PipelineInput, PipelineReport, ReviewState, WatchInput
 from tests.contract.helpers import COMMIT
 from tests.workflows.standins import MERGE_COMMIT, Standins, eventually, request, review, worker
 from workflows.pipeline import WATCH_RETURN_S, BuildPipelineWorkflow
@@ -84,3 +84,39 @@ async def test_a_30_day_review_wait_stays_under_the_history_warning_in_every_run
     assert sum(lengths) > 5 * IDLE_WATCHES  # without continue-as-new one run would hold all of these
     assert len(s.names("record_artifact")) == 1 and s.names("merge_pull_request") == []
     assert len(s.names("submit_job")) == 1  # the build ran once; later runs only waited
+
+
+async def test_an_authorization_given_while_pending_holds_across_continue_as_new(own_time_skipping_env):
+    """The operator approves once while CI is pending; the wait continues as new several times (short
+    runs here); the check turns green in a later run and it merges on that same, verified authorization."""
+    env = own_time_skipping_env
+    u = uuid.uuid4().hex[:8]
+    wid, tq = f"merge-wait-auth-{u}", f"tq-{u}"
+    s = Standins(reviews=[review("pending")])
+    async with worker(env.client, tq, s):
+        handle = await env.client.start_workflow(
+            BuildPipelineWorkflow.run, PipelineInput(request=request(), request_id=wid, source_commit=COMMIT,
+                                                     merge_wait_events_per_run=120), id=wid, task_queue=tq)
+        first_run = handle.result_run_id
+
+        async def awaiting():
+            return (await handle.query(BuildPipelineWorkflow.report)).review is not None
+        await eventually(awaiting, what="awaiting merge")
+        ack = await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="ana"))
+        assert "accepted and queued" in ack
+
+        async def continued_twice():
+            return len(await _runs(env, wid, first_run)) >= 3
+        await eventually(continued_twice, what="two continue-as-new while pending", attempts=2000)
+        assert s.names("merge_pull_request") == []
+        s.set_review(review("success"))
+        rep: PipelineReport = await asyncio.wait_for(
+            env.client.get_workflow_handle(wid, result_type=PipelineReport).result(), 60)
+
+    assert rep.status == "merged" and "authorized by ana, config:operators.logins" in rep.message
+    merges = s.names("merge_pull_request")
+    assert len(merges) == 1 and merges[0].authorization.by == "ana"
+    assert merges[0].authorization.temporal_identity == env.client.identity
+    assert len(s.names("authorize_operator")) == 1  # verified once, carried in MergeWaitState
+    runs = await _runs(env, wid, first_run)
+    assert len(runs) >= 3 and all(r[2] for r in runs[:-1])

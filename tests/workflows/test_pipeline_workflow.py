@@ -1,5 +1,6 @@
 """BuildPipelineWorkflow on scripted outcomes: plan-only, a failed target blocks recording, and the merge
-gate (refusals while checks are pending/red/changes requested, then merge at the reviewed head).
+gate (approval accepted at once whatever the checks; merge when the required checks are green or overridden,
+by a configured operator only, at the reviewed head).
 Time-skipping server, real parent and child workflows, stand-in activities."""
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import pytest
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from domain.models import MergeAuthorization, PipelineInput, PipelineReport, Stage
+from domain.models import GitHubApproval, MergeAuthorization, PipelineInput, PipelineReport, Stage
 from runtime import search_attributes as sa
 from tests.contract.helpers import COMMIT
 from tests.workflows.standins import (
     MANIFEST_MISMATCH,
     MERGE_COMMIT,
+    PR_HEAD,
     Round,
     Standins,
     eventually,
@@ -101,7 +103,9 @@ async def test_a_failed_target_fails_the_pipeline_and_nothing_is_recorded(time_s
     assert sorted(await _children(handle)) == [f"{wid}/amd64-megatron", f"{wid}/amd64-standard"]
 
 
-async def test_merge_gate_refuses_until_green_then_merges_the_reviewed_head(own_time_skipping_env, caplog):
+async def test_approval_while_pending_is_accepted_at_once_and_the_merge_follows_green(own_time_skipping_env, caplog):
+    """#22.4: approve-merge is never bounced by pending checks; the merge follows them turning green, at the
+    head GitHub shows then, without a second command. Refusals left: no --by, not an operator, twice."""
     caplog.set_level(logging.ERROR)
     env = own_time_skipping_env
     wid, tq = _ids()
@@ -116,29 +120,22 @@ async def test_merge_gate_refuses_until_green_then_merges_the_reviewed_head(own_
 
         rep = await eventually(lambda: review_is("pending"), what="awaiting merge, checks pending")
         assert [(w.kind, w.command) for w in rep.waiting] == [("merge_checks", None)]  # CI, not an operator
+        assert "approve-merge is accepted now" in rep.waiting[0].detail
         assert rep.status == "awaiting_merge" and rep.pull_request and rep.pull_request.number == 7
         assert await handle.query(BuildPipelineWorkflow.stage) == Stage.AWAITING_MERGE.value
-        assert "required checks are pending" in await _refused(handle, MergeAuthorization(by="ana"))
         assert "--by" in await _refused(handle, MergeAuthorization(by="  "))
-
-        s.set_review(review("failure", failing=["ci"]))
-        await eventually(lambda: review_is("failure"), what="checks red")
-        assert "required checks are failure (failing: ci)" in await _refused(handle, MergeAuthorization(by="ana"))
-
-        s.set_review(review("success", changes_requested=True))
-        await eventually(lambda: review_is("success", True), what="changes requested")
-        assert "requested changes" in await _refused(handle, MergeAuthorization(by="ana"))
-
-        s.set_review(review("success", head=NEW_HEAD))
-        rep = await eventually(lambda: review_is("success"), what="checks green")
-        assert [(w.kind, w.command) for w in rep.waiting] == [
-            ("merge_authorization", f"python starter.py approve-merge {wid} --by <your-name>")]
+        assert "mallory: not a configured operator" in await _refused(handle, MergeAuthorization(by="mallory"))
         assert s.names("merge_pull_request") == []
-        s.hold["watch_pull_request"] = release = asyncio.Event()  # keep the post-approval watch in flight
+
         ack = await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="ana"))
-        assert ack == "merge authorized by ana"
+        assert ack.startswith("merge authorized by ana (config:operators.logins")
+        assert "accepted and queued" in ack and "as soon as they are green" in ack
         assert "already authorized by ana" in await _refused(handle, MergeAuthorization(by="bob"))
-        release.set()
+        rep = await _report(handle)
+        assert "authorized by ana" in rep.waiting[0].detail and "waiting for required checks" in rep.waiting[0].detail
+        assert s.names("merge_pull_request") == []  # still pending: nothing merged
+
+        s.set_review(review("success"))  # CI turns green on the approved head
         rep = await result(handle)
         stage = await handle.query(BuildPipelineWorkflow.stage)
         shown = await details(handle)
@@ -148,11 +145,19 @@ async def test_merge_gate_refuses_until_green_then_merges_the_reviewed_head(own_
     digest = rep.targets[0].digest
     assert digest and f"`{digest}`" in shown and "| digest |" in shown, shown
     assert f"**PR** [#7]({rep.pull_request.url}) — merged as `{MERGE_COMMIT}`" in shown, shown
+
+    assert "authorized by ana, config:operators.logins" in rep.message
     assert rep.pull_request.merged and rep.pull_request.merge_commit == MERGE_COMMIT
-    assert [(m.pr_number, m.head_sha) for m in s.names("merge_pull_request")] == [(7, NEW_HEAD)]
+    merges = s.names("merge_pull_request")
+    assert [(m.pr_number, m.head_sha, m.authorization.by) for m in merges] == [(7, PR_HEAD, "ana")]
+    assert merges[0].authorization.verified == "config:operators.logins"
+    assert merges[0].authorization.temporal_identity == env.client.identity  # as the server recorded it
+    authorized = s.names("authorize_operator")
+    assert [(a.kind, a.by) for a in authorized] == [("approve-merge", "mallory"), ("approve-merge", "ana")]
     watches = s.names("watch_pull_request")
-    assert watches[-1].last is None  # after authorization the watch returns at once, not on a change
-    assert all(w.last is not None for w in watches[1:-1])
+    after = [i for i, w in enumerate(watches) if w.authorized]
+    assert watches[after[0]].last is None  # the approval woke the watch: GitHub was read again at once
+    assert all(w.last is not None for w in watches[after[0] + 1:])  # then only on change, not in a loop
     recorded = s.names("record_artifact")
     assert len(recorded) == 1 and [t.status for t in recorded[0].targets] == ["validated"]
     assert recorded[0].source.build_commit == COMMIT
@@ -172,6 +177,86 @@ async def test_merge_gate_refuses_until_green_then_merges_the_reviewed_head(own_
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
 
 
+async def test_a_red_required_check_waits_until_an_override_with_its_reason(own_time_skipping_env):
+    """#20.3: an approval while a required check is red is accepted but waits; an operator's override (with a
+    reason, recorded by the authorize step in the PR) merges; a blocking review waits the same way."""
+    env = own_time_skipping_env
+    wid, tq = _ids()
+    red = review("failure", failing=["ci"]).model_copy(update={"required_checks": ["ci"],
+                                                              "required_source": "github:branch-protection"})
+    s = Standins(reviews=[red])
+    async with worker(env.client, tq, s):
+        handle = await _start(env, tq, wid)
+
+        async def seen(state):
+            rep = await _report(handle)
+            return rep if rep.review == state else None
+        await eventually(lambda: seen(red), what="required check red")
+        ack = await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="ana"))
+        assert "accepted, waiting: required checks failing: ci" in ack and "--override-check" in ack
+        await eventually(lambda: _authorized_watch(s), what="the watch re-read after the approval")
+        assert s.names("merge_pull_request") == []
+        assert "--reason" in await _refused(handle, MergeAuthorization(by="bob", override_checks=["ci"]))
+        # The override goes to the watch, which then reports the check overridden and the gate green.
+        s.override_answer = red.model_copy(update={"checks": "success", "failing_checks": [], "overridden": ["ci"]})
+        ack = await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(
+            by="bob", override_checks=["ci"], reason="ci is broken on main (infra#12), the image is validated"))
+        assert "merging now" in ack
+        rep = await result(handle)
+
+    assert rep.status == "merged"
+    merges = s.names("merge_pull_request")
+    assert len(merges) == 1 and merges[0].authorization.by == "bob"
+    assert merges[0].authorization.override_checks == ["ci"]
+    override = [a for a in s.names("authorize_operator") if a.authorization.override_checks]
+    assert [a.authorization.reason for a in override] == ["ci is broken on main (infra#12), the image is validated"]
+    assert any(w.overrides == ["ci"] for w in s.names("watch_pull_request"))
+
+
+async def _authorized_watch(s: Standins) -> bool:
+    return any(w.authorized for w in s.names("watch_pull_request"))
+
+
+async def test_a_new_head_after_authorization_withdraws_it(own_time_skipping_env):
+    env = own_time_skipping_env
+    wid, tq = _ids()
+    s = Standins(reviews=[review("pending")])
+    async with worker(env.client, tq, s):
+        handle = await _start(env, tq, wid)
+
+        async def pending_seen():
+            rep = await _report(handle)
+            return rep.review is not None
+        await eventually(pending_seen, what="awaiting merge")
+        await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="ana"))
+        s.set_review(review("success", head=NEW_HEAD))  # someone pushed: green, but not what ana approved
+
+        async def withdrawn():
+            rep = await _report(handle)
+            return rep if rep.review and rep.review.head_sha == NEW_HEAD and rep.waiting and \
+                rep.waiting[0].kind == "merge_authorization" else None
+        rep = await eventually(withdrawn, what="authorization withdrawn on the new head")
+        assert s.names("merge_pull_request") == []
+        await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="bob"))
+        rep = await result(handle)
+    assert rep.status == "merged"
+    assert [(m.head_sha, m.authorization.by) for m in s.names("merge_pull_request")] == [(NEW_HEAD, "bob")]
+
+
+async def test_an_operators_approval_on_github_merges_without_a_command(time_skipping_env):
+    """The watch found an approving review (or /approve-merge comment) by a configured operator."""
+    wid, tq = _ids()
+    approved = review("success").model_copy(update={"github_approval": GitHubApproval(
+        login="carol", via="comment", url="http://github.invalid/pull/7#c1", verified="team org/ops")})
+    s = Standins(reviews=[approved], operators={"carol"})
+    async with worker(time_skipping_env.client, tq, s):
+        rep = await result(await _start(time_skipping_env, tq, wid))
+    assert rep.status == "merged" and "authorized by carol, team org/ops" in rep.message
+    merges = s.names("merge_pull_request")
+    assert len(merges) == 1 and merges[0].authorization.via == "github-comment"
+    assert s.names("authorize_operator") == []
+
+
 async def test_merged_by_a_human_outside_the_service_ends_merged_without_merging(time_skipping_env):
     wid, tq = _ids()
     s = Standins(reviews=[review("pending").model_copy(update={"merged": True, "merge_commit": "8" * 40})])
@@ -181,7 +266,7 @@ async def test_merged_by_a_human_outside_the_service_ends_merged_without_merging
     assert s.names("merge_pull_request") == []
 
 
-async def test_checks_going_red_after_authorization_withdraw_it(own_time_skipping_env):
+async def test_checks_going_red_after_authorization_keep_it_until_green(own_time_skipping_env):
     env = own_time_skipping_env
     wid, tq = _ids()
     s = Standins(reviews=[review("success")])
@@ -198,12 +283,8 @@ async def test_checks_going_red_after_authorization_withdraw_it(own_time_skippin
         release.set()
         await eventually(lambda: checks("failure"), what="checks red after authorization")
         assert s.names("merge_pull_request") == []
-        # The authorization was withdrawn: a new one is needed (and refused while red).
-        assert "required checks are failure" in await _refused(handle, MergeAuthorization(by="ana"))
-        s.set_review(review("success"))
-        await eventually(lambda: checks("success"), what="green again")
-        assert s.names("merge_pull_request") == []
-        await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="bob"))
+        rep = await _report(handle)
+        assert "authorized by ana" in rep.waiting[0].detail and "failing: ci" in rep.waiting[0].detail
+        s.set_review(review("success"))  # re-run green: merges on the standing authorization
         rep = await result(handle)
     assert rep.status == "merged" and len(s.names("merge_pull_request")) == 1
-

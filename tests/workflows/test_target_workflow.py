@@ -143,15 +143,25 @@ async def test_unknown_failure_waits_for_operator_and_retry_resubmits(time_skipp
         assert w and w.kind == "operator_decision" and w.target == KEY and st.job_ids[0] in w.detail
         assert w.command == f"python starter.py decide {wid} {KEY} retry --by <your-name>"
         assert len(s.names("submit_job")) == 1
+        # #21.5: the worker checks the name against the configured operators; an unlisted one is refused.
+        with pytest.raises(WorkflowUpdateFailedError) as unlisted:
+            await handle.execute_update(TargetBuildWorkflow.decide, OperatorDecision(action="abort", by="mallory"))
+        assert unlisted.value.cause.type == "NotAuthorized" and "mallory: not a configured operator" in str(
+            unlisted.value.cause)
+        assert (await handle.query(TargetBuildWorkflow.status)).waiting is not None  # still waiting
         ack = await handle.execute_update(TargetBuildWorkflow.decide, OperatorDecision(action="retry", by="ana"))
-        assert "retry accepted" in ack
+        assert ack == (f"retry accepted for {KEY} (by ana, config:operators.logins; "
+                       f"Temporal identity {time_skipping_env.client.identity})")
         res: TargetResult = await result(handle)
 
     assert res.status == "validated"
     assert [i.round for i in s.names("submit_job")] == [0, 1]
     assert [(f.failure_class, f.decision) for f in res.failures] == [("unknown", "retry")]
+    assert [(a.kind, a.by, a.detail) for a in s.names("authorize_operator")] == [
+        ("decide", "mallory", f"{KEY} abort"), ("decide", "ana", f"{KEY} retry")]
     history = await handle.fetch_history()
-    assert sum(1 for e in history.events if e.HasField("workflow_execution_update_accepted_event_attributes")) == 1
+    # Both reached the handler (the refusal is the worker's check, recorded), only ana's decided.
+    assert sum(1 for e in history.events if e.HasField("workflow_execution_update_accepted_event_attributes")) == 2
 
 
 async def test_unknown_failure_abort_ends_aborted(time_skipping_env):
