@@ -26,7 +26,7 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
-from temporalio.client import WorkflowFailureError
+from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -73,6 +73,7 @@ WATCHER_CLUSTER = "history-cluster"
 INCONCLUSIVE_ID = "history-target-validation-inconclusive"
 CONTINUED_ID = "history-pipeline-merge-wait-continued"
 WATCHER_CAN_CLUSTER = "history-cluster-continued"
+MERGE_GATE_ID = "history-pipeline-merge-gate"
 KEY = "amd64-standard"
 # file name -> workflow id (the replay test reads this too)
 HISTORIES = {
@@ -89,6 +90,7 @@ HISTORIES = {
     "pipeline_merge_wait_resumed.json": CONTINUED_ID,
     "watcher_continued.json": watcher_id(WATCHER_CAN_CLUSTER, TASK_QUEUE),
     "watcher_adopted.json": watcher_id(WATCHER_CAN_CLUSTER, TASK_QUEUE),
+    "pipeline_merge_gate.json": MERGE_GATE_ID,
 }
 
 
@@ -115,6 +117,29 @@ async def _pipeline(env: WorkflowEnvironment) -> None:
         s.set_review(review("success"))
         await eventually(lambda: checks("success"), what="green checks")
         await h.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="history"))
+        await result(h)
+
+
+async def _merge_gate(env: WorkflowEnvironment) -> None:
+    """The merge gate (patches OPERATOR_AUTHORIZATION, MERGE_GATE): an unlisted name refused by the worker's
+    check, an operator's approval accepted while checks are pending, the merge on green without another."""
+    s = Standins(reviews=[review("pending")])
+    async with worker(env.client, TASK_QUEUE, s):
+        h = await env.client.start_workflow(
+            BuildPipelineWorkflow.run,
+            PipelineInput(request=request(), request_id=MERGE_GATE_ID, source_commit=COMMIT),
+            id=MERGE_GATE_ID, task_queue=TASK_QUEUE)
+
+        async def awaiting():
+            rep = await h.query(BuildPipelineWorkflow.report)
+            return rep.review is not None
+        await eventually(awaiting, what="awaiting merge")
+        try:
+            await h.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="mallory"))
+        except WorkflowUpdateFailedError:
+            pass
+        await h.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="history"))
+        s.set_review(review("success"))
         await result(h)
 
 
@@ -326,6 +351,7 @@ async def main(rewrite_all: bool = False) -> None:
         await _watched(env)  # first: its safety timer needs the clock to skip (a cancelled watch locks it)
         await _watcher(env)
         await _pipeline(env)
+        await _merge_gate(env)
         await _preempted_visibility(env)
         await _operator_retry(env)
         await _validation_inconclusive(env)
