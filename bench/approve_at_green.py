@@ -1,0 +1,158 @@
+"""Benchmark: approve-at-green latency of the merge gate (issue #22.4).
+
+Starts the sandbox stack (Temporal dev server, GitHub stand-in over real git remotes, ...) and an
+in-process worker with the real activities, then for each trial opens a fresh PR and starts a pipeline
+directly in its merge wait (``PipelineInput.resume``: what a continued run carries), and measures two
+operator paths, wall clock in this process:
+
+- *approve at green*: CI turns green and the operator approves at that same moment (before the PR watch
+  has seen it): green → merged. Before the merge gate the approval was refused until the watch's 5 s poll
+  had seen green (issue #22: 10–14 refusals over 5.2–5.6 s).
+- *approve while pending*: the operator approves while CI runs (accepted at once: ack time), CI turns green
+  later without a second command: green → merged (the watch polls at
+  ``policy.merge_watch_authorized_interval_s`` while an authorization waits).
+
+Prints a Markdown table; asserts nothing.
+Run: .venv/bin/python bench/approve_at_green.py [--n 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import git  # noqa: E402
+from temporalio.client import Client  # noqa: E402
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+
+from clients.github import GitHubClient  # noqa: E402
+from domain.buildset import BuildRequest, CompatibilityRequest  # noqa: E402
+from domain.config import load_config  # noqa: E402
+from domain.models import (  # noqa: E402
+    MergeAuthorization,
+    MergeWaitState,
+    PipelineInput,
+    PipelineReport,
+    PullRequestInfo,
+)
+from sandbox.git_remotes import commit_to_remote  # noqa: E402
+from sandbox.stack import MARINSKYRL_SLUG, SandboxStack  # noqa: E402
+from worker import build_worker  # noqa: E402
+from workflows.pipeline import BuildPipelineWorkflow  # noqa: E402
+
+
+async def _open_pr(stack, gh: GitHubClient, name: str) -> PullRequestInfo:
+    branch = f"bench/{name}"
+    repo = git.Repo(stack.remotes.marinskyrl_url.removeprefix("file://"))
+    repo.git.branch(branch, "main")  # a branch of its own off main, then one commit on it
+    sha = commit_to_remote(stack.remotes.marinskyrl_url, {f"bench/{name}.txt": name + "\n"}, f"bench {name}",
+                           branch=branch)
+    pull = await gh.ensure_pull(branch, "main", f"bench {name}", "approve-at-green benchmark")
+    return PullRequestInfo(number=pull.number, url=pull.html_url or "", head_sha=sha)
+
+
+async def _start(client: Client, queue: str, wid: str, pr: PullRequestInfo):
+    req = BuildRequest(architectures=["amd64"], variants=["standard"],
+                       compatibility_request=CompatibilityRequest(requested_by="bench", reason="approve-at-green"))
+    rep = PipelineReport(workflow_id=wid, status="awaiting_merge", request=req, pull_request=pr)
+    inp = PipelineInput(request=req, request_id=wid, resume=MergeWaitState(report=rep))
+    return await client.start_workflow(BuildPipelineWorkflow.run, inp, id=wid, task_queue=queue)
+
+
+async def _seen(handle, pred, limit_s: float = 60.0):
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        rep = await handle.query(BuildPipelineWorkflow.report)
+        if rep.review and pred(rep.review):
+            return rep
+        await asyncio.sleep(0.05)
+    raise TimeoutError("the PR watch did not report the expected state")
+
+
+async def _merge_step(handle) -> tuple[float, float]:
+    """(scheduled, closed) epoch seconds of the merge activity, from history (the server's clock)."""
+    scheduled = closed = 0.0
+    sched_id = None
+    async for e in handle.fetch_history_events():
+        if e.HasField("activity_task_scheduled_event_attributes") and \
+                e.activity_task_scheduled_event_attributes.activity_type.name == "merge_pull_request":
+            scheduled, sched_id = e.event_time.ToMicroseconds() / 1e6, e.event_id
+        if e.HasField("activity_task_completed_event_attributes") and \
+                e.activity_task_completed_event_attributes.scheduled_event_id == sched_id:
+            closed = e.event_time.ToMicroseconds() / 1e6
+    return scheduled, closed
+
+
+async def _trial(stack, client, gh, queue: str, mode: str, i: int) -> tuple[float, float, float, float]:
+    name = f"{mode.split(',')[0].replace(' ', '-')}-{i}-{uuid.uuid4().hex[:6]}"
+    pr = await _open_pr(stack, gh, name)
+    handle = await _start(client, queue, f"bench-approve-{name}", pr)
+    await _seen(handle, lambda r: r.checks == "pending")  # CI running: the watch long-polls
+    auth = MergeAuthorization(by="bench-operator")
+    if mode == "approve at green":
+        t0, wall0 = time.monotonic(), time.time()
+        stack.github.set_check(MARINSKYRL_SLUG, pr.head_sha, "ci")
+        ack_start = time.monotonic()
+        await handle.execute_update(BuildPipelineWorkflow.approve_merge, auth)
+        ack = time.monotonic() - ack_start
+    else:
+        ack_start = time.monotonic()
+        await handle.execute_update(BuildPipelineWorkflow.approve_merge, auth)
+        ack = time.monotonic() - ack_start
+        await asyncio.sleep(1.0)  # CI finishes a while after the approval
+        t0, wall0 = time.monotonic(), time.time()
+        stack.github.set_check(MARINSKYRL_SLUG, pr.head_sha, "ci")
+    rep: PipelineReport = await handle.result()
+    done = time.monotonic() - t0
+    assert rep.status == "merged", rep.message
+    scheduled, closed = await _merge_step(handle)
+    return done, ack, scheduled - wall0, closed - scheduled
+
+
+def _row(label: str, xs: list[float]) -> str:
+    xs = sorted(xs)
+    p95 = xs[min(len(xs) - 1, round(0.95 * (len(xs) - 1)))]
+    return f"| {label} | {len(xs)} | {statistics.median(xs):.2f} | {p95:.2f} | {max(xs):.2f} |"
+
+
+async def main(n: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-approve-") as tmp, SandboxStack(Path(tmp)) as stack:
+        config = load_config(stack.config_path)
+        client = await Client.connect(stack.temporal.address, namespace=stack.temporal.namespace,
+                                      data_converter=pydantic_data_converter)
+        policy = config.policy
+        async with build_worker(client, config, graceful_shutdown_s=5), \
+                GitHubClient(stack.github.api_url, stack.github.token, MARINSKYRL_SLUG) as gh:
+            results: dict[str, list[tuple[float, float]]] = {}
+            for mode in ("approve at green", "approve while pending, then green"):
+                results[mode] = [await _trial(stack, client, gh, config.temporal.task_queue, mode, i)
+                                 for i in range(n)]
+        print(f"poll intervals: merge_watch_interval_s={policy.merge_watch_interval_s}, "
+              f"merge_watch_authorized_interval_s={policy.merge_watch_authorized_interval_s}\n")
+        print("| path | trials | p50 s | p95 s | max s |")
+        print("|---|---|---|---|---|")
+        for mode, rs in results.items():
+            print(_row(f"{mode}: green → merged", [r[0] for r in rs]))
+        for mode, rs in results.items():
+            print(_row(f"{mode}: green → merge step scheduled (the gate's own latency)", [r[2] for r in rs]))
+        for mode, rs in results.items():
+            print(_row(f"{mode}: merge step (GitHub stand-in: clone, merge, push)", [r[3] for r in rs]))
+        for mode, rs in results.items():
+            print(_row(f"{mode}: approve-merge acknowledged", [r[1] for r in rs]))
+        print("| before the merge gate (issue #22): approval refused after green for | 9 builds | 5.2–5.6 "
+              "(10–14 refusals) | | |")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=5)
+    asyncio.run(main(parser.parse_args().n))
