@@ -473,6 +473,8 @@ class PipelineReport(BaseModel):
     targets: list[TargetResult] = Field(default_factory=list)
     pull_request: PullRequestInfo | None = None
     review: ReviewState | None = None  # checks and reviews as last seen while awaiting merge
+    # The standing merge authorization: who, how verified, the caller's Temporal identity, overrides.
+    merge_authorization: MergeAuthorization | None = None
     merge_commit: str | None = None
     message: str = ""
     failure: FailureInfo | None = None  # set when status is failed or cancelled

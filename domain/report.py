@@ -167,6 +167,12 @@ def report_markdown(rep: PipelineReport) -> str:
     if rep.pull_request:
         pr = rep.pull_request
         out.append(f"PR: {pr.url} (#{pr.number}, head `{pr.head_sha[:12]}`)")
+    if auth := rep.merge_authorization:
+        out.append(f"Merge authorized by {auth.by} ({auth.via}"
+                   + (f"; {auth.verified}" if auth.verified else "")
+                   + (f"; Temporal identity {auth.temporal_identity}" if auth.temporal_identity else "")
+                   + ")" + (f"; overridden: {', '.join(auth.override_checks)} — "
+                            f"{auth.reason}" if auth.override_checks else ""))
     if rep.merge_commit:
         out.append(f"Merge commit: `{rep.merge_commit}`")
     return "\n".join(out).rstrip() + "\n"

@@ -397,6 +397,7 @@ class BuildPipelineWorkflow:
 
     async def _merged(self, pr: PullRequestInfo) -> PipelineReport:
         rep = self._report
+        rep.merge_authorization = self._merge_auth
         pr.merged = True
         pr.merge_commit = self._review.merge_commit
         rep.merge_commit = self._review.merge_commit
@@ -437,7 +438,7 @@ class BuildPipelineWorkflow:
     def _show_merge_wait(self) -> None:
         """While awaiting merge: say whether CI, a reviewer or an operator's authorization is awaited."""
         rev, pr, wid = self._review, self._report.pull_request, workflow.info().workflow_id
-        auth = self._merge_auth
+        auth = self._report.merge_authorization = self._merge_auth
         if rev is None or pr is None or rev.merged:
             self._report.waiting = []
             self._refresh()

@@ -75,6 +75,9 @@ async def test_a_red_required_check_waits_and_an_override_merges_with_its_reason
     final: PipelineReport = await handle.result()
 
     assert final.status == "merged" and final.review.overridden == ["ci"]
+    auth = final.merge_authorization
+    assert auth and (auth.by, auth.override_checks, auth.reason) == ("tester", ["ci"], reason)
+    assert auth.temporal_identity == s.client.identity and auth.verified == "config:operators.logins"
     bodies = await _comments(s, number)
     recorded = [b for b in bodies if "Merge authorized by **tester**" in b]
     assert len(recorded) == 2  # one comment per authorization: the first, and the override with its reason

@@ -15,6 +15,7 @@ from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from domain.models import GitHubApproval, MergeAuthorization, PipelineInput, PipelineReport, Stage
+from domain.report import report_markdown
 from runtime import search_attributes as sa
 from tests.contract.helpers import COMMIT
 from tests.workflows.standins import (
@@ -147,6 +148,9 @@ async def test_approval_while_pending_is_accepted_at_once_and_the_merge_follows_
     assert f"**PR** [#7]({rep.pull_request.url}) — merged as `{MERGE_COMMIT}`" in shown, shown
 
     assert "authorized by ana, config:operators.logins" in rep.message
+    assert rep.merge_authorization and rep.merge_authorization.temporal_identity == env.client.identity
+    assert f"Merge authorized by ana (temporal; config:operators.logins; Temporal identity {env.client.identity})" \
+        in report_markdown(rep)
     assert rep.pull_request.merged and rep.pull_request.merge_commit == MERGE_COMMIT
     merges = s.names("merge_pull_request")
     assert [(m.pr_number, m.head_sha, m.authorization.by) for m in merges] == [(7, PR_HEAD, "ana")]
