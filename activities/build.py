@@ -34,6 +34,7 @@ from clients.identity import registry_user
 from clients.image_validator import validate_image
 from clients.iris import (
     ClientTooOld,
+    CompleteLog,
     GpuRequest,
     IrisError,
     JobInfo,
@@ -155,17 +156,7 @@ class BuildActivities(ActivityGroup):
             bundle = build_bundle(worktree, self.paths.bundle(inp.request_id, inp.build_commit))
         except BundleError as err:
             raise input_error(f"Iris bundle of {inp.build_commit[:12]}: {err}") from None
-        r = job.resources
-        gpu = None
-        if r.gpu:
-            variant, _, count = r.gpu.partition("x")
-            gpu = GpuRequest(variant=variant, count=int(count or 1))
-        return LaunchSpec(
-            name=wire_name, argv=list(job.command), env=env, bundle_blob=bundle.path.read_bytes(),
-            resources=Resources(cpu_millicores=int(r.cpu * 1000), memory_bytes=r.memory_bytes,
-                                disk_bytes=r.disk_bytes, gpu=gpu),
-            max_retries_failure=job.max_retries_failure, max_retries_preemption=job.max_retries_preemption,
-            timeout_s=job.timeout_s or None, priority_band=job.priority, task_image=job.task_image)
+        return launch_spec(job, wire_name, env, bundle.path.read_bytes())
 
     # ------------------------------------------------------------------ monitor
     @activity.defn
@@ -210,7 +201,11 @@ class BuildActivities(ActivityGroup):
     @activity.defn
     async def check_build_log(self, inp: LogCheckInput) -> LogCheck:
         async with Heartbeater(), iris_client(self.config, inp.cluster) as iris:
-            text = await _full_log(iris, inp.job_id)
+            log = await _complete_log(iris, inp.job_id)
+        text = _log_text(log)
+        if not log.complete:  # never judge markers on a log that is still arriving
+            raise Transient(f"the log of {inp.job_id} still grew {log.waited_s:.0f} s after the job ended "
+                            f"({len(log.entries)} lines so far); reading it again")
         ref = await write_evidence(self.evidence, inp.request_id, f"{safe_name(inp.job_id)}.log", text)
         result = check_log(inp.target.expected_markers, text)
         return LogCheck(log=ref, found=result.found, missing=result.missing, cached=result.cached,
@@ -235,7 +230,9 @@ class BuildActivities(ActivityGroup):
                         full = await iris.task_status(task.task_id)
                         attempts.extend(full.attempts)
                         diag.setdefault("tasks", []).append(full.model_dump(mode="json"))
-                    text = await _full_log(iris, inp.job_id)
+                    log = await _complete_log(iris, inp.job_id)
+                    text = _log_text(log)
+                    diag["log_complete"] = log.complete  # False: still growing at the bound (kept as is)
             except NotFound:
                 diag["summary"] = {"state": "missing", "note": "the controller no longer knows this job"}
             if cluster.kubeconfig:
@@ -370,6 +367,22 @@ class BuildActivities(ActivityGroup):
                                         pool=self.registry_pool)
 
 
+def launch_spec(job, wire_name: str, env: dict[str, str], bundle_blob: bytes | None) -> LaunchSpec:
+    """The LaunchJob request for a planned job (``domain.buildset.JobSpec``). ``--max-retries N`` becomes
+    what ``iris job run`` sends: ``maxRetriesFailure=N`` and ``maxTaskFailures=N`` (LaunchSpec's default)."""
+    r = job.resources
+    gpu = None
+    if r.gpu:
+        variant, _, count = r.gpu.partition("x")
+        gpu = GpuRequest(variant=variant, count=int(count or 1))
+    return LaunchSpec(
+        name=wire_name, argv=list(job.command), env=env, bundle_blob=bundle_blob,
+        resources=Resources(cpu_millicores=int(r.cpu * 1000), memory_bytes=r.memory_bytes,
+                            disk_bytes=r.disk_bytes, gpu=gpu),
+        max_retries_failure=job.max_retries_failure, max_retries_preemption=job.max_retries_preemption,
+        timeout_s=job.timeout_s or None, priority_band=job.priority, task_image=job.task_image)
+
+
 def _progress(info: JobInfo, prev: JobProgress) -> JobProgress:
     now_ms = time.time() * 1000
     start = info.started_at_ms or info.submitted_at_ms
@@ -400,18 +413,16 @@ async def _scan_markers(iris, job_id: str, cursor: int, last: str | None, marker
     return cursor, last
 
 
-async def _full_log(iris, job_id: str) -> str:
-    """Every line of the job (all tasks and attempts), paged by cursor."""
-    lines: list[str] = []
-    cursor = 0
-    while True:
-        page = await iris.fetch_logs(f"{job_id}/", "prefix", cursor=cursor, max_lines=LOG_PAGE_LINES)
-        for e in page.entries:
-            lines.append(f"[{e.key} {e.source}] {e.data}")
-        activity.heartbeat({"log_lines": len(lines)})
-        if not page.entries or page.cursor == cursor:
-            return "\n".join(lines) + ("\n" if lines else "")
-        cursor = page.cursor
+async def _complete_log(iris, job_id: str) -> CompleteLog:
+    """Every line of the terminal job (all tasks and attempts), re-read until it stops growing: lines
+    flushed after the terminal state are part of what is judged (clients/iris.py read_complete_log)."""
+    return await iris.read_complete_log(f"{job_id}/", "prefix", page_lines=LOG_PAGE_LINES,
+                                        on_read=lambda n: activity.heartbeat({"log_lines": n}))
+
+
+def _log_text(log: CompleteLog) -> str:
+    lines = [f"[{e.key} {e.source}] {e.data}" for e in log.entries]
+    return "\n".join(lines) + ("\n" if lines else "")
 
 
 def _evidence(info: JobInfo | None, attempts: list, facts: list[PodFacts], log_text: str,

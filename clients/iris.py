@@ -26,6 +26,8 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from clients.iris_pin import IRIS_REVISION_DATE, IRIS_VERSION
+
 JOB_NAME_RE = re.compile(r"^/[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)+$")
 
 
@@ -251,6 +253,7 @@ class LogEntry(_Model):
     source: str = ""  # "stdout" / "stderr" / ...
     level: str = ""
     data: str = ""
+    seq: int = 0  # the log store's global sequence (0.2.227); a FetchLogs cursor is the last seq seen
 
     @classmethod
     def from_wire(cls, d: dict) -> LogEntry:
@@ -263,12 +266,32 @@ class LogEntry(_Model):
             source=d.get("source") or "",
             level=str(d.get("level") or "").removeprefix("LOG_LEVEL_"),
             data=d.get("data") or "",
+            seq=_int(d.get("seq")),
         )
 
 
 class LogPage(_Model):
     entries: list[LogEntry] = Field(default_factory=list)
     cursor: int = 0  # pass back as ``cursor`` to continue after the last entry
+
+    @property
+    def lines(self) -> list[str]:
+        return [e.data for e in self.entries]
+
+
+# finelog's client buffers log lines and flushes them every second (finelog.client.log_client
+# DEFAULT_FLUSH_INTERVAL); on 0.2.227 a task's last lines can reach the log store after the job is terminal.
+LOG_FLUSH_INTERVAL_S = 1.0
+
+
+class CompleteLog(_Model):
+    """A job's whole log, read until it stopped growing (``complete``) or the bound ran out."""
+
+    entries: list[LogEntry] = Field(default_factory=list)
+    cursor: int = 0
+    complete: bool = False
+    reads: int = 0
+    waited_s: float = 0.0
 
     @property
     def lines(self) -> list[str]:
@@ -325,7 +348,7 @@ class LaunchSpec(_Model):
     priority_band: PriorityBandName | None = None
     task_image: str | None = None
     existing_job_policy: ExistingJobPolicyName = "keep"
-    client_revision_date: str | None = None  # overrides the client's configured date
+    client_revision_date: str | None = None  # overrides the client's date (clients/iris_pin.py)
 
     @field_validator("name")
     @classmethod
@@ -409,16 +432,20 @@ class FailedPrecondition(IrisError):
 
 
 class ClientTooOld(FailedPrecondition):
-    """The controller's freshness gate rejected our ``client_revision_date``."""
+    """The controller's freshness gate rejected our ``client_revision_date``: one message naming the
+    marin-iris this client was built against, the date it sent, and the upgrade."""
 
     def __init__(self, method: str, code: str, message: str, http_status: int | None, *,
-                 revision_date: str, cluster_name: str):
+                 revision_date: str, cluster_name: str, overridden: bool = False):
+        source = (f"clusters.{cluster_name}.client_revision_date (a configured override; remove it to send "
+                  f"marin-iris {IRIS_VERSION}'s {IRIS_REVISION_DATE})" if overridden
+                  else f"the build date of marin-iris {IRIS_VERSION}, which this client was tested against")
         super().__init__(
             method,
             code,
-            f"the controller rejects client_revision_date {revision_date} as too old ({message}). "
-            f"Re-validate this client against the current upstream Iris revision, then update "
-            f"clusters.{cluster_name}.client_revision_date in the service configuration.",
+            f"the controller of cluster {cluster_name} refuses this client as too old: it sent "
+            f"client_revision_date {revision_date} ({source}); the controller says: {message}. Upgrade "
+            f"gpu-rl-builder to a newer marin-iris release (docs/iris-upgrade.md) and redeploy the worker.",
             http_status,
         )
         self.revision_date = revision_date
@@ -499,7 +526,7 @@ class IrisClient:
         self,
         base_url: str,
         *,
-        client_revision_date: str,
+        client_revision_date: str | None = None,
         token: str | None = None,
         timeout_s: float = 30.0,
         launch_timeout_s: float = 180.0,
@@ -510,7 +537,9 @@ class IrisClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ):
         self.base_url = base_url.rstrip("/")
-        self.client_revision_date = client_revision_date
+        # None: the build date of the marin-iris this client was tested against, as `iris job run` sends it.
+        self.client_revision_date = client_revision_date or IRIS_REVISION_DATE
+        self._revision_overridden = client_revision_date is not None and client_revision_date != IRIS_REVISION_DATE
         self.cluster_name = cluster_name
         self._timeout_s = timeout_s
         self._launch_timeout_s = launch_timeout_s
@@ -557,8 +586,8 @@ class IrisClient:
             pass
         message = scrub(message[:2000], secrets)
         if code == "failed_precondition" and "too old" in message:
-            raise ClientTooOld(method, code, message, r.status_code,
-                               revision_date=self.client_revision_date, cluster_name=self.cluster_name)
+            raise ClientTooOld(method, code, message, r.status_code, revision_date=self.client_revision_date,
+                               cluster_name=self.cluster_name, overridden=self._revision_overridden)
         raise _ERRORS_BY_CODE.get(code, Internal)(method, code, message, r.status_code)
 
     async def _call(self, method: str, body: dict, *, service: str = CONTROLLER_SERVICE, prefix: str = "",
@@ -690,6 +719,49 @@ class IrisClient:
         reply = await self._call("FetchLogs", body, service=LOG_SERVICE, prefix=LOG_SERVER_PROXY_PREFIX)
         return LogPage(entries=[LogEntry.from_wire(e) for e in reply.get("entries") or []],
                        cursor=_int(reply.get("cursor"), cursor or 0))
+
+    async def read_complete_log(
+        self,
+        source: str,
+        match_scope: Literal["exact", "prefix", "regex"] = "prefix",
+        *,
+        quiet_s: float = 2 * LOG_FLUSH_INTERVAL_S,
+        poll_s: float = LOG_FLUSH_INTERVAL_S,
+        max_wait_s: float = 30.0,
+        page_lines: int = 5000,
+        on_read: Any = None,
+    ) -> CompleteLog:
+        """Every entry of ``source``, re-read after the job is terminal until nothing new arrived for
+        ``quiet_s`` (two finelog flush intervals), at most ``max_wait_s``.
+
+        Why: on 0.2.227 lines still buffered in the worker's finelog client reach the store after the
+        terminal state (measured: up to 1.8 s); a log read once at terminal can miss the final push
+        line or a failure's last lines. ``complete`` is False when the log still grew at the bound:
+        callers must not decide an outcome on it. ``on_read(n_entries)`` is called after every page
+        (activities heartbeat there)."""
+        loop = asyncio.get_running_loop()
+        started = last_growth = loop.time()
+        entries: list[LogEntry] = []
+        cursor = 0
+        reads = 0
+        while True:
+            while True:  # drain everything after ``cursor``
+                page = await self.fetch_logs(source, match_scope, cursor=cursor, max_lines=page_lines)
+                reads += 1
+                grew = bool(page.entries) and page.cursor != cursor
+                if grew:
+                    entries.extend(page.entries)
+                    cursor = page.cursor
+                    last_growth = loop.time()
+                if on_read is not None:
+                    on_read(len(entries))
+                if not grew or len(page.entries) < page_lines:
+                    break
+            now = loop.time()
+            if now - last_growth >= quiet_s or now - started >= max_wait_s:
+                return CompleteLog(entries=entries, cursor=cursor, complete=now - last_growth >= quiet_s,
+                                   reads=reads, waited_s=round(now - started, 3))
+            await asyncio.sleep(min(poll_s, max(0.05, quiet_s - (now - last_growth))))
 
     # -- cluster ------------------------------------------------------------------------------------
 

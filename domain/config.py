@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 CONFIG_ENV = "GPU_RL_BUILDER_CONFIG"
 
@@ -137,7 +137,9 @@ class ClusterSettings(_Model):
     kubeconfig: str | None = None  # also used for pod termination reasons and events
     kube_context: str | None = None
     kubectl: str = "kubectl"  # binary used for pod termination reasons and events
-    client_revision_date: str  # YYYY-MM-DD of the upstream Iris revision last validated against
+    # Override only (YYYY-MM-DD). Unset: the build date of the marin-iris the client was tested against
+    # (clients/iris_pin.py), which moves with an upgrade instead of expiring here.
+    client_revision_date: str | None = None
     iris_user: str = "gpu-rl-builder"
     # A bearer token for controllers that require one (a non-empty trusted_cidrs off-cluster). Read at
     # request time from its source, never persisted. Without it the request is anonymous; note that a
@@ -145,6 +147,18 @@ class ClusterSettings(_Model):
     token: CredentialSource | None = None
     job_env: dict[str, str] = Field(default_factory=dict)  # extra non-secret env for every job
     architecture: str | None = None  # declared host architecture when the controller cannot tell
+
+    @field_validator("client_revision_date")
+    @classmethod
+    def _iso_date(cls, v: str | None) -> str | None:
+        import datetime
+
+        if v is not None:
+            try:
+                datetime.date.fromisoformat(v)
+            except ValueError:
+                raise ValueError(f"must be a date YYYY-MM-DD, got {v!r}") from None
+        return v
 
 
 class RepoSettings(_Model):

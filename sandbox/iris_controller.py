@@ -13,8 +13,8 @@ controller's cwd), not the bundle: the bundle is unpacked in ``$IRIS_WORKDIR``. 
 are skipped in local mode.
 
 The client-freshness gate stays ON: ``LaunchJob`` rejects a root job whose
-``client_revision_date`` is more than 14 days old. Our client sends the configured date
-(``clusters.<name>.client_revision_date``); tests send today's date.
+``client_revision_date`` is more than 14 days older than the controller's own build date. Our client
+sends the build date of the marin-iris it was tested against (clients/iris_pin.py).
 
 State (SQLite DB, bundle store, temp dirs, the auto-login token file under a private HOME) lives
 under ``state_dir``, so starting again on the same directory restores the controller's job table.

@@ -9,7 +9,6 @@ it started, process groups included, even when start fails half-way.
 from __future__ import annotations
 
 import atexit
-import datetime as dt
 import importlib
 import json
 import os
@@ -204,8 +203,7 @@ def write_service_config(path: Path, state_dir: Path, *, temporal, iris, token_r
     Secrets go to 0600 files under ``state_dir/secrets`` and the config names those files."""
     token_file = state_dir / "secrets" / "registry-token"
     _write_secret(token_file, token_registry.push_token or "")
-    today = dt.date.today().isoformat()
-    cluster = {"controller_url": iris.url, "client_revision_date": today, "iris_user": "gpu-rl-builder"}
+    cluster = {"controller_url": iris.url, "iris_user": "gpu-rl-builder"}  # the client's own revision date
     config: dict[str, Any] = {
         "work_dir": str(state_dir / "work"),
         # Outside work_dir on purpose: the store stands for a bucket that outlives the worker's disk.

@@ -2,13 +2,12 @@
 
 ``iris_controller``: one controller subprocess per test session (started lazily, stopped with all its
 tasks at session end); its per-task-timeout scan runs every 1 s instead of the controller's 60 s so the
-timeout test stays short. ``iris_client``: an ``IrisClient`` bound to it sending today's date as
-``client_revision_date`` (the controller's freshness gate stays on).
+timeout test stays short. ``iris_client``: an ``IrisClient`` bound to it sending its own marin-iris build date as
+``client_revision_date`` (clients/iris_pin.py; the controller's freshness gate stays on).
 """
 
 from __future__ import annotations
 
-import datetime
 import uuid
 
 import pytest
@@ -28,7 +27,6 @@ def iris_controller(tmp_path_factory) -> IrisControllerHandle:
 async def iris_client(iris_controller) -> IrisClient:
     client = IrisClient(
         iris_controller.url,
-        client_revision_date=datetime.date.today().isoformat(),
         timeout_s=15.0,
         cluster_name="local",
     )

@@ -34,11 +34,24 @@ def test_errors_name_file_and_field(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="--config"):
         load_config(None)
     p = tmp_path / "bad.toml"
-    p.write_text(GOOD.replace('client_revision_date = "2026-11-20"\n', "").replace("token = ", "tokn = "))
+    p.write_text(GOOD.replace('"2026-11-20"', '"20-11-2026"').replace("token = ", "tokn = "))
     with pytest.raises(ConfigError) as e:
         load_config(p)
     assert str(p) in str(e.value)
     assert "clusters.cw-rno2a.client_revision_date" in str(e.value) and "registry.token" in str(e.value)
+    assert "YYYY-MM-DD" in str(e.value)
+
+
+def test_client_revision_date_is_an_optional_override(tmp_path):
+    """Unset, the client sends its marin-iris build date (clients/iris_pin.py), not a date that expires."""
+    from clients.iris import IrisClient
+    from clients.iris_pin import IRIS_REVISION_DATE
+
+    p = tmp_path / "c.toml"
+    p.write_text(GOOD.replace('client_revision_date = "2026-11-20"\n', ""))
+    cfg = load_config(p)
+    assert cfg.cluster("cw-rno2a").client_revision_date is None
+    assert IrisClient("http://x", client_revision_date=None).client_revision_date == IRIS_REVISION_DATE
 
 
 def test_example_config_documents_the_build_fallbacks_as_they_are():

@@ -44,13 +44,13 @@ async def test_logs_print_the_failing_line_after_the_worker_and_its_disk_are_gon
     ran = await starter(s.config_path, "logs", handle.id)
     assert ran.code == 0, ran.text
     (marked,) = [line for line in ran.out.splitlines() if line.startswith(">")]
-    assert "exit status 3" in marked
-    assert "datasets import failed" in ran.out  # the lines leading to it
+    assert "datasets import failed" in marked  # the cause, not kaniko's wrapper line below it
+    assert "exit status 3" in ran.out  # the lines around it
     assert ran.out.startswith("== amd64-standard") and "assertion_failure" in ran.out
     store = s.config.evidence_url()
     assert f"file://{store}/" in ran.out and str(work_dir) not in ran.out
     # The failure summary quotes the same line, and points at the store, not at the worker's disk.
-    assert "failing line:" in message and "exit status 3" in message and f"file://{store}/" in message
+    assert "failing line:" in message and "datasets import failed" in message and f"file://{store}/" in message
     assert f"starter.py logs {handle.id} amd64-standard" in message
 
     one = await starter(s.config_path, "logs", handle.id, "amd64-standard")
@@ -72,7 +72,7 @@ async def test_logs_print_the_failing_line_after_the_worker_and_its_disk_are_gon
     for f in files:
         assert hashlib.sha256(f.read_bytes()).hexdigest() == by_name[f.name]["sha256"]
     diag = json.loads(next(f for f in files if f.name.endswith(".diagnostics.json")).read_text())
-    assert "exit status 3" in diag["failing_line"]
+    assert diag["failing_line"] == "datasets import failed"
 
 
 async def test_logs_for_an_unknown_workflow_is_bad_input(service_config):

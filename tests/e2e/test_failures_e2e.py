@@ -57,7 +57,7 @@ async def test_failed_build_step_is_captured_classified_and_not_retried(service_
     assert diag["summary"]["state"] == "failed" and diag["tasks"][0]["attempts"]
     log = read_evidence(FileRef.model_validate(diag["log"])).decode()
     assert "datasets import failed" in log and "exit status 3" in log
-    assert f.log == FileRef.model_validate(diag["log"]) and "exit status 3" in f.failing_line
+    assert f.log == FileRef.model_validate(diag["log"]) and f.failing_line == "datasets import failed"
     assert f"failing line: {f.failing_line!r}" in message
     assert rep.pull_request is None  # nothing recorded for a failed build
     child = await s.client.get_workflow_handle(f"{handle.id}/amd64-standard").describe()

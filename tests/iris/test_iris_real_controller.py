@@ -219,7 +219,14 @@ async def test_freshness_gate_is_on(iris_controller, iris_job_name):
     async with IrisClient(iris_controller.url, client_revision_date=old, cluster_name="local") as client:
         with pytest.raises(ClientTooOld) as err:
             await client.launch_job(bash_spec(iris_job_name("old"), "true"))
-    assert old in err.value.message and "clusters.local.client_revision_date" in err.value.message
+    from clients.iris_pin import IRIS_VERSION
+
+    msg = err.value.message
+    assert old in msg and "clusters.local.client_revision_date (a configured override" in msg
+    assert IRIS_VERSION in msg and "docs/iris-upgrade.md" in msg and "too old" in msg
+    # Unset, the client sends its own marin-iris build date, which this controller accepts.
+    async with IrisClient(iris_controller.url, cluster_name="local") as client:
+        await client.launch_job(bash_spec(iris_job_name("fresh"), "true"))
     async with IrisClient(iris_controller.url, client_revision_date="not-a-date") as client:
         with pytest.raises(InvalidArgument):
             await client.launch_job(bash_spec(iris_job_name("bad"), "true"))
