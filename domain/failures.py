@@ -3,7 +3,7 @@
 Why classify before retrying: a preempted kaniko build resumes cheaply from cache and should be
 retried; a MANIFEST mismatch or a missing variable fails the same way every time and must not burn
 hours of cluster time. Signatures come from the ops history (domain brief §7) and from how Iris
-0.2.20 reports outcomes: per-task timeout → FAILED "Execution timeout exceeded"; scheduling timeout
+(0.2.20 and 0.2.227) reports outcomes: per-task timeout → FAILED "Execution timeout exceeded"; scheduling timeout
 → UNSCHEDULABLE; pod Evicted/Preempting/DeadlineExceeded → WORKER_FAILED; OOMKilled → FAILED 137.
 
 Order matters: the most specific, non-retryable evidence (input errors in the log) wins over
@@ -161,7 +161,9 @@ def classify(evidence: Evidence) -> Classification:
             return out(cls, f"{label}: {hit}")
     if ev.missing_markers:
         return out(FailureClass.ASSERTION_FAILURE, *(f"missing marker: {m}" for m in ev.missing_markers))
-    return out(FailureClass.UNKNOWN, f"job state {ev.job_state}", *([ev.error] if ev.error else []))
+    # Iris's own reason, in one line with the state (e.g. "job state killed: Terminated by user"): it is
+    # what follow, the report and the UI show for a failure nothing above recognised.
+    return out(FailureClass.UNKNOWN, f"job state {ev.job_state}" + (f": {ev.error}" if ev.error else ""))
 
 
 _TERMINAL_JOB = {"succeeded", "failed", "killed", "worker_failed", "unschedulable"}

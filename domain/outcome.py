@@ -11,7 +11,15 @@ import re
 import shlex
 
 from domain.buildset import BuildRequest
-from domain.models import FailureInfo, PullRequestInfo, RebuildCheckResult, Stage, TargetBrief, WaitingReason
+from domain.models import (
+    FailureInfo,
+    FailureRecord,
+    PullRequestInfo,
+    RebuildCheckResult,
+    Stage,
+    TargetBrief,
+    WaitingReason,
+)
 
 STARTER = "python starter.py"
 
@@ -128,6 +136,29 @@ def input_failure(error_type: str, message: str, request: BuildRequest, *, plan:
     else:
         step = f"fix the file, field or flag named above, {again}"
     return FailureInfo(failure_class="input", error_type=error_type, message=message, location=loc, next_step=step)
+
+
+def step_failure_class(error_type: str) -> str:
+    """The failure class of a step that ended with ``error_type`` (an ActivityFailure class name)."""
+    if error_type in INPUT_ERROR_TYPES:
+        return "input"
+    if error_type in BOUNDARY_FAILURES:
+        return BOUNDARY_FAILURES[error_type][0]
+    if error_type in ("ActivityTimeout", "StartToCloseTimeout", "HeartbeatTimeout", "ScheduleToCloseTimeout"):
+        return "timeout"
+    return "internal"
+
+
+def target_step_failure(key: str, step: str, error_type: str, message: str, job_ids: list[str]) -> FailureRecord:
+    """A target's step (activity) failed for good: the failure keeps the target's jobs and the step's own
+    error, instead of the bare "child workflow failed: Activity task failed" (issue #17)."""
+    failure_class = step_failure_class(error_type)
+    what_to_do = BOUNDARY_FAILURES.get(error_type, ("", "fix the cause the message names"))[1]
+    jobs = ", ".join(job_ids) or "none submitted"
+    return FailureRecord(
+        job_id=job_ids[-1] if job_ids else "-", failure_class=failure_class, decision="fail",
+        reasons=[f"step {step} failed ({error_type}): {message}", f"Iris jobs: {jobs}"],
+        hint=f"{what_to_do}, then build again")
 
 
 def step_failure(error_type: str, message: str, *, step: str, request: BuildRequest,

@@ -156,6 +156,7 @@ def report_markdown(rep: PipelineReport) -> str:
             for f in t.failures:
                 out.append(f"- {t.key}: `{f.job_id}` {f.failure_class} → {f.decision}"
                            + (f": `{f.failing_line}`" if f.failing_line else "")
+                           + (f" — {f.reasons[0]}" if f.reasons and f.failure_class == "unknown" else "")
                            + (f" (evidence {evidence_ref(f.diagnostics)})" if f.diagnostics else ""))
         out += [f"- {t.key} build log: {evidence_ref(t.log_check.log)}" for t in rep.targets if t.log_check]
         out.append("")

@@ -42,3 +42,7 @@ OPERATOR_AUTHORIZATION = "operator-authorization"
 # red (merging as soon as they are green, or overridden), adopts operators' approvals on GitHub, and
 # withdraws an authorization only when the head moves or the merge is refused.
 MERGE_GATE = "merge-gate-required-checks"
+
+# TargetBuildWorkflow fails with its job ids and the step's own error (a TargetFailed result) when a step
+# (activity) fails for good, instead of re-raising the bare activity error (runs started before re-raise).
+TARGET_STEP_FAILURE = "target-step-failure-result"

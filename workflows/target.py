@@ -11,7 +11,8 @@ import asyncio
 from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from activities.build import BuildActivities
@@ -38,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         ValidateInput,
         WaitingReason,
     )
-    from domain.outcome import decide_command, details_markdown, recheck_command
+    from domain.outcome import decide_command, details_markdown, recheck_command, target_step_failure
     from domain.validation import ValidationReport
     from domain.watch import WatchJobInput
     from runtime import search_attributes as sa
@@ -64,6 +65,7 @@ class TargetBuildWorkflow:
         self._waiting_reason = "decision"
         self._watched_job: str | None = None
         self._wake: JobProgress | None = None
+        self._result: TargetResult | None = None  # the run's result so far (kept when a step fails)
 
     # ------------------------------------------------------------------ operator surface
     @workflow.query
@@ -113,6 +115,8 @@ class TargetBuildWorkflow:
             # Cancelled by an operator (it surfaces as CancelledError, or as an activity error caused by
             # one): stop our own jobs (exact ids, never a prefix), nothing else on the cluster.
             if not (isinstance(e, asyncio.CancelledError) or is_cancelled_exception(e)):
+                if isinstance(e, ActivityError) and workflow.patched(patches.TARGET_STEP_FAILURE):
+                    raise await self._step_failed(inp, e) from e  # the step's error stays the cause
                 raise
             if self._status.job_ids:
                 await workflow.execute_activity_method(
@@ -126,10 +130,36 @@ class TargetBuildWorkflow:
             await self._set_stage(Stage.CANCELLED, failure_class="cancelled")
             raise
 
+    async def _step_failed(self, inp: TargetInput, e: ActivityError) -> ApplicationError:
+        """A step failed for good: fail the target with its job ids and the step's own error as the cause."""
+        cause: BaseException = e
+        while isinstance(cause, ActivityError) and cause.cause is not None:
+            cause = cause.cause
+        if isinstance(cause, ApplicationError):
+            error_type, message = cause.type or "ApplicationError", cause.message
+        elif isinstance(cause, TemporalTimeoutError):
+            error_type, message = "ActivityTimeout", f"{cause.type.name.lower() if cause.type else 'timeout'}"
+        else:
+            error_type, message = type(cause).__name__, str(cause)
+        t = inp.target
+        result = self._result or TargetResult(
+            key=t.key, architecture=t.architecture, variant=t.variant, status="failed", cluster=t.cluster,
+            job_ids=[], tag=t.tag, image_ref=f"{t.image_repository}:{t.tag}")
+        failure = target_step_failure(t.key, e.activity_type or "activity", error_type, message,
+                                      list(self._status.job_ids))
+        result.status = "failed"
+        result.job_ids = list(self._status.job_ids)
+        result.failures.append(failure)
+        result.message = self._status.message = _failure_message(t.key, failure, inp.request_id)
+        self._status.failure_class = failure.failure_class
+        await self._set_stage(Stage.FAILED, failure_class=failure.failure_class)
+        return ApplicationError(result.message, result, type="TargetFailed", non_retryable=True)
+
     async def _build(self, inp: TargetInput) -> TargetResult:
         t = inp.target
-        result = TargetResult(key=t.key, architecture=t.architecture, variant=t.variant, status="failed",
-                              cluster=t.cluster, job_ids=[], tag=t.tag, image_ref=f"{t.image_repository}:{t.tag}")
+        result = self._result = TargetResult(
+            key=t.key, architecture=t.architecture, variant=t.variant, status="failed", cluster=t.cluster,
+            job_ids=[], tag=t.tag, image_ref=f"{t.image_repository}:{t.tag}")
         used: dict[str, int] = {}
         policy = await self._policy()
         for round_ in range(MAX_ROUNDS):
@@ -304,7 +334,8 @@ class TargetBuildWorkflow:
         self._status.waiting = WaitingReason(
             kind="operator_decision", target=key,
             detail=(f"operator decision on the {failure.failure_class} failure of {failure.job_id} "
-                    f"(evidence {failure.diagnostics.uri if failure.diagnostics else '-'}); "
+                    + (f"— {failure.reasons[0]} " if failure.reasons else "")  # Iris's own reason
+                    + f"(evidence {failure.diagnostics.uri if failure.diagnostics else '-'}); "
                     f"to give up instead run `{decide_command(self._inp.request_id, key, 'abort')}`"),
             command=decide_command(self._inp.request_id, key, "retry"))
         await self._set_stage(Stage.WAITING)

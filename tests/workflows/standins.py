@@ -131,6 +131,7 @@ class Round:
     missing: list[str] = field(default_factory=list)  # markers absent from the log (state succeeded)
     final_push: bool = True
     evidence: Evidence | None = None  # what capture_failure classifies; None: missing-marker evidence
+    log_error: tuple[str, str] | None = None  # check_build_log fails for good: (ActivityFailure type, message)
 
 
 class Standins:
@@ -228,6 +229,8 @@ class Standins:
     async def check_build_log(self, inp: LogCheckInput) -> LogCheck:
         await self._enter("check_build_log", inp)
         r = self._round(inp.job_id)
+        if r.log_error:
+            raise ApplicationError(r.log_error[1], type=r.log_error[0], non_retryable=True)
         return LogCheck(log=_ref(f"{inp.job_id}.log"), found=[], missing=list(r.missing),
                         final_push_seen=r.final_push, pushed_digest=DIGEST if r.final_push else None)
 
