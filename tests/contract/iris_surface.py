@@ -188,7 +188,7 @@ async def _drive(client: IrisClient) -> None:
     await client.submit_idempotent(spec)
     await client.job_status("/u/contract")
     await client.job_states(["/u/contract"])
-    await client.list_jobs(prefix="/u/", state="running", limit=2)
+    await client.list_jobs(prefix="/u/", state="running", limit=2, newest_first=True)
     await client.list_tasks("/u/contract")
     await client.task_status("/u/contract/0")
     await client.terminate("/u/contract")
