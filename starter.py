@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 from datetime import timedelta
@@ -39,6 +40,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.watch import WatchedProgress
 from clients.credentials import CredentialError
 from domain.config import ConfigError, ServiceConfig, load_config
+from domain.issue_ref import check_issue_host
 from domain.models import (
     MergeAuthorization,
     OperatorDecision,
@@ -68,6 +70,8 @@ from workflows.pipeline import BuildPipelineWorkflow
 from workflows.rebuild import RebuildCheckWorkflow
 from workflows.target import TargetBuildWorkflow
 
+# A schedule id also names the rebuild-check workflows it starts: no spaces or other separators.
+SCHEDULE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 PLANNING_STAGES = {None, Stage.QUEUED.value, Stage.LOADING.value, Stage.PREPARING_SOURCE.value, Stage.PLANNING.value}
 
 
@@ -169,6 +173,11 @@ def build(ctx, architectures, variants, requested_by, reason, link, clusters, pr
     except OperatorInputError as e:
         _fail(str(e))
     config = _config(ctx)
+    try:
+        gh = config.github
+        check_issue_host(request.issue_url, gh.api_url if gh else "https://api.github.com", gh and gh.web_url)
+    except ValueError as e:
+        _fail(str(e))
     _run(_build(config, request, plan_only, follow_, as_json))
 
 
@@ -703,6 +712,9 @@ def schedule_create(ctx, schedule_id, every_h, cron, architectures, variants, cl
         _fail(f"--every {every_h:g}: expected hours between 0 and {24 * 366}")
     try:
         schedule_id = clean_text(schedule_id, flag="SCHEDULE_ID", max_len=MAX_NAME)
+        if not SCHEDULE_ID.fullmatch(schedule_id):
+            raise OperatorInputError(f"SCHEDULE_ID {schedule_id[:80]!r}: expected letters, digits, '.', '_' or '-' "
+                                     "(starting with a letter or digit), e.g. nightly-amd64")
         cron = clean_text(cron, flag="--cron", max_len=MAX_NAME, required=False)
         note = clean_text(note, flag="--note", required=False) or ""
         request = build_request(architectures=architectures, variants=variants, requested_by=requested_by,

@@ -40,7 +40,7 @@ from clients.registry import (
     split_image_repository,
 )
 from domain.contract.bash_syntax import bash_syntax_errors
-from domain.issue_ref import parse_issue_ref
+from domain.issue_ref import check_issue_host, parse_issue_ref
 from domain.models import PreflightCheck, PreflightInput, PreflightReport
 
 # What the build asks of a GitHub App installation (REST permission names): the pin commit and PR branch
@@ -189,6 +189,7 @@ class PreflightActivities(ActivityGroup):
                     f"{', '.join(k for k, v in perms.items() if v) or 'none'}); use a token with write access"))
                 out += await self._probes(client, inp, key, slug)
                 if inp.issue_url:
+                    check_issue_host(inp.issue_url, gh.api_url, gh.web_url)  # the token goes to github.api_url only
                     repo, number = parse_issue_ref(inp.issue_url).in_repo(slug)
                     issue = await client.for_repo(repo).issue(number)
                     ok = not issue["locked"] or (repo.lower() == slug.lower() and bool(can_push))
@@ -203,6 +204,9 @@ class PreflightActivities(ActivityGroup):
                         else f"metadata: read on {slug}")
                 out.append(PreflightCheck(name="github permission", config_key=key, ok=False,
                                           detail=f"GitHub refused {e.method} {e.path} (403 {e.message}): grant {what}"))
+            except ValueError as e:  # an --issue-url on another host
+                out.append(PreflightCheck(name="github issue comment", config_key="request.issue_url", ok=False,
+                                          detail=str(e)))
             except GitHubError as e:
                 ref, what = ("request.issue_url", "issue") if "/issues/" in (e.path or "") else (key, slug)
                 out.append(PreflightCheck(name="github access", config_key=ref, ok=False,

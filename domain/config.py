@@ -196,6 +196,9 @@ class GitHubAppSettings(_Model):
 
 class GitHubSettings(_Model):
     api_url: str = "https://api.github.com"
+    # The host issue and PR links are on (``--issue-url`` must be there); default: api_url's host
+    # without ``api.`` (github.com for api.github.com, the host itself for GitHub Enterprise).
+    web_url: str | None = None
     token: CredentialSource | None = None  # a personal access token (classic or fine-grained); or ...
     app: GitHubAppSettings | None = None  # ... a GitHub App installation (short-lived tokens)
     pin_table_path: str = "cloud/iris/gpu_rl_images.py"

@@ -8,10 +8,11 @@ when the build is already done.
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
-_URL = re.compile(r"^https?://[^/\s]+/(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)/(?:issues|pull)/(?P<n>\d+)/?"
+_URL = re.compile(r"^https?://(?P<host>[^/\s]+)/(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)/(?:issues|pull)/(?P<n>\d+)/?"
                   r"(?:[?#].*)?$")
 _SHORT = re.compile(r"^(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)?#(?P<n>\d+)$")
 _NUMBER = re.compile(r"^(?P<n>\d+)$")
@@ -39,3 +40,25 @@ def parse_issue_ref(value: str) -> IssueRef:
             return IssueRef(repo=m.groupdict().get("repo"), number=int(m["n"]))
     raise ValueError(f"--issue-url: expected https://github.com/OWNER/REPO/issues/N, OWNER/REPO#N or #N; "
                      f"got {text[:80]!r}")
+
+
+def github_web_host(api_url: str) -> str:
+    """The web host of a GitHub API URL: ``https://api.github.com`` → ``github.com``; a GitHub Enterprise
+    ``https://ghe.example/api/v3`` (or a stand-in) → its own host."""
+    host = urlsplit(api_url).netloc.lower()
+    return host.removeprefix("api.") if host.startswith("api.") else host
+
+
+def check_issue_host(value: str | None, api_url: str, web_url: str | None = None) -> None:
+    """Refuse an issue URL on another host than the configured GitHub (a gitlab URL would otherwise be
+    commented on GitHub, in a repository of the same name)."""
+    if not value:
+        return
+    parse_issue_ref(value)  # names no issue: refused with its own message
+    m = _URL.match(value.strip())
+    host = m["host"].lower() if m else None  # OWNER/REPO#N and #N are on the configured GitHub
+    expected = urlsplit(web_url).netloc.lower() if web_url else github_web_host(api_url)
+    if host and host != expected:
+        where = "github.web_url" if web_url else "github.api_url"
+        raise ValueError(f"--issue-url {value.strip()[:120]}: host {host} is not the configured GitHub "
+                         f"({expected}, from {where}); nothing was started")

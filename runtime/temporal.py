@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfigProfile
@@ -134,6 +135,10 @@ def resolve_settings(settings: TemporalSettings, flags: ConnectionFlags | None =
     try:
         return TemporalSettings.model_validate({**settings.model_dump(), **{
             k: (v.model_dump() if isinstance(v, CredentialSource) else v) for k, v in update.items()}})
+    except ValidationError as e:
+        fields = "; ".join(f"temporal.{'.'.join(str(x) for x in err['loc']) or 'settings'}: "
+                           f"{err['msg'].removeprefix('Value error, ')}" for err in e.errors(include_input=False))
+        raise ConfigError(f"{fields} (from the config, profile, TEMPORAL_* or flags)") from None
     except ValueError as e:
         raise ConfigError(f"temporal: {e}") from None
 

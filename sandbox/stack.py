@@ -239,7 +239,9 @@ def write_service_config(path: Path, state_dir: Path, *, temporal, iris, token_r
     if github is not None:
         gh_token = state_dir / "secrets" / "github-token"
         _write_secret(gh_token, github.token)
-        config["github"] = {"api_url": github.api_url, "token": {"kind": "file", "path": str(gh_token)}}
+        # The stand-in plays github.com: issue links (--issue-url) name github.com.
+        config["github"] = {"api_url": github.api_url, "web_url": "https://github.com",
+                            "token": {"kind": "file", "path": str(gh_token)}}
     # Who may approve merges and decide in the sandbox (the names its demo, tests and benches use).
     config["operators"] = {"logins": list(SANDBOX_OPERATORS)}
     (state_dir / "work").mkdir(parents=True, exist_ok=True)
