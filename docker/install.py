@@ -7,8 +7,9 @@ Standard library only: it runs on the bare base image before any venv exists.
   python docker/install.py kubectl BINDIR ARCH        kubectl for amd64|arm64, checked against a pinned sha256
 
 kubectl is pinned here, not trusted from the download server's own .sha256 file (same host, same TLS
-connection: that proves only an untruncated transfer). To bump, set KUBECTL_VERSION and both sums from
-https://dl.k8s.io/release/<version>/bin/linux/<arch>/kubectl.sha256. KUBECTL_VERSION, KUBECTL_SHA256 and
+connection: that proves only an untruncated transfer). To bump, set KUBECTL_VERSION, KUBECTL_EOL and both
+sums from https://dl.k8s.io/release/<version>/bin/linux/<arch>/kubectl.sha256 (tests/deploy/test_image.py
+compares them with those files when dl.k8s.io is reachable). KUBECTL_VERSION, KUBECTL_SHA256 and
 KUBECTL_BASE_URL may be overridden together from the environment (a mirror; the tests' local copy).
 """
 
@@ -23,11 +24,19 @@ import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-KUBECTL_VERSION = "v1.31.14"
+# kubectl 1.36 (1.36.4, 2026-08-11): within one minor of the newest Kubernetes (1.37), kubectl's version
+# skew policy. The sums are the published .sha256 files of v1.36.4, as recorded in kubernetes-sigs/kubespray
+# @46dbdd3994b32640bcd806b0097f50e8fdf1d514 roles/kubespray_defaults/vars/main/checksums.yml (kubectl_checksums,
+# which kubespray checks against https://dl.k8s.io/release/v<version>/bin/linux/<arch>/kubectl).
+KUBECTL_VERSION = "v1.36.4"
 KUBECTL_SHA256 = {
-    "amd64": "8791ec7c8966b61420d55103a5fb948de9f0ca3d7306d789734975ad9704bdb0",
-    "arm64": "3abb0c2d7121e1833831f56fd857a93de386e76d14b64baf86220d0afe495209",
+    "amd64": "8b8f088da2dab964f853b38464033b1be15ede2839eca751482357c45abdd05a",
+    "arm64": "0ecf44450ee6063bf19dd166a103ee6df4a9034455c2abce626e6eea657d73fb",
 }
+KUBECTL_SHA256_SOURCE = ("kubernetes-sigs/kubespray@46dbdd3994b32640bcd806b0097f50e8fdf1d514:"
+                         "roles/kubespray_defaults/vars/main/checksums.yml")
+# end-of-life kubectl:v1.36.4 2027-06-28 (Kubernetes 1.36 end of life, https://kubernetes.io/releases/1.36/)
+KUBECTL_EOL = "2027-06-28"
 KUBECTL_BASE_URL = "https://dl.k8s.io/release"
 
 

@@ -5,6 +5,7 @@ no docker compose on this machine, so structure and cross-references are checked
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def test_helm_values_use_postgresql_for_persistence_and_advanced_visibility():
 def test_compose_stack_is_consistent_with_the_image_and_the_commands():
     compose = _yaml(TEMPORAL / "compose.yaml")
     services = compose["services"]
-    assert set(services) == {"postgresql", "temporal", "temporal-ui", "setup-namespace", "worker"}
+    assert set(services) == {"postgresql", "temporal-schema", "temporal", "temporal-ui", "setup-namespace", "worker"}
     for name, service in services.items():
         for dep, cond in (service.get("depends_on") or {}).items():
             assert dep in services, f"{name} depends on unknown {dep}"
@@ -99,3 +100,55 @@ def test_the_namespace_is_the_same_everywhere():
     team = tomllib.loads(k8s_profiles["temporal.toml"])["profile"]["team"]
     assert team["namespace"] == NAMESPACE
     assert tomllib.loads((ROOT / "deploy" / "config.example.toml").read_text())["temporal"]["namespace"] == NAMESPACE
+
+
+def _default_tag(image: str) -> tuple[str, str]:
+    name, _, tag = re.sub(r"\$\{\w+:-([^}]+)\}", r"\1", image).partition(":")
+    return name, tag
+
+
+def test_compose_runs_maintained_images_with_a_schema_job_and_a_current_ui():
+    services = _yaml(TEMPORAL / "compose.yaml")["services"]
+    images = {name: _default_tag(s["image"]) for name, s in services.items()}
+    assert not [n for n, (image, _) in images.items() if image.endswith("auto-setup")], "auto-setup is deprecated"
+    assert images["temporal"][0] == "temporalio/server" and images["temporal-schema"][0] == "temporalio/admin-tools"
+    assert images["temporal"][1] == images["temporal-schema"][1], "the schema tool must match the server version"
+    assert services["temporal"]["depends_on"]["temporal-schema"]["condition"] == "service_completed_successfully"
+    ui = tuple(int(x) for x in images["temporal-ui"][1].split("."))
+    assert images["temporal-ui"][0] == "temporalio/ui" and ui >= (2, 40), "User Metadata needs UI >= 2.40"
+    env = dict(line.split("=", 1) for line in (TEMPORAL / "env.example").read_text().splitlines()
+               if re.match(r"^\w+=", line))
+    for service, var in (("temporal", "TEMPORAL_VERSION"), ("temporal-schema", "TEMPORAL_ADMINTOOLS_VERSION"),
+                         ("temporal-ui", "TEMPORAL_UI_VERSION")):
+        assert f"${{{var}:-" in services[service]["image"] and env[var] == images[service][1], var
+
+
+def test_the_schema_job_is_idempotent(tmp_path):
+    """The job's script as the container runs it (compose's $$ -> $), against a temporal-sql-tool stand-in
+    that keeps database state in files: the first run creates and sets up both databases, the second
+    (a later `docker compose up`) only updates them and still exits 0."""
+    services = _yaml(TEMPORAL / "compose.yaml")["services"]
+    job = services["temporal-schema"]
+    assert job["entrypoint"] == ["/bin/sh", "-c"]
+    script = job["command"][0].replace("$$", "$")
+    state = tmp_path / "db"
+    state.mkdir()
+    tool = tmp_path / "bin" / "temporal-sql-tool"
+    tool.parent.mkdir()
+    tool.write_text(f"""#!/bin/sh
+db=""; while [ $# -gt 0 ]; do case "$1" in --db) db=$2; shift;; create|setup-schema|update-schema) op=$1;; esac; shift; done
+echo "$op $db" >> {state}/log
+case "$op" in
+  create) [ ! -e {state}/$db ] && touch {state}/$db ;;
+  setup-schema) [ -e {state}/$db ] && [ ! -e {state}/$db.schema ] && touch {state}/$db.schema ;;
+  update-schema) [ -e {state}/$db.schema ] ;;
+esac
+""")
+    tool.chmod(0o755)
+    env = {"PATH": f"{tool.parent}:/usr/bin:/bin", "SQL_PASSWORD": "x"}
+    for run in (1, 2):
+        out = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, (run, out.stdout, out.stderr)
+    log = (state / "log").read_text().split("\n")
+    assert log.count("setup-schema temporal") == 1 and log.count("setup-schema temporal_visibility") == 1
+    assert log.count("update-schema temporal") == 3 and "database temporal exists" in out.stdout
