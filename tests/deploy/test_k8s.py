@@ -31,7 +31,7 @@ def _manifests() -> dict[str, dict]:
     """kind/name -> resource, for the base, the Secret templates and the optional resources."""
     out = {}
     for path in [*sorted((K8S / "base").glob("*.yaml")), K8S / "secrets.example.yaml",
-                 *sorted((K8S / "optional").glob("*.yaml"))]:
+                 *sorted((K8S / "optional").glob("*.yaml")), *sorted((K8S / "iris").glob("*.yaml"))]:
         for doc in _docs(path):
             if doc["kind"] != "Kustomization":
                 out[f"{doc['kind']}/{doc['metadata']['name']}"] = doc
@@ -54,7 +54,8 @@ def test_every_manifest_is_strictly_valid(version):
     assert {"Deployment/gpu-rl-builder-worker", "PodDisruptionBudget/gpu-rl-builder-worker",
             "ServiceAccount/gpu-rl-builder-worker", "ConfigMap/gpu-rl-builder-config",
             "Secret/gpu-rl-builder-secrets", "Secret/gpu-rl-builder-temporal",
-            "Secret/gpu-rl-builder-iris-kubeconfig", "PersistentVolumeClaim/gpu-rl-builder-evidence"} <= set(manifests)
+            "Secret/gpu-rl-builder-iris-kubeconfig", "PersistentVolumeClaim/gpu-rl-builder-evidence",
+            "Role/gpu-rl-builder", "RoleBinding/gpu-rl-builder"} <= set(manifests)
     for doc in manifests.values():
         kubernetes_validate.validate(doc, version, strict=True)
 
@@ -185,3 +186,42 @@ def test_each_identity_comes_from_its_own_credential():
     assert from_secrets == {"TEMPORAL_API_KEY": "api-key"}, from_secrets
     compose = yaml.safe_load((ROOT / "deploy" / "temporal" / "compose.yaml").read_text())
     assert not {"GH_TOKEN", "GITHUB_TOKEN"} & set(compose["services"]["worker"]["environment"])
+
+
+def _allows(rules: list[dict], group: str, resource: str, verb: str, name: str | None = None) -> bool:
+    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
+               and (not r.get("resourceNames") or name in r["resourceNames"]) for r in rules)
+
+
+def test_the_iris_role_grants_what_the_worker_runs_there_and_nothing_else():
+    """deploy/k8s/iris/rbac.yaml, applied on each Iris cluster: the kubectl calls of clients/kube.py
+    (port-forward to the controller Service, pod and event reads) in namespace iris, read-only."""
+    m = _manifests()
+    role, binding = m["Role/gpu-rl-builder"], m["RoleBinding/gpu-rl-builder"]
+    config = tomllib.loads(m["ConfigMap/gpu-rl-builder-config"]["data"]["config.toml"])
+    forwards = {(c["port_forward"]["namespace"], c["port_forward"]["service"]) for c in config["clusters"].values()}
+    assert forwards == {("iris", "iris-controller-svc")} and role["metadata"]["namespace"] == "iris"
+    rules = role["rules"]
+    assert _allows(rules, "", "services", "get", "iris-controller-svc")
+    assert _allows(rules, "", "pods", "list") and _allows(rules, "", "pods/portforward", "create")
+    assert _allows(rules, "", "pods", "get") and _allows(rules, "", "events", "list")
+    writes = {"create", "update", "patch", "delete", "deletecollection", "*"}
+    assert not [r for r in rules if writes & set(r["verbs"]) and r["resources"] != ["pods/portforward"]]
+    assert not _allows(rules, "", "secrets", "get") and not _allows(rules, "", "pods/exec", "create")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gpu-rl-builder"}
+    assert binding["metadata"]["namespace"] == "iris"
+
+
+def test_example_kube_contexts_are_marin_iris_own():
+    """The contexts of the example configurations are those of marin-iris's cluster configs
+    (iris/config/<cluster>.yaml, platform.coreweave.kube_context) when that package is installed."""
+    iris_config = Path(__import__("iris").__file__).parent / "config"
+    for text in (_manifests()["ConfigMap/gpu-rl-builder-config"]["data"]["config.toml"],
+                 (ROOT / "deploy" / "config.example.toml").read_text()):
+        for name, cluster in tomllib.loads(text)["clusters"].items():
+            upstream = iris_config / f"{name}.yaml"
+            if not upstream.exists():
+                pytest.skip(f"{upstream} is not in the installed marin-iris")
+            platform = yaml.safe_load(upstream.read_text())["platform"]["coreweave"]
+            assert cluster["kube_context"] == platform["kube_context"], name
+            assert cluster["port_forward"]["namespace"] == platform["namespace"]
