@@ -39,7 +39,8 @@ def _config(tmp_path: Path, url: str) -> ServiceConfig:
         "repos": {"marinskyrl_url": "file:///nowhere", "harbor_url": "file:///nowhere"},
         "clusters": {"local": {"controller_url": url, "iris_user": "tester",
                                "client_revision_date": datetime.date.today().isoformat()}},
-        "registry": {"user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "NO_SUCH_X"}},
+        "registry": {"image_repository": REPO, "user": {"kind": "literal_public", "value": "u"},
+                     "token": {"kind": "env", "name": "NO_SUCH_X"}},
     })
 
 
