@@ -69,7 +69,7 @@ from domain.models import (
     target_workflow_id,
 )
 from domain.redact import redact, redact_obj
-from domain.validation import ExpectedImage, ValidationReport
+from domain.validation import ExpectedImage, ValidationReport, check_claimed_digest
 
 LOG_PAGE_LINES = 5000
 
@@ -362,9 +362,10 @@ class BuildActivities(ActivityGroup):
                                  harbor_commit=inp.harbor_commit, min_layers=ceiling.min_layers,
                                  max_layer_bytes=ceiling.max_layer_bytes, warn_layer_bytes=ceiling.warn_layer_bytes)
         async with Heartbeater():
-            return await validate_image(image_repository=t.image_repository, tag=t.tag, expected=expected,
-                                        credentials=creds, insecure_hosts=self.config.registry.insecure_hosts,
-                                        pool=self.registry_pool)
+            report = await validate_image(image_repository=t.image_repository, tag=t.tag, expected=expected,
+                                          credentials=creds, insecure_hosts=self.config.registry.insecure_hosts,
+                                          pool=self.registry_pool)
+        return check_claimed_digest(report, inp.claimed_digest)
 
 
 def launch_spec(job, wire_name: str, env: dict[str, str], bundle_blob: bytes | None) -> LaunchSpec:

@@ -286,6 +286,7 @@ class ValidateInput(BaseModel):
     target: TargetSpec
     build_commit: str
     harbor_commit: str
+    claimed_digest: str | None = None  # the pushed digest the build log states; must be the registry's
 
 
 class TerminateInput(BaseModel):

@@ -316,3 +316,17 @@ def config_labels(config: dict[str, Any]) -> dict[str, str]:
     """``config.Labels`` (may be null or absent)."""
     labels = (config.get("config") or {}).get("Labels") or {}
     return {str(k): str(v) for k, v in labels.items()}
+
+
+def check_claimed_digest(report: ValidationReport, claimed: str | None) -> ValidationReport:
+    """The digest the build log claims it pushed must be the one the registry serves for the tag (the
+    top-level digest, or the platform manifest's under an index); otherwise the validation fails naming both."""
+    if not claimed or not report.digest:
+        return report
+    same = claimed in (report.digest, report.platform_digest)
+    check = CheckResult(name="pushed_digest", expected=f"{claimed} (the build log)", observed=report.digest,
+                        verdict="pass" if same else "fail",
+                        detail="" if same else f"the log claims {claimed} was pushed but the registry serves "
+                        f"{report.digest} for {report.image_ref}:{report.tag}")
+    return report.model_copy(update={"checks": [*report.checks, check]})
+

@@ -60,6 +60,7 @@ class TargetBuildWorkflow:
         self._awaiting_decision = False
         self._recheck = False
         self._classification = None
+        self._claimed_digest: str | None = None  # the digest the build log says was pushed
         self._evidence: dict[str, str] = {}
         self._waiting_since: datetime | None = None
         self._waiting_reason = "decision"
@@ -311,6 +312,7 @@ class TargetBuildWorkflow:
                           target=self._inp.target),
             **options.CHECK_LOG, summary=f"fetch the full log of {job_id} and check the assertion markers")
         self._publish_evidence(f"{job_id} build log", check.log)
+        self._claimed_digest = check.pushed_digest
         return check
 
     async def _capture(self, job_id: str, check: LogCheck | None) -> FailureRecord:
@@ -361,7 +363,8 @@ class TargetBuildWorkflow:
         inp = self._inp
         return await workflow.execute_activity_method(
             BuildActivities.validate_image,
-            ValidateInput(target=inp.target, build_commit=inp.build_commit, harbor_commit=inp.harbor_commit),
+            ValidateInput(target=inp.target, build_commit=inp.build_commit, harbor_commit=inp.harbor_commit,
+                          claimed_digest=self._claimed_digest),
             **options.VALIDATE,
             summary=f"validate {inp.target.image_repository}:{inp.target.tag}")
 

@@ -215,3 +215,20 @@ async def test_anonymous_inconclusive_is_retried_then_reported(token_registry):
     assert not report.ok and not report.blocked_on_visibility
     assert all(c.verdict == "pass" for c in report.checks if c.name != "anonymous_pull")
     assert sleep.calls.count(7) == 2  # three attempts, two waits between them
+
+
+def test_a_log_claiming_another_pushed_digest_fails_validation_naming_both():
+    """issue #21 item 7: the digest in the build log must be the registry's."""
+    from domain.validation import CheckResult, ValidationReport, check_claimed_digest
+
+    served, claimed = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    report = ValidationReport(image_ref="r.example/x", tag="t", digest=served, platform="linux/amd64",
+                              layer_count=20, largest_layer_bytes=1, total_bytes=1, anonymous_pull="pullable",
+                              labels={}, checks=[CheckResult(name="platform", expected="a", observed="a",
+                                                             verdict="pass")])
+    assert report.ok and check_claimed_digest(report, served).ok and check_claimed_digest(report, None).ok
+    bad = check_claimed_digest(report, claimed)
+    assert not bad.ok
+    (check,) = bad.failures()
+    assert check.name == "pushed_digest" and claimed in check.detail and served in check.detail
+    assert check_claimed_digest(report.model_copy(update={"platform_digest": claimed}), claimed).ok
