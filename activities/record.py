@@ -175,7 +175,8 @@ class RecordActivities(ActivityGroup):
             lines += ["Evidence (`starter.py evidence " + inp.request_id + "`):", *evidence, ""]
         if src.harbor_diff:
             lines += [f"Harbor dependency diff `{src.harbor_diff.old[:12]}`..`{src.harbor_diff.new[:12]}`:"]
-            lines += [f"- {x}" for x in src.harbor_diff.lines] or ["- no dependency change"]
+            # Upstream text: rendered inert like operator text (no HTML, mentions, closing keywords, links).
+            lines += [f"- {inert_markdown(x)}" for x in src.harbor_diff.lines] or ["- no dependency change"]
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ watch + merge

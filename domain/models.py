@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field, field_validator
 
 from domain.buildset import BuildRequest, TargetSpec
 from domain.failures import Classification
@@ -110,11 +110,40 @@ class BuildState(BaseModel):
     fallbacks: list[str] = Field(default_factory=list)  # planned values the prose did not give (config used)
 
 
+# Upstream (Harbor) text is capped where it enters history: a 1.5 MB dependency value would exceed
+# Temporal's payload limit and be retried for half an hour; it is cut with a note instead.
+MAX_UPSTREAM_LINE = 400
+MAX_UPSTREAM_LINES = 200
+
+
+def cap_upstream_lines(lines: list[str], *, where: str) -> list[str]:
+    """At most MAX_UPSTREAM_LINES lines of at most MAX_UPSTREAM_LINE characters, each cut one saying so.
+    Idempotent (a capped list validates to itself, so a payload read back from history is unchanged)."""
+    cut_note = " more characters cut; read "
+    body, note = lines, None
+    if lines and lines[-1].startswith("… ") and " more lines cut; read " in lines[-1]:
+        body, note = lines[:-1], lines[-1]
+    out = []
+    for line in body[:MAX_UPSTREAM_LINES]:
+        if len(line) > MAX_UPSTREAM_LINE and not (cut_note in line[MAX_UPSTREAM_LINE:]
+                                                    and len(line) < MAX_UPSTREAM_LINE + 200):
+            line = f"{line[:MAX_UPSTREAM_LINE]}… ({len(line) - MAX_UPSTREAM_LINE:,}{cut_note}{where})"
+        out.append(line)
+    if len(body) > MAX_UPSTREAM_LINES:
+        note = f"… {len(body) - MAX_UPSTREAM_LINES:,} more lines cut; read {where}"
+    return out + ([note] if note else [])
+
+
 class HarborDiffSummary(BaseModel):
     old: str
     new: str
     affects_image: bool
     lines: list[str]
+
+    @field_validator("lines")
+    @classmethod
+    def _capped(cls, lines: list[str]) -> list[str]:
+        return cap_upstream_lines(lines, where="Harbor's pyproject.toml at the two commits")
 
 
 class BundleSummary(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from domain.buildset import TargetSpec
 from domain.models import FileRef, PipelineReport, TargetResult
 from domain.outcome import waiting_line
+from domain.render import inert_markdown
 
 
 def _fmt_bytes(n: int | None) -> str:
@@ -115,7 +116,7 @@ def report_markdown(rep: PipelineReport) -> str:
         if s.harbor_diff:
             out.append(f"- Harbor dependency diff `{s.harbor_diff.old[:12]}`..`{s.harbor_diff.new[:12]}`"
                        f" ({'affects the image' if s.harbor_diff.affects_image else 'no image-relevant change'}):")
-            out += [f"  - {line}" for line in s.harbor_diff.lines] or ["  - no dependency change"]
+            out += [f"  - {inert_markdown(line)}" for line in s.harbor_diff.lines] or ["  - no dependency change"]
         if s.ops_doc_corrected:
             out.append("- stale ops documentation corrected in the same commit")
         out.append("")

@@ -1,0 +1,35 @@
+"""Upstream (Harbor) text is inert and capped (issue #21 item 6): dependency text lands in the PR body
+and the report like operator text does, and a 1.5 MB value is cut with a note where it enters history,
+so no payload-limit retry loop can start."""
+
+from __future__ import annotations
+
+from domain.models import MAX_UPSTREAM_LINE, HarborDiffSummary
+
+
+def test_a_one_and_a_half_megabyte_harbor_value_is_capped_with_a_note():
+    huge = "harbor[all] adds dep-x==" + "9" * 1_500_000
+    diff = HarborDiffSummary(old="a" * 40, new="b" * 40, affects_image=True, lines=[huge] + [f"l{i}" for i in range(500)])
+    payload = diff.model_dump_json()
+    assert len(payload) < 16_000  # far under Temporal's 2 MB payload limit (and its 512 KB warning)
+    assert diff.lines[0].startswith(huge[:MAX_UPSTREAM_LINE]) and "more characters cut" in diff.lines[0]
+    assert diff.lines[-1].startswith("… 301 more lines cut")
+    assert HarborDiffSummary.model_validate_json(payload) == diff  # stable across a round trip (replay)
+
+
+def test_harbor_text_is_inert_in_the_pr_body(tmp_path):
+    from activities.record import RecordActivities
+    from domain.models import SourceSnapshot
+    from sandbox.git_remotes import seed_remotes
+    from tests.activities.test_record_guard import _config, _inp
+
+    remotes = seed_remotes(tmp_path / "remotes")
+    inp = _inp(remotes)
+    hostile = "dep-y: @marin-community/maintainers closes #12 <img src=x onerror=alert(1)> [x](https://evil.example)"
+    src = inp.source.model_copy(update={"harbor_diff": HarborDiffSummary(old="a" * 40, new="b" * 40,
+                                                                         affects_image=True, lines=[hostile])})
+    body = RecordActivities(_config(tmp_path, remotes))._pr_body(inp.model_copy(update={"source": src}))
+    line = next(x for x in body.splitlines() if "dep-y" in x)
+    assert "@marin-community" not in line and "closes #12" not in line and "<img" not in line
+    assert "](https://" not in line
+    assert isinstance(src, SourceSnapshot)
