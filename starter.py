@@ -39,6 +39,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.watch import WatchedProgress
 from clients.credentials import CredentialError
+from clients.git_source import redact_url
 from domain.config import ConfigError, ServiceConfig, load_config
 from domain.issue_ref import check_issue_host
 from domain.models import (
@@ -59,6 +60,7 @@ from domain.operator_input import (
     operator_name,
     request_differences,
 )
+from domain.redact import redact
 from domain.report import report_markdown
 from domain.terminal_text import printable
 from runtime import operator_client as oc
@@ -86,8 +88,9 @@ def ls_remote_head(url: str, ref: str | None = None) -> str:
         sha, _, name = line.partition("\t")
         if ref is None or name in (f"refs/heads/{ref}", f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}"):
             return sha
-    raise OperatorInputError(f"--harbor-ref {ref}: no such branch, tag or commit in {url}" if ref
-                             else f"{url}: no HEAD (empty repository?)")
+    shown = redact_url(url)
+    raise OperatorInputError(f"--harbor-ref {ref}: no such branch, tag or commit in {shown}" if ref
+                             else f"{shown}: no HEAD (empty repository?)")
 
 
 def _fail(msg: str, code: int = EXIT_USAGE) -> None:
@@ -187,7 +190,9 @@ def _heads(config: ServiceConfig, request) -> tuple[str, str]:
     except OperatorInputError as e:
         _fail(str(e))
     except Exception as e:  # noqa: BLE001 - git could not reach a remote
-        _fail(f"cannot read the default branches: {str(e).strip().splitlines()[-1][:300]}", EXIT_UNREACHABLE)
+        # git's stderr may quote a remote URL with its password: credentials stripped, then redacted.
+        last = redact(redact_url(str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__))
+        _fail(f"cannot read the default branches: {last[:300]}", EXIT_UNREACHABLE)
     raise AssertionError
 
 

@@ -43,6 +43,8 @@ BOUNDARY_FAILURES = {
                                        "run the command"),
     "Transient": ("unreachable", "the service stayed unreachable for the whole retry budget; once it answers, "
                                  "build again (nothing already done is repeated)"),
+    "PreflightUnavailable": ("unreachable", "the service the preflight names (Iris, the registry or GitHub) stayed "
+                                            "unreachable for the whole retry budget; once it answers, build again"),
 }
 
 # ``path/to/file.ext:12`` as the contract parsers and input errors write it (ContractError); an

@@ -163,9 +163,13 @@ async def read_report(client: Client, wid: str) -> PipelineReport:
 
 
 def exit_code(rep: PipelineReport) -> int:
-    """0 for a build that did what was asked (or is on its way), 2 for bad input, 1 otherwise."""
+    """0 for a build that did what was asked (or is on its way), 2 for bad input, 3 when a service (Iris,
+    the registry, GitHub) stayed unreachable for the whole retry budget, 1 otherwise."""
     if rep.status in ("failed", "cancelled"):
-        return EXIT_USAGE if rep.failure and rep.failure.failure_class == "input" else EXIT_FAILED
+        failure_class = rep.failure.failure_class if rep.failure else None
+        if failure_class == "unreachable":
+            return EXIT_UNREACHABLE
+        return EXIT_USAGE if failure_class == "input" else EXIT_FAILED
     return EXIT_OK
 
 

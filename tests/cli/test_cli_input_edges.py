@@ -73,3 +73,13 @@ def test_no_traceback_for_any_config_or_temporal_value(tmp_path, case):
     # TEMPORAL_TLS=maybe is read as "no TLS" by the SDK: the config's address (port 1) is then unreachable.
     assert out.returncode == (3 if case == "temporal_tls" else 2), out
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in out.stderr, out.stderr
+
+
+def test_an_unreachable_remote_with_a_url_password_is_exit_3_without_the_password(tmp_path):
+    config = minimal_config(tmp_path, "q-edges")
+    config.write_text(config.read_text().replace('marinskyrl_url = "file:///nonexistent/MarinSkyRL.git"',
+                                                 'marinskyrl_url = "http://robot:s3cretPassw0rd@127.0.0.1:1/x.git"'))
+    out = _run(str(config), "build", "--arch", "amd64", "--requested-by", "a", "--reason", "b")
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 3 and len(lines) == 1 and lines[0].startswith("error: cannot read"), out
+    assert "s3cretPassw0rd" not in out.stderr + out.stdout

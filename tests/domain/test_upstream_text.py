@@ -33,3 +33,21 @@ def test_harbor_text_is_inert_in_the_pr_body(tmp_path):
     assert "@marin-community" not in line and "closes #12" not in line and "<img" not in line
     assert "](https://" not in line
     assert isinstance(src, SourceSnapshot)
+
+
+def test_a_service_unreachable_past_the_budget_exits_3_as_documented():
+    """issue #21 item 7: Iris, the registry or GitHub unreachable for the whole budget is exit 3, not 1."""
+    from domain.buildset import BuildRequest, CompatibilityRequest
+    from domain.models import PipelineReport
+    from domain.outcome import step_failure
+    from runtime.operator_client import EXIT_FAILED, EXIT_UNREACHABLE, exit_code
+
+    req = BuildRequest(architectures=["amd64"], compatibility_request=CompatibilityRequest(requested_by="a", reason="b"))
+    for error_type in ("PreflightUnavailable", "Transient"):
+        failure = step_failure(error_type, "iris controller (clusters.c): cannot reach the controller", step="preflight",
+                               request=req)
+        assert failure.failure_class == "unreachable" and "build again" in failure.next_step
+        rep = PipelineReport.model_construct(status="failed", failure=failure)
+        assert exit_code(rep) == EXIT_UNREACHABLE
+    internal = step_failure("RuntimeError", "boom", step="preflight", request=req)
+    assert exit_code(PipelineReport.model_construct(status="failed", failure=internal)) == EXIT_FAILED
