@@ -78,9 +78,9 @@ LOG_PAGES_PER_READ = 4  # a read that finds full pages continues, at most this m
 LOG_LOOKBACK_MS = 120_000  # a fresh cursor reads only lines newer than the watcher's start minus this
 FOLLOW_VIEW_MAX = 200  # live progress in the heartbeat: followed jobs only, at most this many
 STATUS_METHODS = ("GetJobState", "ListJobs", "GetJobStatus")
-# A poll iteration or dispatch round running longer than one heartbeat timeout (workflows/options.py) is a
-# stalled watcher: every request inside is bounded (POLL_DEADLINE_S, RPC_DEADLINE_S), so only a starved
-# or hung loop gets there.
+# A poll iteration, or a dispatch round in which no request completed, running longer than one heartbeat
+# timeout (workflows/options.py) is a stalled watcher: every request inside is bounded (POLL_DEADLINE_S,
+# RPC_DEADLINE_S), so only a starved or hung loop gets there.
 STALL_S = 10.0
 POLL_DEADLINE_S = 5.0  # one status request's bound inside an iteration (past it: unreachable this tick)
 RPC_DEADLINE_S = 5.0  # one Temporal call (signal, query) of the watcher
@@ -153,6 +153,7 @@ class ClusterWatch:
     dirty: set[str] = field(default_factory=set)  # jobs whose details the dispatcher must read
     unreported: dict[str, JobProgress] = field(default_factory=dict)  # told targets, not yet told the workflow
     hints: dict[str, str] = field(default_factory=dict)  # dirty job -> the state GetJobState reported
+    on_progress: Callable[[], None] = lambda: None  # called whenever a request of a dispatch completes
     budget: Budget | None = None
 
     def __post_init__(self) -> None:
@@ -289,6 +290,7 @@ class ClusterWatch:
         for state, group in by_state.items():
             if state and state != self.jobs[group[0]].now.state and len(group) >= BATCH_MIN:
                 singles += await self._batch(iris, state, group)
+                self.on_progress()
             else:
                 singles += group
         sem = asyncio.Semaphore(DETAIL_CONCURRENCY)
@@ -296,6 +298,7 @@ class ClusterWatch:
         async def one(j: str) -> None:
             async with sem:
                 await self._details(iris, j)
+                self.on_progress()
         await asyncio.gather(*(one(j) for j in singles))
         return job_ids
 
@@ -639,7 +642,9 @@ async def _report_told(me, engine: ClusterWatch) -> None:
 
 async def _dispatcher(engine: ClusterWatch, iris: IrisClient, client: Client, me, beat: _Watchdog) -> None:
     """Beside the poll loop: read the details of changed jobs (batched), wake their targets
-    concurrently, report what they were told and drop finished watches."""
+    concurrently, report what they were told and drop finished watches. Every completed request counts as
+    progress for the watchdog: a round of hundreds of bounded requests is long, not stalled."""
+    engine.on_progress = lambda: beat.step("dispatch", loop="dispatch")
     while True:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(beat.wake.wait(), 1.0)
@@ -689,6 +694,7 @@ async def _wake(client: Client, engine: ClusterWatch) -> int:
                     activity.logger.warning(f"could not wake {workflow_id} about {progress.job_id}: {e}")
                 return 0
         engine.told(progress.job_id, progress)
+        engine.on_progress()
         return 1
     return sum(await asyncio.gather(*(one(w, p) for w, p in engine.wakeups())))
 
