@@ -528,6 +528,7 @@ class WatchActivities(ActivityGroup):
             beat.step("poll")
             # Poll first: the changes it finds go to the dispatcher (details, wake-ups) beside this loop.
             await engine.poll(iris)
+            beat.step("poll")  # a completed request is progress: the read of the changes starts afresh
             if engine.dirty:
                 beat.wake.set()
             result.polls += 1
@@ -537,7 +538,7 @@ class WatchActivities(ActivityGroup):
             if time.monotonic() - started >= inp.return_after_s or activity.is_worker_shutdown():
                 break
             try:
-                page = await _read_changes(me, engine)
+                page = await _read_changes(me, engine, on_page=lambda: beat.step("poll"))
             except RPCError as e:
                 activity.logger.warning(f"watch set changes not readable, keeping the last ones: {e}")
             else:
@@ -602,13 +603,14 @@ class _Watchdog(Heartbeater):
             raise ApplicationError(f"watcher stalled: {self.stalled()}", type="WatcherStalled") from None
 
 
-async def _read_changes(me, engine: ClusterWatch) -> WatchPage:
+async def _read_changes(me, engine: ClusterWatch, on_page: Callable[[], None] = lambda: None) -> WatchPage:
     """Apply every page of the workflow's changes after the engine's revision (one small page when
     nothing changed)."""
     while True:
         page = await me.query("changes", PageRequest(since=engine.rev), result_type=WatchPage,
                               rpc_timeout=timedelta(seconds=RPC_DEADLINE_S))
         engine.apply(page)
+        on_page()
         if not page.more:
             return page
 
