@@ -99,9 +99,10 @@ class Tracked:
 
 @dataclass
 class Budget:
-    """A token bucket of status requests per cluster: at most ``per_min`` a minute on average, bursts of a
-    few (``cap``). Requests made off the poll loop (details of a burst) may overdraw it: the next poll
-    then waits, so the minute's total stays within the budget."""
+    """A token bucket of status requests per cluster: polls at most ``per_min`` a minute on average, bursts
+    of a few (``cap``). Detail reads of changed jobs (off the poll loop) take what is there but never put
+    the bucket in debt: a change delays the next poll by at most one budget interval, never by the number
+    of jobs that changed (detail reads are per change, and batched)."""
 
     per_min: float
     clock: Callable[[], float] = time.monotonic
@@ -117,7 +118,7 @@ class Budget:
 
     def spend(self, n: float = 1.0) -> None:
         self._refill()
-        self.tokens -= n
+        self.tokens = max(0.0, self.tokens - n)
 
     def wait_s(self) -> float:
         """Seconds until one request may be made."""
