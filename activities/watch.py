@@ -269,6 +269,7 @@ class ClusterWatch:
                 for j in ids:
                     self._unreachable(j, e)
                 return
+        changed: list[str] = []
         for j in ids:
             t, info = self.jobs[j], listed.get(j)
             if info is not None and info.state.value == t.now.state and not t.detail_needed \
@@ -276,6 +277,13 @@ class ClusterWatch:
                 t.now = _progress(info, t.now)
             else:  # not listed under the state we knew: it changed (or vanished); read it
                 self.dirty.add(j)
+                changed.append(j)
+        if len(changed) >= BATCH_MIN:
+            # Many changed at once: their new states (one GetJobState) let the dispatcher read them in batches.
+            self.budget.spend()
+            with contextlib.suppress(Unavailable, TimeoutError):
+                states = await asyncio.wait_for(iris.job_states(changed), POLL_DEADLINE_S)
+                self.hints.update((j, st.value) for j, st in states.items())
 
     async def dispatch(self, iris: IrisClient) -> list[str]:
         """Read the details of every dirty job — batched: one ``ListJobs`` per (common prefix, new state)
