@@ -111,9 +111,11 @@ async def test_a_30s_registry_503_during_validation_does_not_fail_the_target(
     token_registry.set_public(repo, True)
     pusher = Pusher(token_registry.url, token_registry.credentials)
     try:
-        await pusher.push_image(repo, "t1", ImageSpec(labels=good_labels(build, harbor), layers=3, seed=repo))
+        pushed = await pusher.push_image(repo, "t1", ImageSpec(labels=good_labels(build, harbor), layers=3, seed=repo))
     finally:
         await pusher.aclose()
+    # The stand-in build log claims the digest that was really pushed (validation compares the two).
+    monkeypatch.setattr("tests.workflows.standins.DIGEST", pushed.digest)
     monkeypatch.setenv("GRB_PUSH_TOKEN", token_registry.credentials[1])
     config = ServiceConfig.model_validate({
         "work_dir": str(tmp_path / "work"),
