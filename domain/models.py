@@ -49,8 +49,8 @@ class Stage(StrEnum):
 class WaitingReason(BaseModel):
     """What a build waits for and the exact operator command that unblocks it (None: nothing to run)."""
 
-    kind: Literal["operator_decision", "package_visibility", "registry_inconclusive", "merge_checks",
-                  "merge_authorization", "step_retrying"]
+    kind: Literal["operator_decision", "package_visibility", "registry_inconclusive", "registry_unreachable",
+                  "merge_checks", "merge_authorization", "step_retrying"]
     target: str | None = None  # target key, or None for the pipeline itself
     detail: str  # one short sentence: what is needed
     command: str | None = None  # e.g. ``python starter.py recheck <wid> amd64-standard``
@@ -226,6 +226,12 @@ class TargetInput(BaseModel):
     build_commit: str
     harbor_commit: str
     branch: str
+    # Set by the target itself when a long wait (operator decision, package visibility, registry) continues
+    # as new; the next run picks the wait up where it was.
+    resume: TargetResume | None = None
+    # History events one run may grow to during such a wait before it continues as new (well under
+    # Temporal's 10,240-event warning; lowered only to record a short replay history).
+    wait_events_per_run: int = 2_000
 
 
 class SubmitInput(BaseModel):
@@ -371,6 +377,27 @@ class TargetResult(BaseModel):
     # Set when this result was adopted from an earlier run of the same build commit (no new Iris job):
     # the target workflow id and run id that built and validated it.
     adopted_from: str | None = None
+
+
+class TargetResume(BaseModel):
+    """What a target carries into the next run when a long wait continues as new: bounded, whatever the
+    wait's length (the result so far, the status operators see, and the wait's own clock)."""
+
+    phase: Literal["decision", "validation"]
+    round: int = 0  # the submission round whose failure awaits the decision
+    used: dict[str, int] = Field(default_factory=dict)  # retries used per failure class
+    result: TargetResult
+    status: TargetStatus
+    evidence: dict[str, str] = Field(default_factory=dict)
+    waiting_since: str | None = None  # ISO; operator-wait metric
+    waiting_reason: str = "decision"
+    decision_deadline: str | None = None  # ISO; the decision wait ends as "fail" then
+    decision: OperatorDecision | None = None  # arrived as the run continued
+    recheck: bool = False  # a re-check arrived as the run continued
+    validation_started: str | None = None  # ISO; the registry's inconclusive budget counts from here
+    sent: TargetBrief | None = None  # what the pipeline was last told (never told twice)
+    sent_attributes: list[str | None] | None = None  # [stage, failure class] last upserted
+    runs: int = 1
 
 
 class AdoptInput(BaseModel):
@@ -550,3 +577,4 @@ class MergeWaitState(BaseModel):
 
 
 PipelineInput.model_rebuild()
+TargetInput.model_rebuild()

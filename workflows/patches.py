@@ -46,3 +46,7 @@ MERGE_GATE = "merge-gate-required-checks"
 # TargetBuildWorkflow fails with its job ids and the step's own error (a TargetFailed result) when a step
 # (activity) fails for good, instead of re-raising the bare activity error (runs started before re-raise).
 TARGET_STEP_FAILURE = "target-step-failure-result"
+# TargetBuildWorkflow's long waits (operator decision, package visibility, an unreachable registry past the
+# validation budget) continue as new once a run's history or age is long; a re-check that changes nothing
+# upserts and signals nothing; the registry past the budget is waited for (recheck), not failed.
+BOUNDED_WAITS = "bounded-target-waits"

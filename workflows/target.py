@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         TargetBrief,
         TargetInput,
         TargetResult,
+        TargetResume,
         TargetStatus,
         TerminateInput,
         ValidateInput,
@@ -48,6 +49,11 @@ with workflow.unsafe.imports_passed_through():
 
 MAX_ROUNDS = 10  # hard stop on resubmissions, whatever the per-class budgets say
 SAFETY_BACKOFF_MAX = 3  # a watched job unchanged for long is re-checked at most every 3 safety intervals
+# A decision wait wakes at least this often (a timer, a few events a day) to see whether to continue as new.
+WAIT_SLICE_S = 24 * 3600
+# A long wait continues as new after this long in one run even if its history is short: the next run
+# starts on the newest code, so fewer patches must be carried (docs/versioning.md, rule 7).
+WAIT_RUN_MAX_S = 7 * 24 * 3600
 
 
 @workflow.defn
@@ -66,7 +72,11 @@ class TargetBuildWorkflow:
         self._waiting_reason = "decision"
         self._watched_job: str | None = None
         self._wake: JobProgress | None = None
-        self._result: TargetResult | None = None  # the run's result so far (kept when a step fails)
+        self._sent: TargetBrief | None = None  # the brief the pipeline was last told
+        self._sent_attributes: list[str | None] | None = None  # [stage, failure class] last upserted
+        self._round, self._used, self._result = 0, {}, None  # what a continued wait carries
+        self._decision_deadline: datetime | None = None
+        self._validation_started: datetime | None = None
 
     # ------------------------------------------------------------------ operator surface
     @workflow.query
@@ -158,56 +168,39 @@ class TargetBuildWorkflow:
 
     async def _build(self, inp: TargetInput) -> TargetResult:
         t = inp.target
-        result = self._result = TargetResult(
-            key=t.key, architecture=t.architecture, variant=t.variant, status="failed", cluster=t.cluster,
-            job_ids=[], tag=t.tag, image_ref=f"{t.image_repository}:{t.tag}")
-        used: dict[str, int] = {}
-        policy = await self._policy()
-        for round_ in range(MAX_ROUNDS):
-            job_id = await self._submit(round_)
-            result.job_ids.append(job_id)
-            progress = await self._monitor(job_id, policy)
-            failure: FailureRecord | None = None
-            if progress.state == "succeeded":
-                check = await self._check_log(job_id)
-                result.log_check = check
-                if not check.missing and check.final_push_seen:
-                    break
-                failure = await self._capture(job_id, check)
-            elif progress.missing or progress.state == "missing":
-                # The controller forgot the job (pruned row, no pod): never success on absence alone.
-                # The registry decides: our tag with our labels and a complete log → recovered.
-                check = await self._recovered(job_id)
-                if check is not None:
-                    result.log_check = check
-                    result.message = f"{t.key}: {job_id} vanished from the controller; recovered from the registry"
-                    break
-                failure = await self._capture(job_id, None)
-                self._classification = vanished_job_classification(job_id)
-                failure.failure_class = str(self._classification.failure_class)
-                failure.reasons = self._classification.reasons
-                failure.hint = self._classification.operator_hint
-                self._status.failure_class = failure.failure_class
-            else:
-                failure = await self._capture(job_id, None)
-            failure.decision = decide_retry(self._classification, used, policy.retry_budget)
-            result.failures.append(failure)
-            await self._set_stage(Stage.CAPTURING, failure_class=failure.failure_class)
-            if failure.decision == "ask_operator":
-                failure.decision = await self._ask_operator(failure, policy)
-            if failure.decision == "retry":
-                used[failure.failure_class] = used.get(failure.failure_class, 0) + 1
-                continue
-            result.status = "aborted" if failure.decision == "abort" else "failed"
-            result.message = self._status.message = _failure_message(t.key, failure, inp.request_id)
-            await self._set_stage(Stage.FAILED, failure_class=failure.failure_class)
-            raise ApplicationError(result.message, result, type="TargetFailed", non_retryable=True)
+        r = inp.resume
+        if r is not None:
+            result, used, start = self._restore(r)
         else:
-            result.message = self._status.message = f"{t.key}: gave up after {MAX_ROUNDS} submissions"
-            await self._set_stage(Stage.FAILED, failure_class=self._status.failure_class or "unknown")
-            raise ApplicationError(result.message, result, type="TargetFailed", non_retryable=True)
+            result = TargetResult(key=t.key, architecture=t.architecture, variant=t.variant, status="failed",
+                                  cluster=t.cluster, job_ids=[], tag=t.tag,
+                                  image_ref=f"{t.image_repository}:{t.tag}")
+            used, start = {}, 0
+        self._result, self._used = result, used
+        policy = await self._policy()
+        if r is None or r.phase == "decision":
+            for round_ in range(start, MAX_ROUNDS):
+                self._round = round_
+                if r is not None and round_ == start:  # continued while waiting for this round's decision
+                    failure = result.failures[-1]
+                    failure.decision = await self._ask_operator(failure, policy, resumed=r)
+                else:
+                    failure = await self._attempt(round_, result, used, policy)
+                    if failure is None:
+                        break
+                if failure.decision == "retry":
+                    used[failure.failure_class] = used.get(failure.failure_class, 0) + 1
+                    continue
+                result.status = "aborted" if failure.decision == "abort" else "failed"
+                result.message = self._status.message = _failure_message(t.key, failure, inp.request_id)
+                await self._set_stage(Stage.FAILED, failure_class=failure.failure_class)
+                raise ApplicationError(result.message, result, type="TargetFailed", non_retryable=True)
+            else:
+                result.message = self._status.message = f"{t.key}: gave up after {MAX_ROUNDS} submissions"
+                await self._set_stage(Stage.FAILED, failure_class=self._status.failure_class or "unknown")
+                raise ApplicationError(result.message, result, type="TargetFailed", non_retryable=True)
 
-        report = await self._validate_until_settled(policy)
+        report = await self._validate_until_settled(policy, resumed=r is not None and r.phase == "validation")
         result.validation = report
         result.digest = report.digest
         result.platform = report.platform
@@ -223,6 +216,77 @@ class TargetBuildWorkflow:
         self._status.validation_ok = True
         await self._set_stage(Stage.DONE)
         return result
+
+    async def _attempt(self, round_: int, result: TargetResult, used: dict[str, int], policy) -> FailureRecord | None:
+        """One submission: None when it built the image, else its failure with the decision taken on it."""
+        t = self._inp.target
+        job_id = await self._submit(round_)
+        result.job_ids.append(job_id)
+        progress = await self._monitor(job_id, policy)
+        failure: FailureRecord | None = None
+        if progress.state == "succeeded":
+            check = await self._check_log(job_id)
+            result.log_check = check
+            if not check.missing and check.final_push_seen:
+                return None
+            failure = await self._capture(job_id, check)
+        elif progress.missing or progress.state == "missing":
+            # The controller forgot the job (pruned row, no pod): never success on absence alone.
+            # The registry decides: our tag with our labels and a complete log → recovered.
+            check = await self._recovered(job_id)
+            if check is not None:
+                result.log_check = check
+                result.message = f"{t.key}: {job_id} vanished from the controller; recovered from the registry"
+                return None
+            failure = await self._capture(job_id, None)
+            self._classification = vanished_job_classification(job_id)
+            failure.failure_class = str(self._classification.failure_class)
+            failure.reasons = self._classification.reasons
+            failure.hint = self._classification.operator_hint
+            self._status.failure_class = failure.failure_class
+        else:
+            failure = await self._capture(job_id, None)
+        failure.decision = decide_retry(self._classification, used, policy.retry_budget)
+        result.failures.append(failure)
+        await self._set_stage(Stage.CAPTURING, failure_class=failure.failure_class)
+        if failure.decision == "ask_operator":
+            failure.decision = await self._ask_operator(failure, policy)
+        return failure
+
+    # ------------------------------------------------------------------ long waits: continue as new
+    def _restore(self, r: TargetResume) -> tuple[TargetResult, dict[str, int], int]:
+        """Take over the wait of the run this one continues."""
+        self._status = r.status
+        self._evidence = dict(r.evidence)
+        self._waiting_since = datetime.fromisoformat(r.waiting_since) if r.waiting_since else None
+        self._waiting_reason = r.waiting_reason
+        self._recheck = r.recheck
+        self._validation_started = (datetime.fromisoformat(r.validation_started) if r.validation_started
+                                    else None)
+        self._sent, self._sent_attributes = r.sent, r.sent_attributes
+        workflow.set_current_details(self._details())
+        return r.result, dict(r.used), r.round
+
+    def _wait_is_long(self) -> bool:
+        info = workflow.info()
+        return (info.is_continue_as_new_suggested() or info.get_current_history_length() >= self._inp.wait_events_per_run
+                or (workflow.now() - info.start_time).total_seconds() >= WAIT_RUN_MAX_S)
+
+    async def _continue_as_new(self, phase: str) -> None:
+        """End this run and carry the wait into a new one (the parent follows the chain)."""
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        r = self._inp.resume
+        state = TargetResume(
+            phase=phase, round=self._round, used=dict(self._used), result=self._result, status=self._status,
+            evidence=dict(self._evidence),
+            waiting_since=self._waiting_since.isoformat() if self._waiting_since else None,
+            waiting_reason=self._waiting_reason,
+            decision_deadline=self._decision_deadline.isoformat() if self._decision_deadline else None,
+            decision=self._decision, recheck=self._recheck,
+            validation_started=self._validation_started.isoformat() if self._validation_started else None,
+            sent=self._sent, sent_attributes=self._sent_attributes, runs=(r.runs if r else 1) + 1,
+        ).model_copy(deep=True)  # serialized after this stack unwinds: later edits must not reach it
+        workflow.continue_as_new(self._inp.model_copy(update={"resume": state}))
 
     # ------------------------------------------------------------------ steps
     async def _policy(self):
@@ -329,23 +393,42 @@ class TargetBuildWorkflow:
                              decision="fail", diagnostics=captured.diagnostics, log=captured.log,
                              failing_line=captured.failing_line, hint=c.operator_hint)
 
-    async def _ask_operator(self, failure: FailureRecord, policy) -> str:
+    async def _ask_operator(self, failure: FailureRecord, policy, resumed: TargetResume | None = None) -> str:
         self._awaiting_decision = True
-        self._decision = None
         key = self._inp.target.key
-        self._status.waiting = WaitingReason(
-            kind="operator_decision", target=key,
-            detail=(f"operator decision on the {failure.failure_class} failure of {failure.job_id} "
-                    + (f"— {failure.reasons[0]} " if failure.reasons else "")  # Iris's own reason
-                    + f"(evidence {failure.diagnostics.uri if failure.diagnostics else '-'}); "
-                    f"to give up instead run `{decide_command(self._inp.request_id, key, 'abort')}`"),
-            command=decide_command(self._inp.request_id, key, "retry"))
-        await self._set_stage(Stage.WAITING)
+        if resumed is None:
+            self._decision = None
+            self._status.waiting = WaitingReason(
+                kind="operator_decision", target=key,
+                detail=(f"operator decision on the {failure.failure_class} failure of {failure.job_id} "
+                        + (f"— {failure.reasons[0]} " if failure.reasons else "")  # Iris's own reason
+                        + f"(evidence {failure.diagnostics.uri if failure.diagnostics else '-'}); "
+                        f"to give up instead run `{decide_command(self._inp.request_id, key, 'abort')}`"),
+                command=decide_command(self._inp.request_id, key, "retry"))
+            await self._set_stage(Stage.WAITING)
+            self._decision_deadline = workflow.now() + timedelta(seconds=policy.operator_decision_timeout_s)
+        else:
+            self._decision = resumed.decision
+            self._decision_deadline = datetime.fromisoformat(resumed.decision_deadline or workflow.now().isoformat())
         try:
-            await workflow.wait_condition(lambda: self._decision is not None,
-                                          timeout=timedelta(seconds=policy.operator_decision_timeout_s))
-        except TimeoutError:
-            return "fail"
+            if resumed is None and not workflow.patched(patches.BOUNDED_WAITS):
+                try:  # runs started before: one timer for the whole wait
+                    await workflow.wait_condition(lambda: self._decision is not None,
+                                                  timeout=timedelta(seconds=policy.operator_decision_timeout_s))
+                except TimeoutError:
+                    return "fail"
+                return self._decision.action
+            # Days-long: wake at least daily; continue as new once this run's history or age is long.
+            while self._decision is None:
+                remaining = (self._decision_deadline - workflow.now()).total_seconds()
+                if remaining <= 0:
+                    return "fail"
+                try:
+                    await workflow.wait_condition(lambda: self._decision is not None,
+                                                  timeout=timedelta(seconds=min(remaining, WAIT_SLICE_S)))
+                except TimeoutError:
+                    if remaining > WAIT_SLICE_S and self._wait_is_long():
+                        await self._continue_as_new("decision")
         finally:
             self._awaiting_decision = False
             self._status.waiting = None
@@ -368,30 +451,51 @@ class TargetBuildWorkflow:
             **options.VALIDATE,
             summary=f"validate {inp.target.image_repository}:{inp.target.tag}")
 
-    async def _validate_until_settled(self, policy) -> ValidationReport:
-        await self._set_stage(Stage.VALIDATING)
+    async def _validate_until_settled(self, policy, resumed: bool = False) -> ValidationReport:
+        bounded = workflow.patched(patches.BOUNDED_WAITS)
+        if not resumed:
+            await self._set_stage(Stage.VALIDATING)
         settle = workflow.patched(patches.VALIDATION_SETTLE)
-        started, delay = workflow.now(), policy.validation_retry_initial_s
+        if self._validation_started is None:
+            self._validation_started = workflow.now()
+        started, delay = self._validation_started, policy.validation_retry_initial_s
+        key = self._inp.target.key
         while True:
             self._recheck = False  # before validating: a recheck sent during validation is not lost
             report = await self._validate()
             if settle and report.awaiting_registry:
                 # The registry could not answer (5xx/429/network): a verdict on nothing. Ask again, bounded.
                 waited = (workflow.now() - started).total_seconds()
-                if waited + delay > policy.validation_inconclusive_budget_s:
+                if waited + delay <= policy.validation_inconclusive_budget_s:
+                    await self._wait_for_registry(report, delay, waited, policy)
+                    delay = min(delay * 2, policy.validation_retry_max_s)
+                    continue
+                if not bounded:
                     return report
-                await self._wait_for_registry(report, delay, waited, policy)
-                delay = min(delay * 2, policy.validation_retry_max_s)
+                # Past the budget the registry is down, not the image: wait for it (never a rebuild).
+                minutes = policy.validation_inconclusive_budget_s / 60
+                await self._long_wait(WaitingReason(
+                    kind="registry_unreachable", target=key,
+                    detail=(f"the registry did not answer for {minutes:.0f} min (config:policy."
+                            f"validation_inconclusive_budget_s); re-check with "
+                            f"`{recheck_command(self._inp.request_id, key)}` once it answers (it is also "
+                            f"validated again every {policy.visibility_recheck_interval_s} s); the image is "
+                            "built and is not rebuilt"),
+                    command=recheck_command(self._inp.request_id, key)), "validation_inconclusive", policy)
                 continue
             if not report.blocked_on_visibility:
+                self._status.waiting = None
                 return report
             # Green build, private package: never rebuild, wait for the operator to flip visibility.
-            key = self._inp.target.key
-            self._status.waiting = WaitingReason(
+            waiting = WaitingReason(
                 kind="package_visibility", target=key,
                 detail=(f"{self._inp.target.image_repository} is not anonymously pullable: make the package public "
                         "(GitHub → Packages → Package settings → Change visibility → Public), then re-check"),
                 command=recheck_command(self._inp.request_id, key))
+            if bounded:
+                await self._long_wait(waiting, "visibility", policy)
+                continue
+            self._status.waiting = waiting
             await self._set_stage(Stage.WAITING, failure_class="visibility")
             try:
                 await workflow.wait_condition(lambda: self._recheck,
@@ -400,6 +504,20 @@ class TargetBuildWorkflow:
                 pass
             self._status.waiting = None
             await self._set_stage(Stage.VALIDATING)
+
+    async def _long_wait(self, waiting: WaitingReason, failure_class: str, policy) -> None:
+        """Wait for a re-check (or the re-check interval) while staying WAITING: validating again adds no
+        stage change, so the pipeline is told only when the wait itself changes (at most once per re-check),
+        and the run continues as new once its history or age is long (bounded whatever the wait's length)."""
+        self._status.waiting = waiting
+        await self._set_stage(Stage.WAITING, failure_class=failure_class)
+        try:
+            await workflow.wait_condition(lambda: self._recheck,
+                                          timeout=timedelta(seconds=policy.visibility_recheck_interval_s))
+        except TimeoutError:
+            pass
+        if self._wait_is_long():
+            await self._continue_as_new("validation")
 
     async def _wait_for_registry(self, report: ValidationReport, delay: float, waited: float, policy) -> None:
         key = self._inp.target.key
@@ -442,10 +560,22 @@ class TargetBuildWorkflow:
             # A target that succeeded after a retried failure is not "failed with class X" any more.
             self._status.failure_class = None
             updates.append(sa.FAILURE_CLASS.value_unset())
-        workflow.upsert_search_attributes(updates)
+        if not workflow.patched(patches.BOUNDED_WAITS):  # runs started before: every call, as they did
+            workflow.upsert_search_attributes(updates)
+            workflow.set_current_details(self._details())
+            if changed or failure_class or stage == Stage.WAITING:
+                await self._tell_pipeline(self._brief())
+            return
+        # Only real changes become events: a long wait re-checking every few minutes adds none.
+        attributes = [stage.value, self._status.failure_class]
+        if attributes != self._sent_attributes:
+            workflow.upsert_search_attributes(updates)
+            self._sent_attributes = attributes
         workflow.set_current_details(self._details())
-        if changed or failure_class or stage == Stage.WAITING:
-            await self._tell_pipeline()
+        brief = self._brief()
+        if brief != self._sent:
+            await self._tell_pipeline(brief)
+            self._sent = brief
 
     def _observe(self, old: Stage, new: Stage, failure_class: str | None) -> None:
         """One log line and the domain metrics per real stage change (replay-safe, never per poll)."""
@@ -470,7 +600,12 @@ class TargetBuildWorkflow:
         return details_markdown(title=self._inp.target.key, stage=st.stage, note=note,
                                 waiting=[st.waiting] if st.waiting else None)
 
-    async def _tell_pipeline(self) -> None:
+    def _brief(self) -> TargetBrief:
+        st = self._status
+        return TargetBrief(key=st.key, stage=st.stage, job_id=st.job_ids[-1] if st.job_ids else None,
+                           failure_class=st.failure_class, waiting=st.waiting)
+
+    async def _tell_pipeline(self, brief: TargetBrief) -> None:
         """Send the parent pipeline this target's state (it shows ``waiting`` and per-target details)."""
         parent = workflow.info().parent
         if parent is None:
@@ -478,8 +613,6 @@ class TargetBuildWorkflow:
         with workflow.unsafe.imports_passed_through():
             from workflows.pipeline import BuildPipelineWorkflow  # deferred: pipeline imports this module
         st = self._status
-        brief = TargetBrief(key=st.key, stage=st.stage, job_id=st.job_ids[-1] if st.job_ids else None,
-                            failure_class=st.failure_class, waiting=st.waiting)
         try:
             await workflow.get_external_workflow_handle(parent.workflow_id).signal(
                 BuildPipelineWorkflow.target_changed, brief)

@@ -74,6 +74,7 @@ INCONCLUSIVE_ID = "history-target-validation-inconclusive"
 CONTINUED_ID = "history-pipeline-merge-wait-continued"
 WATCHER_CAN_CLUSTER = "history-cluster-continued"
 MERGE_GATE_ID = "history-pipeline-merge-gate"
+VISIBILITY_CONTINUED_ID = "history-target-visibility-continued"
 KEY = "amd64-standard"
 # file name -> workflow id (the replay test reads this too)
 HISTORIES = {
@@ -91,6 +92,8 @@ HISTORIES = {
     "watcher_continued.json": watcher_id(WATCHER_CAN_CLUSTER, TASK_QUEUE),
     "watcher_adopted.json": watcher_id(WATCHER_CAN_CLUSTER, TASK_QUEUE),
     "pipeline_merge_gate.json": MERGE_GATE_ID,
+    "target_visibility_continued.json": VISIBILITY_CONTINUED_ID,
+    "target_visibility_resumed.json": VISIBILITY_CONTINUED_ID,
 }
 
 
@@ -338,6 +341,23 @@ async def _watcher_continued(env: WorkflowEnvironment) -> dict[str, str]:
 
 async def _ready(value):
     return value
+async def _visibility_continued(env: WorkflowEnvironment) -> dict[str, str]:
+    """A visibility wait that continues as new (a low per-run bound stands for weeks of waiting): the run
+    that continued, and the run that resumed the wait and ended validated after a re-check."""
+    s = Standins(validations={KEY: ["blocked"] * 6 + ["pass"]})
+    async with worker(env.client, TASK_QUEUE, s):
+        h = await env.client.start_workflow(
+            TargetBuildWorkflow.run,
+            target_input(VISIBILITY_CONTINUED_ID).model_copy(update={"wait_events_per_run": 60}),
+            id=VISIBILITY_CONTINUED_ID, task_queue=TASK_QUEUE)
+        first_run = h.result_run_id
+        await result(h)
+        first = await env.client.get_workflow_handle(VISIBILITY_CONTINUED_ID, run_id=first_run).fetch_history()
+        last = first.events[-1]
+        assert last.HasField("workflow_execution_continued_as_new_event_attributes"), "did not continue as new"
+        second_run = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+        second = await env.client.get_workflow_handle(VISIBILITY_CONTINUED_ID, run_id=second_run).fetch_history()
+    return {"target_visibility_continued.json": first.to_json(), "target_visibility_resumed.json": second.to_json()}
 
 
 async def main(rewrite_all: bool = False) -> None:
@@ -349,6 +369,7 @@ async def main(rewrite_all: bool = False) -> None:
             namespace=env.client.namespace,
             search_attributes={n: keyword for n, kind in SEARCH_ATTRIBUTES.items() if kind == "Keyword"}))
         await _watched(env)  # first: its safety timer needs the clock to skip (a cancelled watch locks it)
+        visibility = await _visibility_continued(env)  # its timers too
         await _watcher(env)
         await _pipeline(env)
         await _merge_gate(env)
@@ -358,6 +379,7 @@ async def main(rewrite_all: bool = False) -> None:
         await _failed(env)
         texts = await _merge_wait_continued(env)
         texts.update(await _watcher_continued(env))
+        texts.update(visibility)
         texts.update(await _merge_wait(env))  # last: it leaves an in-flight watch behind on this server
         for name, wid in HISTORIES.items():
             path = HERE / name

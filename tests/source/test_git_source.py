@@ -257,6 +257,35 @@ def test_a_rerun_keeps_and_reuses_its_own_pushed_pin_commit(remotes: Remotes, mi
     assert adopt_pushed_commit(other, url, branch, request_id="req-1-pins", parent=build.sha) is None
 
 
+def test_its_own_pin_commit_with_other_content_is_replaced_with_a_lease_and_nothing_else_is(
+        remotes: Remotes, mirrors: MirrorCache, tmp_path: Path):
+    """A target rebuilt since (new digest): the record step's new pin commit replaces the earlier one of
+    the same request on the service's own branch (force-with-lease); a commit of anyone else on top is
+    never overwritten."""
+    _, _, worktree, _, build = _prepare(remotes, mirrors, tmp_path / "wt")
+    url, branch = remotes.marinskyrl_url, "build/req-2"
+    push_branch(worktree, url, branch, build.sha)
+    old = create_worktree(mirrors.fetch(url), build.sha, tmp_path / "rec-1")
+    (old / "PINS.txt").write_text("amd64 sha256:aaa\n")
+    first = commit_build_change(old, message="pins", request_id="req-2-pins", author=AUTHOR)
+    push_branch(old, url, branch, first.sha)
+    new = create_worktree(mirrors.fetch(url), build.sha, tmp_path / "rec-2")
+    (new / "PINS.txt").write_text("amd64 sha256:bbb\n")
+    second = commit_build_change(new, message="pins", request_id="req-2-pins", author=AUTHOR)
+    with pytest.raises(BranchConflict):  # not fast-forward, and not told it may replace its own
+        push_branch(new, url, branch, second.sha)
+    push_branch(new, url, branch, second.sha, replace_own="req-2-pins")
+    assert remote_branch_sha(worktree, url, branch) == second.sha
+    # someone else's commit on the branch: never replaced
+    foreign = commit_to_remote(url, {"NOTES.md": "mine\n"}, "a human's commit", tmp_path / "human", branch=branch)
+    third_wt = create_worktree(mirrors.fetch(url), build.sha, tmp_path / "rec-3")
+    (third_wt / "PINS.txt").write_text("amd64 sha256:ccc\n")
+    third = commit_build_change(third_wt, message="pins", request_id="req-2-pins", author=AUTHOR)
+    with pytest.raises(BranchConflict):
+        push_branch(third_wt, url, branch, third.sha, replace_own="req-2-pins")
+    assert remote_branch_sha(worktree, url, branch) == foreign
+
+
 def test_changed_paths_for_rebuild_boundary(remotes: Remotes, mirrors: MirrorCache, tmp_path: Path):
     base = remotes.marinskyrl_head
     new = commit_to_remote(remotes.marinskyrl_url, {"cloud/iris/configs/a.yaml": "a: 1\n",

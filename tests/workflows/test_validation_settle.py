@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import timedelta
 
 import pytest
 from temporalio.client import WorkflowFailureError
-from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from activities.build import BuildActivities
@@ -72,22 +72,36 @@ async def test_waiting_state_names_the_inconclusive_check_and_the_budget_key(tim
     assert res.status == "validated"
 
 
-async def test_inconclusive_beyond_the_budget_fails_naming_the_inconclusive_check(time_skipping_env):
+async def test_a_registry_silent_beyond_the_budget_waits_for_a_recheck_and_never_suggests_a_rebuild(
+        time_skipping_env):
     env = time_skipping_env
     wid, tq = _ids()
-    s = Standins(validations={KEY: ["inconclusive"]},
+    # 60 + 120 + 240 + 300 (capped) s of backoff fit in 900 s, another 300 s would not: five validations,
+    # then the registry is taken for down (not the image) and the target waits for it, re-checkable.
+    s = Standins(validations={KEY: ["inconclusive"] * 6 + ["pass"]},
                  policy=PolicySettings(validation_inconclusive_budget_s=900, validation_retry_initial_s=60,
-                                       validation_retry_max_s=300))
+                                       validation_retry_max_s=300, visibility_recheck_interval_s=86400))
     async with worker(env.client, tq, s):
         handle = await env.client.start_workflow(TargetBuildWorkflow.run, target_input(wid), id=wid, task_queue=tq)
-        with pytest.raises(WorkflowFailureError) as info:
-            await result(handle)
-    cause = info.value.cause
-    assert isinstance(cause, ApplicationError) and cause.type == "TargetFailed"
-    assert "validation failed: digest expected" in cause.message and "RegistryUnavailable" in cause.message
-    assert "(inconclusive" in cause.message
-    # 60 + 120 + 240 + 300 (capped) s of backoff fit in 900 s, another 300 s would not: five validations.
-    assert len(s.names("validate_image")) == 5
+
+        async def unreachable():
+            st = await handle.query(TargetBuildWorkflow.status)
+            return st if st.waiting and st.waiting.kind == "registry_unreachable" else None
+        await env.sleep(timedelta(seconds=1000))  # past the 900 s budget (the backoff timers fire on the way)
+        st = await eventually(unreachable, what="waiting for the registry past the budget")
+        assert len(s.names("validate_image")) == 5 and st.stage == Stage.WAITING
+        w = st.waiting
+        assert w.detail.startswith("the registry did not answer for 15 min") and "build again" not in w.detail
+        assert w.command == f"python starter.py recheck {wid} {KEY}" and f"`{w.command}`" in w.detail
+        await handle.signal(TargetBuildWorkflow.recheck)  # still silent: waits again, nothing rebuilt
+        await eventually(lambda: _validated_times(s, 6), what="the re-check")
+        await handle.signal(TargetBuildWorkflow.recheck)  # the registry answers now
+        res = await result(handle)
+    assert res.status == "validated" and len(s.names("submit_job")) == 1
+
+
+async def _validated_times(s, n: int) -> bool:
+    return len(s.names("validate_image")) >= n
 
 
 async def test_a_fail_verdict_fails_at_once_without_waiting(time_skipping_env):
