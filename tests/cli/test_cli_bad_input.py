@@ -12,10 +12,11 @@ import subprocess
 import uuid
 
 import pytest
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from domain.models import PipelineInput, RebuildCheckInput
 from tests.cli.starter_cli import starter
-from tests.cli.test_cli_attach import _idle_queue_config
+from tests.cli.test_cli_attach import PipelineStandin, _idle_queue_config, _queue_of
 from tests.workflows.standins import request
 from workflows.pipeline import BuildPipelineWorkflow
 from workflows.rebuild import RebuildCheckWorkflow
@@ -158,18 +159,22 @@ async def test_a_different_request_for_the_running_commits_is_refused_naming_the
                                                                                              tmp_path):
     s = service_config
     cfg = _idle_queue_config(s, tmp_path)
-    first = await starter(cfg, *BUILD, *OK_REQUEST)
-    assert first.code == 0, first.text
-    wid = first.out.splitlines()[0].removeprefix("workflow: ").split()[0]
-    try:
-        other = await starter(cfg, "build", "--arch", "amd64", "--arch", "arm64", "--variant", "standard",
-                              "--cluster", "amd64=sandbox-amd64", *OK_REQUEST)
-        one_line_error(other, 2, wid, "architectures: running ['amd64'], requested ['amd64', 'arm64']")
-        same = await starter(cfg, *BUILD, "--requested-by", "bob", "--reason", "same images, other words")
-        assert same.code == 0 and "(attached to the running pipeline)" in same.out, same.text
-        as_json = await starter(cfg, *BUILD, *OK_REQUEST, "--json")  # stdout: one JSON document, nothing else
-        assert as_json.code == 0 and json.loads(as_json.out) == {"workflow_id": wid, "status": "running",
-                                                                 "stage": "queued"}, as_json.text
-        assert "(attached to the running pipeline)" in as_json.err
-    finally:
-        await s.client.get_workflow_handle(wid).terminate(reason="test cleanup")
+    # A stand-in pipeline serves the queue (build refuses a queue nobody polls): it says it is running and
+    # waits, so the pipeline stays running for the comparison without costing a build.
+    async with Worker(s.client, task_queue=_queue_of(cfg), workflows=[PipelineStandin],
+                      workflow_runner=UnsandboxedWorkflowRunner()):
+        first = await starter(cfg, *BUILD, *OK_REQUEST)
+        assert first.code == 0, first.text
+        wid = first.out.splitlines()[0].removeprefix("workflow: ").split()[0]
+        try:
+            other = await starter(cfg, "build", "--arch", "amd64", "--arch", "arm64", "--variant", "standard",
+                                  "--cluster", "amd64=sandbox-amd64", *OK_REQUEST)
+            one_line_error(other, 2, wid, "architectures: running ['amd64'], requested ['amd64', 'arm64']")
+            same = await starter(cfg, *BUILD, "--requested-by", "bob", "--reason", "same images, other words")
+            assert same.code == 0 and "(attached to the running pipeline)" in same.out, same.text
+            as_json = await starter(cfg, *BUILD, *OK_REQUEST, "--json")  # stdout: one JSON document, nothing else
+            assert as_json.code == 0 and json.loads(as_json.out) == {"workflow_id": wid, "status": "running",
+                                                                     "stage": "running"}, as_json.text
+            assert "(attached to the running pipeline)" in as_json.err
+        finally:
+            await s.client.get_workflow_handle(wid).terminate(reason="test cleanup")
