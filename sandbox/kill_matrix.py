@@ -18,6 +18,7 @@ import asyncio
 import functools
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -88,6 +89,21 @@ class KillMatrix:
         self.slow_file.write_text("\n".join(lines) + ("\n" if lines else ""))
         self.github.slow_down("PUT", r"/pulls/\d+/merge$", STEP_DELAY_S if phase and phase.slow_merge else 0)
 
+    def _slow_git_dir(self) -> Path:
+        """A PATH entry whose ``git`` is the slow stand-in with the real git and the delay file baked in.
+
+        Baked into the wrapper, not passed as environment variables: the service gives git an
+        allow-listed environment (clients/child_env.py), which rightly drops variables it does not know."""
+        bin_dir = self.state_dir / "slow-git-bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        wrapper = bin_dir / "git"
+        wrapper.write_text("#!/usr/bin/env bash\n"
+                           f"export REAL_GIT={shlex.quote(shutil.which('git') or 'git')}\n"
+                           f"export SLOW_GIT_FILE={shlex.quote(str(self.slow_file))}\n"
+                           f"exec bash {shlex.quote(str(SLOW_GIT_DIR / 'git'))} \"$@\"\n")
+        wrapper.chmod(0o755)
+        return bin_dir
+
     def start_worker(self) -> subprocess.Popen:
         """A new worker process with an empty work directory of its own."""
         n = len(self._workers) + 1
@@ -95,8 +111,7 @@ class KillMatrix:
         text = self.config_path.read_text()
         config = self.state_dir / f"config-worker-{n}.toml"
         config.write_text(re.sub(r'(?m)^work_dir = ".*"$', f'work_dir = "{work}"', text, count=1))
-        env = {**os.environ, "PATH": f"{SLOW_GIT_DIR}{os.pathsep}{os.environ.get('PATH', '')}",
-               "REAL_GIT": shutil.which("git") or "git", "SLOW_GIT_FILE": str(self.slow_file)}
+        env = {**os.environ, "PATH": f"{self._slow_git_dir()}{os.pathsep}{os.environ.get('PATH', '')}"}
         log = open(self.state_dir / f"worker-{n}.log", "w")  # noqa: SIM115 - the process owns it
         proc = subprocess.Popen([sys.executable, str(ROOT / "worker.py"), "--config", str(config),
                                  "--graceful-shutdown", "5"], cwd=ROOT, env=env, stdout=log,
