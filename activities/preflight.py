@@ -23,7 +23,15 @@ from activities.common import ActivityGroup, Heartbeater, iris_client, safe_name
 from activities.errors import PreflightFailed, PreflightUnavailable
 from clients.credentials import CredentialError, fetch_secret
 from clients.git_source import GitSourceError, check_push_access, git_version, read_files_at
-from clients.github import Forbidden, GitHubClient, GitHubError, GitHubUnavailable, NotFound, RateLimited
+from clients.github import (
+    Forbidden,
+    GitHubClient,
+    GitHubError,
+    GitHubUnavailable,
+    NotFound,
+    RateLimited,
+    ValidationFailed,
+)
 from clients.github_app import (
     InstallationToken,
     InstallationTokenProvider,
@@ -257,8 +265,9 @@ class PreflightActivities(ActivityGroup):
                                           detail=f"the token may not read {name} of {slug} (403 {e.message}): "
                                           f"grant {permission}"))
                 continue
-            except NotFound:
-                pass  # the base commit is not on GitHub yet: nothing to read, nothing refused
+            except (NotFound, ValidationFailed):
+                pass  # the base commit is not on GitHub yet (404, or GitHub's 422 "No commit found for SHA"):
+                # nothing to read, nothing refused
             out.append(PreflightCheck(name=f"github {name}", config_key=key, ok=True,
                                       detail=f"the token may read {name} of {slug}"))
         return out
