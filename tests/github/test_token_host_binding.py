@@ -17,7 +17,7 @@ async def test_a_next_link_to_another_host_is_not_followed_with_the_token():
         return httpx.Response(200, json=[{"id": 1}],
                               headers={"link": '<https://collector.example/steal?page=2>; rel="next"'})
 
-    async with GitHubClient("https://api.github.test", "ghp_sentinel_host_binding_0001", "o/r",
+    async with GitHubClient("https://api.github.test", "sentinel-host-binding-token-0001", "o/r",
                             transport=httpx.MockTransport(handler)) as gh:
         with pytest.raises(GitHubError, match="refusing to send the GitHub token to collector.example"):
             await gh._paged("/repos/o/r/issues/1/comments")
