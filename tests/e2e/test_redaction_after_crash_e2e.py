@@ -13,7 +13,15 @@ import pytest
 
 from domain.models import Stage
 from sandbox.git_remotes import commit_to_remote
-from tests.e2e.helpers import git_show, is_closed, request, start_pipeline, target_status, wait_until
+from tests.e2e.helpers import (
+    git_show,
+    in_the_real_job_only,
+    is_closed,
+    request,
+    start_pipeline,
+    target_status,
+    wait_until,
+)
 from tests.e2e.test_worker_crash_e2e import _worker
 
 pytestmark = pytest.mark.stack
@@ -25,8 +33,9 @@ async def test_evidence_written_after_a_worker_crash_is_redacted(service_config)
     s = service_config
     sentinel = s.token_registry.push_token
     script = git_show(s.remotes.marinskyrl_url, "main", SCRIPT)
-    leaky = script.replace("unset GHCR_TOKEN\n", 'sleep 20\nenv | sed "s/=/ is /"\n'
-                           'echo "token in a sentence: $GHCR_TOKEN" >&2\nexit 3\nunset GHCR_TOKEN\n', 1)
+    leaky = script.replace("unset GHCR_TOKEN\n", in_the_real_job_only(
+        'sleep 20\nenv | sed "s/=/ is /"\necho "token in a sentence: $GHCR_TOKEN" >&2\nexit 3')
+        + "unset GHCR_TOKEN\n", 1)
     assert leaky != script
     commit_to_remote(s.remotes.marinskyrl_url, {SCRIPT: leaky}, "a build that prints its environment, then fails")
     logs = [s.state_dir / "worker-1.log", s.state_dir / "worker-2.log"]

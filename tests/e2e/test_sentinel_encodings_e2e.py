@@ -31,6 +31,7 @@ from domain.models import Stage
 from sandbox.git_remotes import commit_to_remote
 from tests.e2e.helpers import (
     git_show,
+    in_the_real_job_only,
     is_closed,
     request,
     start_pipeline,
@@ -109,7 +110,7 @@ async def test_every_encoding_of_the_token_reaches_no_sink(service_config):
     user, token = s.token_registry.credentials
     forms = needles(user, token)
     script = git_show(s.remotes.marinskyrl_url, "main", SCRIPT)
-    leaky = script.replace("unset GHCR_TOKEN\n", PRINT_FORMS + "exit 3\nunset GHCR_TOKEN\n", 1)
+    leaky = script.replace("unset GHCR_TOKEN\n", in_the_real_job_only(PRINT_FORMS + "exit 3") + "unset GHCR_TOKEN\n", 1)
     assert leaky != script
     commit_to_remote(s.remotes.marinskyrl_url, {SCRIPT: leaky}, "a build that prints its token in every encoding")
     log = s.state_dir / "worker.log"
