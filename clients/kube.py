@@ -12,6 +12,7 @@ object name starts with ``pod-<pod name>``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -64,6 +65,22 @@ def pod_facts(pod_name: str, pod: dict | None, events: list[dict], errors: list[
     return PodFacts(**facts)
 
 
+async def _run_bounded(argv: list[str], timeout_s: float) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` in its own process group, no stdin; ``(returncode, stdout, stderr)``. Past ``timeout_s``
+    the whole group is killed and reaped, then ``TimeoutError``; ``OSError`` when it cannot start."""
+    proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                start_new_session=True)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        raise
+    return proc.returncode, out, err
+
+
 class KubeEvidence:
     """Reads pods and events with the ``kubectl`` binary (bounded, errors captured in ``errors``)."""
 
@@ -85,25 +102,15 @@ class KubeEvidence:
         return [*argv, "--namespace", self.namespace, "--request-timeout", f"{int(self.timeout_s)}s", *args]
 
     async def _json(self, *args: str) -> dict | None:
-        argv = self.argv(*args)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True)
+            rc, out, err = await _run_bounded(self.argv(*args), self.timeout_s)
+        except TimeoutError:  # before OSError, whose subclass it is
+            self.errors.append(f"{' '.join(args)}: timed out after {self.timeout_s}s")
+            return None
         except OSError as e:
             self.errors.append(f"{' '.join(args)}: cannot run {self.kubectl}: {e.strerror}")
             return None
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), self.timeout_s)
-        except TimeoutError:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            await proc.wait()
-            self.errors.append(f"{' '.join(args)}: timed out after {self.timeout_s}s")
-            return None
-        if proc.returncode != 0:
+        if rc != 0:
             self.errors.append(f"{' '.join(args)}: {err.decode(errors='replace').strip()[-500:]}")
             return None
         try:
@@ -142,22 +149,13 @@ class KubectlUnavailable(RuntimeError):
 async def kubectl_client_version(kubectl: str = "kubectl", timeout_s: float = 20.0) -> str:
     """``kubectl version --client -o json`` → the client's gitVersion (preflight: the tool runs here)."""
     try:
-        proc = await asyncio.create_subprocess_exec(
-            kubectl, "version", "--client", "-o", "json", stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        rc, out, err = await _run_bounded([kubectl, "version", "--client", "-o", "json"], timeout_s)
+    except TimeoutError:  # before OSError, whose subclass it is
+        raise KubectlUnavailable(f"{kubectl} version timed out after {timeout_s}s") from None
     except OSError as e:
         raise KubectlUnavailable(f"cannot run {kubectl}: {e.strerror}") from None
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
-    except TimeoutError:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        await proc.wait()
-        raise KubectlUnavailable(f"{kubectl} version timed out after {timeout_s}s") from None
-    if proc.returncode != 0:
-        raise KubectlUnavailable(f"{kubectl} version exited {proc.returncode}: "
+    if rc != 0:
+        raise KubectlUnavailable(f"{kubectl} version exited {rc}: "
                                  f"{err.decode(errors='replace').strip()[-300:]}")
     try:
         return str((json.loads(out).get("clientVersion") or {}).get("gitVersion") or "unknown")
