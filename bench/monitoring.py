@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import datetime
 import http.server
+import json
 import os
 import shutil
 import signal
@@ -61,12 +62,33 @@ STATUS_METHODS = ("GetJobState", "GetJobStatus", "ListJobs", "ListTasks")
 
 
 # ------------------------------------------------------------------------------ counting proxy
+TERMINAL_STATES = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_KILLED", "JOB_STATE_WORKER_FAILED",
+                   "JOB_STATE_UNSCHEDULABLE", "succeeded", "failed", "killed", "worker_failed", "unschedulable"}
+
+
+def terminal_ids(method: str, content: bytes) -> list[str]:
+    """Job ids a status reply reports in a terminal state (what the watcher learns from it)."""
+    if method not in ("GetJobState", "ListJobs", "GetJobStatus"):
+        return []
+    try:
+        d = json.loads(content)
+    except ValueError:
+        return []
+    if method == "GetJobState":
+        return [j for j, st in (d.get("states") or {}).items() if str(st) in TERMINAL_STATES]
+    jobs = d.get("jobs") or ([d["job"]] if d.get("job") else [])
+    return [j.get("jobId", "") for j in jobs if str(j.get("state")) in TERMINAL_STATES]
+
+
 class CountingProxy:
-    """A reverse proxy to the controller that records (time, RPC method) of every request."""
+    """A reverse proxy to the controller that records (time, RPC method) of every request, how long the
+    controller took to answer it, and when a status reply first reported each job terminal."""
 
     def __init__(self, upstream: str):
         self.upstream = upstream.rstrip("/")
         self.log: list[tuple[float, str]] = []
+        self.latency: list[tuple[float, str, float]] = []  # (start, method, seconds to the reply)
+        self.first_terminal: dict[str, float] = {}  # job id -> when a reply first said it is terminal
         lock = threading.Lock()
         outer = self
 
@@ -79,10 +101,17 @@ class CountingProxy:
 
             def _forward(self, method: str) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                t0, rpc = time.time(), self.path.rsplit("/", 1)[-1]
                 with lock:
-                    outer.log.append((time.time(), self.path.rsplit("/", 1)[-1]))
+                    outer.log.append((t0, rpc))
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
                 r = self.client.request(method, outer.upstream + self.path, content=body, headers=headers)
+                t1 = time.time()
+                ended = terminal_ids(rpc, r.content) if r.status_code == 200 else []
+                with lock:
+                    outer.latency.append((t0, rpc, t1 - t0))
+                    for j in ended:
+                        outer.first_terminal.setdefault(j, t1)
                 self.send_response(r.status_code)
                 for k, v in r.headers.items():
                     if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
@@ -103,6 +132,14 @@ class CountingProxy:
 
     def count(self, since: float, until: float) -> Counter:
         return Counter(m for t, m in self.log if since <= t <= until)
+
+    def latencies(self, since: float, until: float) -> dict[str, dict]:
+        """Per RPC method between two times: requests, p50/p95/max seconds to the controller's reply."""
+        by: dict[str, list[float]] = {}
+        for t, m, d in self.latency:
+            if since <= t <= until:
+                by.setdefault(m, []).append(d)
+        return {m: {"n": len(v), "p50": pct(v, 50), "p95": pct(v, 95), "max": max(v)} for m, v in sorted(by.items())}
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -194,6 +231,61 @@ async def acted_at(client: Client, wid: str) -> tuple[float | None, int, int, di
         "events": len(mon), "bytes": sum(e.ByteSize() for e in mon), "kinds": kinds}
 
 
+async def timeline(client: Client, wid: str) -> dict:
+    """One target's monitoring milestones (epoch s): its first watch_job completed (registered with the
+    watcher), the wake-up signal it acted on (the last job_changed before check_build_log), and when it
+    scheduled check_build_log."""
+    events = list((await client.get_workflow_handle(wid).fetch_history()).events)
+    watch_sched, out = None, {"registered": None, "signalled": None, "acted": None}
+    for e in events:
+        at = e.event_time.ToMicroseconds() / 1e6
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            name = e.activity_task_scheduled_event_attributes.activity_type.name
+            if name == "watch_job" and watch_sched is None:
+                watch_sched = e.event_id
+            if name in ("check_build_log", "capture_failure"):
+                out["acted"] = at
+                break
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            if e.activity_task_completed_event_attributes.scheduled_event_id == watch_sched:
+                out["registered"] = at
+        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            if e.workflow_execution_signaled_event_attributes.signal_name == "job_changed":
+                out["signalled"] = at
+    return out
+
+
+def stages(ends: dict[str, float], seen: dict[str, float], tl: dict[str, dict]) -> dict[str, dict]:
+    """p50/p95/max of each step of a detection: the controller's finished_at → a status reply to the
+    watcher says terminal → the target is signalled → it schedules check_build_log; only jobs that were
+    registered with the watcher before they ended (the others ended before their target watched)."""
+    steps: dict[str, list[float]] = {"end→seen": [], "seen→signal": [], "signal→act": [], "end→act": []}
+    late = 0
+    for wid, end in ends.items():
+        t = tl[wid]
+        if t["registered"] is None or t["registered"] > end:
+            late += 1
+            continue
+        s = seen.get(f"/bench/{wid}")
+        if s is not None:
+            steps["end→seen"].append(s - end)
+            if t["signalled"]:
+                steps["seen→signal"].append(t["signalled"] - s)
+        if t["signalled"] and t["acted"]:
+            steps["signal→act"].append(t["acted"] - t["signalled"])
+        if t["acted"]:
+            steps["end→act"].append(t["acted"] - end)
+    out = {k: {"n": len(v), "p50": pct(v, 50), "p95": pct(v, 95), "max": max(v, default=None)}
+           for k, v in steps.items()}
+    out["ended before registered"] = late
+    return out
+
+
+def dump(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
 async def wait_closed(client: Client, handles, within_s: float) -> None:
     deadline = time.monotonic() + within_s
     for h in handles:
@@ -231,14 +323,36 @@ async def scale(args, client, iris: IrisClient, proxy: CountingProxy, worker: Be
         rss_peak = max(rss_peak, proc_rss_kib(worker.pid))
         wall = time.monotonic() - w0
         cpu, ctl = proc_cpu_s(worker.pid) - cpu0, proc_cpu_s(controller_pid) - ctl0
-        latencies, failed = [], 0
+        latencies, failed, finished, tls = [], 0, {}, {}
         for wid, _ in ids_ends:
-            t_act, *_ = await acted_at(client, wid)
+            tls[wid] = await timeline(client, wid)
+            t_act = tls[wid]["acted"]
             info = await iris.job_status(f"/bench/{wid}", with_tasks=False)
             if t_act is None or not info.finished_at_ms:
                 failed += 1
                 continue
+            finished[wid] = info.finished_at_ms / 1000
             latencies.append(t_act - info.finished_at_ms / 1000)
+        t_end = time.time()
+        print(f"scale N={n}: steps {stages(finished, proxy.first_terminal, tls)}", file=sys.stderr, flush=True)
+        print(f"scale N={n}: controller latency while the jobs ended "
+              f"{proxy.latencies(first_end - 5, first_end + args.spread + 70)}", file=sys.stderr, flush=True)
+        print(f"scale N={n}: controller latency whole step {proxy.latencies(t0, t_end)}", file=sys.stderr, flush=True)
+        print(f"scale N={n}: status requests while the jobs ended "
+              f"{dict(proxy.count(first_end - 5, first_end + args.spread + 70))}", file=sys.stderr, flush=True)
+        if args.dump:
+            dump(Path(args.dump) / f"n{n}.json", {
+                "t0": t0, "first_end": first_end, "finished": finished, "timelines": tls,
+                "seen": {k: v for k, v in proxy.first_terminal.items() if f"-n{n}-" in k},
+                "requests": [(t, m, d) for t, m, d in proxy.latency if t0 <= t <= t_end]})
+        polls = sorted(t for t, m in proxy.log if m in ("GetJobState", "ListJobs") and t0 <= t <= t_end)
+        gaps = [(round(b - first_end, 1), round(b - a, 1)) for a, b in zip(polls, polls[1:], strict=False) if b - a > 6]
+        print(f"scale N={n}: poll gaps > 6 s (s after the first end, gap s): {gaps}", file=sys.stderr, flush=True)
+        if worker.log.exists():
+            warnings = [ln for ln in worker.log.read_text(errors="replace").splitlines()
+                        if "stalled" in ln or "could not" in ln or "failed" in ln.lower()]
+            print(f"scale N={n}: worker log warnings so far: {len(warnings)}; last: {warnings[-5:]}",
+                  file=sys.stderr, flush=True)
         row = {"n": n, "p50": pct(latencies, 50), "p95": pct(latencies, 95), "max": max(latencies, default=None),
                "failed": failed, "worker_cpu_cores": cpu / wall, "worker_rss_mib": rss_peak / 1024,
                "controller_cpu_cores": ctl / wall, "window_s": None}
@@ -468,6 +582,7 @@ def main() -> None:
     ap.add_argument("--resume-rounds", type=int, default=3)
     ap.add_argument("--resume-job-s", type=float, default=45.0, help="resume: the job ends this long after start")
     ap.add_argument("--reject-rounds", type=int, default=3)
+    ap.add_argument("--dump", default="", help="scale: write each step's requests and timelines to DIR/n<N>.json")
     ap.add_argument("--skip", default="", help="comma list of: history, resume, reject")
     args = ap.parse_args()
     args.sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
