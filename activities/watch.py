@@ -95,6 +95,12 @@ class Tracked:
     told: JobProgress  # what the target was last told (or told us it knows)
     told_at: float = 0.0  # monotonic time of the last wake-up sent
     detail_needed: bool = False  # fetch details on the next poll even if the state looks unchanged
+    seen: str = ""  # the state the latest poll reported (before the dispatcher has read the details)
+
+    @property
+    def state(self) -> str:
+        """The job's latest known state, for the cadence: what the last poll saw, else the details."""
+        return self.seen or self.now.state
 
 
 @dataclass
@@ -217,7 +223,7 @@ class ClusterWatch:
     def interval(self) -> float:
         """Seconds to the next poll: fast while a running job is followed or near its end, slow while
         every job is queued, else the normal interval (the budget caps all of them)."""
-        running = [t for t in self.jobs.values() if not t.told.terminal and t.now.state == JobState.RUNNING.value]
+        running = [t for t in self.jobs.values() if not t.told.terminal and t.state == JobState.RUNNING.value]
         pol = self.policy
         if any(self._followed(j) or self._near_end(self.jobs[j]) for j in (t.request.job_id for t in running)):
             return pol.watch_fast_interval_s
@@ -251,6 +257,7 @@ class ClusterWatch:
             return
         for j in ids:
             t, state = self.jobs[j], states.get(j)
+            t.seen = state.value if state is not None else t.seen
             if state is None or state.value != t.now.state or t.detail_needed or not t.now.controller_reachable:
                 self.dirty.add(j)
                 if state is not None:
@@ -272,6 +279,7 @@ class ClusterWatch:
         changed: list[str] = []
         for j in ids:
             t, info = self.jobs[j], listed.get(j)
+            t.seen = info.state.value if info is not None else ""
             if info is not None and info.state.value == t.now.state and not t.detail_needed \
                     and t.now.controller_reachable:
                 t.now = _progress(info, t.now)
@@ -284,6 +292,9 @@ class ClusterWatch:
             with contextlib.suppress(Unavailable, TimeoutError):
                 states = await asyncio.wait_for(iris.job_states(changed), POLL_DEADLINE_S)
                 self.hints.update((j, st.value) for j, st in states.items())
+                for j, st in states.items():
+                    if j in self.jobs:
+                        self.jobs[j].seen = st.value
 
     async def dispatch(self, iris: IrisClient) -> list[str]:
         """Read the details of every dirty job — batched: one ``ListJobs`` per (common prefix, new state)

@@ -1,0 +1,58 @@
+"""The cluster watcher's loop body (``ClusterWatch``) against the stand-in job list: what the poll loop
+decides from one poll, before the dispatcher has read any details."""
+
+from __future__ import annotations
+
+from activities.watch import ClusterWatch
+from clients.iris import IrisClient
+from domain.config import PolicySettings
+from domain.models import JobProgress
+from domain.watch import WatchRequest, WatchSet
+from tests.iris.standin_jobs import StandinJobs
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _watch(job_id: str, state: str) -> WatchRequest:
+    return WatchRequest(job_id=job_id, workflow_id=f"wf{job_id}", markers=[],
+                        known=JobProgress(job_id=job_id, state=state, terminal=False),
+                        registered_at="2026-12-01T00:00:00+00:00")
+
+
+async def test_a_job_seen_running_sets_the_running_cadence_before_its_details_are_read():
+    """A job registered while queued starts running: the poll that sees it must set the next poll at
+    the running interval, not at the idle (all-queued) one. Before: the cadence was chosen from the
+    details, which the dispatcher reads beside the loop after the cadence was chosen, so the next poll
+    came an idle interval (15 s) later and a job that ended in it was seen that late."""
+    policy = PolicySettings()
+    assert policy.watch_idle_interval_s > policy.watch_interval_s
+    jobs = StandinJobs({"/u/a": "pending", "/u/b": "pending"})
+    clock = FakeClock()
+    async with IrisClient("http://standin", client_revision_date="2026-11-20", transport=jobs) as iris:
+        engine = ClusterWatch(policy, clock=clock)
+        engine.sync(WatchSet(watches=[_watch("/u/a", "pending"), _watch("/u/b", "pending")]))
+        await engine.poll(iris)  # the listing poll: both still queued
+        assert engine.interval() == policy.watch_idle_interval_s
+
+        jobs.set_state("/u/a", "running")
+        clock.t += policy.watch_idle_interval_s
+        await engine.poll(iris)  # GetJobState: /u/a changed; the dispatcher has not read it yet
+        assert engine.dirty == {"/u/a"}
+        assert engine.jobs["/u/a"].now.state == "pending"
+        assert engine.interval() == policy.watch_interval_s
+
+        # The same when the once-a-minute listing poll is the one that sees the change.
+        engine2 = ClusterWatch(policy, clock=clock)
+        engine2.sync(WatchSet(watches=[_watch("/u/b", "pending"), _watch("/u/c", "pending"),
+                                       _watch("/u/d", "pending"), _watch("/u/e", "pending")]))
+        for j in ("/u/c", "/u/d", "/u/e"):
+            jobs.set_state(j, "running")
+        await engine2.poll(iris)  # ListJobs (pending) misses three: one GetJobState gives their state
+        assert engine2.dirty == {"/u/c", "/u/d", "/u/e"}
+        assert engine2.interval() == policy.watch_interval_s
