@@ -114,22 +114,34 @@ def _delay(seconds: float | None) -> timedelta | None:
     return min(timedelta(seconds=max(1.0, seconds)), MAX_RETRY_DELAY)
 
 
-def _from_github(e: _github.GitHubError) -> ActivityFailure:
+def _from_github(e: _github.GitHubError, credential: str = "github.token") -> ActivityFailure:
+    """``credential`` is the configuration key GitHub's answer is about: ``github.token`` or, when the
+    service mints installation tokens, ``github.app`` (the fix differs: replace a token, or change the
+    App's key or permissions)."""
     where = f"GitHub {e.method} {e.path}".strip()
+    app = credential == "github.app"
     if isinstance(e, _github.RateLimited):
         return Transient(f"{where}: rate limited; retrying after the limit resets", next_retry_delay=_delay(
             e.wait_seconds()))
     if isinstance(e, _github.GitHubUnavailable) or (e.status or 0) >= 500:
         return Transient(f"{where}: GitHub unreachable or failing ({e.message})")
     if isinstance(e, _github.Unauthorized):
+        if app:
+            return AuthenticationFailed(f"{where}: 401 {e.message}: the installation token minted for github.app "
+                                        "was refused; check github.app.app_id, installation_id and private_key, "
+                                        "then re-run")
         return AuthenticationFailed(f"{where}: 401 {e.message}: the token configured as github.token is invalid "
                                     "or expired; replace it, then re-run")
     if isinstance(e, _github.Forbidden):
+        if app:
+            return PermissionDenied(f"{where}: 403 {e.message}: the GitHub App (github.app) lacks a permission "
+                                    "this step needs (contents/pull-requests/issues write, checks read): grant it "
+                                    "in the App's settings and accept it on the installation")
         return PermissionDenied(f"{where}: 403 {e.message}: the github.token lacks a permission this step needs "
                                 "(contents/pull-requests/issues write on the repository)")
     if isinstance(e, _github.NotFound):
-        return NotFound(f"{where}: 404 {e.message}: the repository or resource does not exist, or github.token "
-                        "cannot see it")
+        return NotFound(f"{where}: 404 {e.message}: the repository or resource does not exist, or {credential} "
+                        "cannot see it" + (" (is the App installed on that repository?)" if app else ""))
     return InputError(f"{where}: GitHub refused the request ({e.status} {e.message})")
 
 
@@ -184,13 +196,14 @@ def _file_not_found(e: FileNotFoundError) -> ActivityFailure:
     return NotFound(f"{name or 'a file'} does not exist ({e.strerror or 'no such file'})")
 
 
-def classify_exception(e: BaseException) -> BaseException:
-    """The Temporal failure for ``e``: an ``ApplicationError`` passes through unchanged."""
+def classify_exception(e: BaseException, *, github_credential: str = "github.token") -> BaseException:
+    """The Temporal failure for ``e``: an ``ApplicationError`` passes through unchanged.
+    ``github_credential``: the configuration key GitHub's refusals name (``github.app`` when configured)."""
     if isinstance(e, ApplicationError):
         return e
     match e:
         case _github.GitHubError():
-            return _from_github(e)
+            return _from_github(e, github_credential)
         case _registry.RegistryError():
             return _from_registry(e)
         case _iris.IrisError():
@@ -230,6 +243,12 @@ def _argv0(cmd: Any) -> str:
     return str(cmd).split(" ", 1)[0]
 
 
+def _github_credential(args: tuple) -> str:
+    """The GitHub key of the activity group's configuration (``args[0]`` is the group for methods)."""
+    gh = getattr(getattr(args[0], "config", None), "github", None) if args else None
+    return "github.app" if getattr(gh, "app", None) is not None else "github.token"
+
+
 def boundary(fn: Callable) -> Callable:
     """Wrap an async activity so every exception leaves it classified (see ``classify_exception``)."""
     if not inspect.iscoroutinefunction(fn):
@@ -240,7 +259,7 @@ def boundary(fn: Callable) -> Callable:
         try:
             return await fn(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - this is the one place that maps them all
-            mapped = classify_exception(e)
+            mapped = classify_exception(e, github_credential=_github_credential(args))
             if mapped is e:
                 raise
             if activity.in_activity():

@@ -279,3 +279,26 @@ def test_every_final_boundary_failure_has_a_failure_class_and_next_step():
         f = outcome.step_failure(name, "GitHub GET /repos/o/r: 401 Bad credentials", step="recording", request=req)
         assert f.failure_class not in ("internal", "input") and f.error_type == name
         assert f.message.startswith("recording: ") and "starter.py build" in f.next_step
+
+
+@pytest.mark.parametrize(("exc", "fix"), [
+    (github.Unauthorized("Bad credentials", status=401, method="GET", path="/repos/o/r"), "github.app.app_id"),
+    (github.Forbidden("Resource not accessible by integration", status=403, method="POST", path="/repos/o/r/pulls"),
+     "App's settings"),
+    (github.NotFound("Not Found", status=404, method="GET", path="/repos/o/r"), "App installed"),
+])
+async def test_github_refusals_name_the_app_when_the_service_uses_one(exc, fix):
+    """With ``github.app`` configured there is no ``github.token`` to replace: the refusal names the App."""
+
+    class Group:
+        config = type("C", (), {"github": type("G", (), {"app": object()})()})()
+
+    @errors.boundary
+    async def step(self):
+        raise exc
+
+    with pytest.raises(errors.ActivityFailure) as info:
+        await step(Group())
+    assert "github.app" in info.value.message and fix in info.value.message
+    assert "github.token" not in info.value.message
+    assert "github.token" in errors.classify_exception(exc).message  # a token-configured service: the token
