@@ -55,6 +55,7 @@ from domain.watch import (
     TOLD_BATCH,
     AdoptChunk,
     FollowRequest,
+    MarkerSet,
     PageRequest,
     WatchClusterInput,
     WatchClusterResult,
@@ -78,6 +79,9 @@ LOG_PAGES_PER_READ = 4  # a read that finds full pages continues, at most this m
 LOG_LOOKBACK_MS = 120_000  # a fresh cursor reads only lines newer than the watcher's start minus this
 FOLLOW_VIEW_MAX = 200  # live progress in the heartbeat: followed jobs only, at most this many
 STATUS_METHODS = ("GetJobState", "ListJobs", "GetJobStatus")
+# Watcher id -> (the run this worker last registered with, the marker set keys that run was given): a
+# registration carries the marker texts only the first time a key goes to a run (see WatchRequest).
+_MARKERS_SENT: dict[str, tuple[str, set[str]]] = {}
 # A poll iteration, or a dispatch round in which no request completed, running longer than one heartbeat
 # timeout (workflows/options.py) is a stalled watcher: every request inside is bounded (POLL_DEADLINE_S,
 # RPC_DEADLINE_S), so only a starved or hung loop gets there.
@@ -470,7 +474,8 @@ class WatchActivities(ActivityGroup):
     @activity.defn
     async def watch_job(self, inp: WatchJobInput) -> JobProgress:
         """Read the job's state now and register it with its cluster's watcher (signal-with-start: the
-        watcher is started when none runs). Idempotent: a re-registration replaces the previous one.
+        watcher is started when none runs). Idempotent: a re-registration replaces the previous one. The
+        marker texts go to a watcher run once per contract (``_register``); a registration names their key.
 
         A safety re-check (``known`` set) first looks at the watcher's heartbeat: when the watcher is
         alive and has told this target what it knows, the watcher's live progress is returned and the
@@ -493,14 +498,7 @@ class WatchActivities(ActivityGroup):
                                                            error=f"controller unreachable: {e}"))
         if progress.terminal:
             return progress  # nothing to watch
-        request = WatchRequest(job_id=inp.job_id, workflow_id=inp.workflow_id, markers=inp.markers, known=progress,
-                               registered_at=inp.registered_at)
-        await activity.client().start_workflow(
-            "IrisWatcherWorkflow", WatcherInput(cluster=inp.cluster), id=watcher_id(inp.cluster, activity.info().task_queue),
-            task_queue=activity.info().task_queue, start_signal="watch", start_signal_args=[request],
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            static_summary=f"Iris watcher for cluster {inp.cluster}: one status request per interval for every "
-                           "running job, targets woken on change")
+        await _register(activity.client(), watcher_id(inp.cluster, activity.info().task_queue), inp, progress)
         return progress
 
     @activity.defn
@@ -621,6 +619,36 @@ class _Watchdog(Heartbeater):
         await super().__aexit__(exc_type, exc, tb)
         if exc_type is asyncio.CancelledError and self.stalled():
             raise ApplicationError(f"watcher stalled: {self.stalled()}", type="WatcherStalled") from None
+
+
+async def _register(client: Client, wid: str, inp: WatchJobInput, progress: JobProgress) -> None:
+    """Register a job with its cluster's watcher (signal-with-start). The build contract's marker texts go
+    to a watcher run once: inline in the first registration of their key this worker sends to the run,
+    else the key only. Signal-with-start names the run that got the registration; a run this worker did not
+    give the texts (a continued-as-new, restarted or new watcher) gets them in one ``markers`` signal. Kept
+    only once the texts are delivered, so a failed attempt sends them again when it is retried."""
+    key = marker_set_key(inp.markers)
+    run_id, given = _MARKERS_SENT.get(wid, ("", set()))
+    inline = bool(key) and key not in given
+    request = WatchRequest(job_id=inp.job_id, workflow_id=inp.workflow_id, markers=inp.markers if inline else [],
+                           marker_set=key, known=progress, registered_at=inp.registered_at)
+    handle = await client.start_workflow(
+        "IrisWatcherWorkflow", WatcherInput(cluster=inp.cluster), id=wid,
+        task_queue=activity.info().task_queue, start_signal="watch", start_signal_args=[request],
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        static_summary=f"Iris watcher for cluster {inp.cluster}: one status request per interval for every "
+                       "running job, targets woken on change")
+    if handle.result_run_id != run_id:  # another run: what it was given is not known here
+        run_id, given = handle.result_run_id or "", set()
+        if key and not inline:
+            try:
+                await client.get_workflow_handle(wid).signal("markers", MarkerSet(key=key, markers=inp.markers))
+            except RPCError as e:
+                if e.status != RPCStatusCode.NOT_FOUND:  # closed since: nothing left to mark
+                    raise
+    if key:
+        given.add(key)
+    _MARKERS_SENT[wid] = (run_id, given)
 
 
 async def _read_changes(me, engine: ClusterWatch, on_page: Callable[[], None] = lambda: None) -> WatchPage:

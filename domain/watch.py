@@ -53,15 +53,27 @@ class WatchRequest(BaseModel):
     """A target asks to be woken on changes of ``job_id``; ``known`` is what the target knows now
     (the watcher signals anything that differs from it).
 
-    The ``watch`` signal carries the marker texts; the watcher stores them once per build contract
-    (``marker_set``) and keeps ``markers`` empty in what it holds, pages and hands over."""
+    ``marker_set`` names the build contract's marker texts (``marker_set_key``). The texts travel to a
+    watcher run once per contract: ``watch_job`` puts them inline in the first registration of a key it
+    sends to a run, or in a ``markers`` signal (``MarkerSet``) when it finds the run changed; every other
+    registration carries the key only (~400 bytes, not ~2.5 KB), so a signal costs the watcher the same
+    whatever the contract. Registrations of the previous release carry the texts and no key: the watcher
+    derives the key. What the watcher holds, pages and hands over always has ``markers`` empty."""
 
     job_id: str
     workflow_id: str  # the target workflow to wake (signal ``job_changed``)
     markers: list[str] = Field(default_factory=list)  # marker texts whose latest sighting is progress
     known: JobProgress
     registered_at: str  # the target's workflow time at registration: a re-registration resets ``known``
-    marker_set: str = ""  # key into the watcher's marker sets (set by the watcher)
+    marker_set: str = ""  # key into the watcher's marker sets (set by the sender, or derived by the watcher)
+
+
+class MarkerSet(BaseModel):
+    """The ``markers`` signal: one build contract's marker texts under their key, sent to a watcher run
+    that was given registrations naming ``key`` without the texts."""
+
+    key: str
+    markers: list[str]
 
 
 class WatchJobInput(BaseModel):

@@ -7,7 +7,9 @@ revision), polls the controller once for all jobs and signals the targets whose 
 a target comes back here (``told``, batched), so a restarted activity rebuilds its state from this
 workflow alone; a job whose target was told the terminal state is dropped.
 
-Bounded payloads at any job count: markers are held once per build contract (``marker_set``), query
+Bounded payloads at any job count: markers are held once per build contract (``marker_set``) and reach a
+run once per contract (inline in the first registration of their key, or a ``markers`` signal; every
+other registration names the key only, so a burst of registrations costs each activation little), query
 replies are pages of at most ``PAGE_BUDGET_BYTES``, ``told`` batches are cut at ``TOLD_BATCH`` jobs,
 and the continue-as-new input carries only the previous run's id: the new run's activity adopts that
 closed run's watch set page by page (``adopt`` signals) before it polls. Each run continues as new as soon
@@ -30,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.watch import (
         AdoptChunk,
         FollowRequest,
+        MarkerSet,
         PageRequest,
         WatchClusterInput,
         WatcherInput,
@@ -60,6 +63,9 @@ class IrisWatcherWorkflow:
     def __init__(self, inp: WatcherInput) -> None:
         self._watches: dict[str, WatchRequest] = {}
         self._markers: dict[str, list[str]] = {}
+        # Revision at which a marker set became known through a ``markers`` signal (after registrations that
+        # named its key): ``changes`` after an older revision carry it, so the activity learns it once.
+        self._marker_revs: dict[str, int] = {}
         self._following: dict[str, float] = dict(inp.following)
         # Revision of each job's last change (registration, follow, removal), in revision order: the
         # activity reads ``changes`` after the revision it has, so a poll reads only what changed.
@@ -78,10 +84,16 @@ class IrisWatcherWorkflow:
         self._revs[job_id] = self._rev  # re-inserted: the dict stays in revision order
 
     def _store(self, req: WatchRequest) -> None:
-        key = req.marker_set or marker_set_key(req.markers)
+        """O(1) and cheap per registration (hundreds may arrive in one activation): the request is a fresh
+        object of this workflow (a signal, input or adopted page), so it is kept as it is, without a copy;
+        a key is hashed only for a registration of the previous release (texts, no key)."""
         if req.markers:
-            self._markers.setdefault(key, list(req.markers))
-        self._watches[req.job_id] = req.model_copy(update={"markers": [], "marker_set": key})
+            key = req.marker_set or marker_set_key(req.markers)
+            if key not in self._markers:
+                self._markers[key] = req.markers
+            req.markers = []
+            req.marker_set = key
+        self._watches[req.job_id] = req
         self._bump(req.job_id)
 
     def _drop(self, job_id: str) -> None:
@@ -93,6 +105,16 @@ class IrisWatcherWorkflow:
     @workflow.signal
     def watch(self, req: WatchRequest) -> None:
         self._store(req)
+        self._check_due()
+
+    @workflow.signal
+    def markers(self, ms: MarkerSet) -> None:
+        """A build contract's marker texts for registrations that named the key only (``watch_job`` sends
+        this once per contract to a run it did not give the texts inline)."""
+        if ms.key and ms.markers and ms.key not in self._markers:
+            self._markers[ms.key] = ms.markers
+            self._rev += 1
+            self._marker_revs[ms.key] = self._rev
         self._check_due()
 
     @workflow.signal
@@ -112,7 +134,7 @@ class IrisWatcherWorkflow:
             if p.terminal:
                 self._drop(p.job_id)
             else:
-                self._watches[p.job_id] = w.model_copy(update={"known": p})
+                w.known = p
         self._check_due()
 
     @workflow.signal
@@ -145,28 +167,36 @@ class IrisWatcherWorkflow:
         """The entries changed after revision ``req.since``, in revision order, cut at ``budget_bytes``."""
         page = WatchPage(next=req.since, watched=len(self._watches), adopting=self._adopting,
                          continue_suggested=self._continue_due())
-        used = 0
+        used = taken = 0
+        if req.since:  # marker sets that arrived after registrations naming them (few: one per contract)
+            for key, rev in self._marker_revs.items():
+                if rev > req.since:
+                    page.marker_sets[key] = list(self._markers[key])
+                    used += sum(len(m) + 4 for m in self._markers[key])
         for job_id, rev in self._revs.items():
             if rev <= req.since:
                 continue
             w = self._watches.get(job_id)
             size = len(job_id) + ENTRY_OVERHEAD_BYTES if w is None else _entry_bytes(w)
-            if w is not None and w.marker_set and w.marker_set not in page.marker_sets:
-                size += sum(len(m) + 4 for m in self._markers.get(w.marker_set, []))
-            if used and used + size > req.budget_bytes:
+            if w is not None and w.marker_set in self._markers and w.marker_set not in page.marker_sets:
+                size += sum(len(m) + 4 for m in self._markers[w.marker_set])
+            if taken and used + size > req.budget_bytes:
                 page.more = True
                 break
             used += size
+            taken += 1
             page.next = rev
             if w is None:
                 if req.since:  # a full read (since 0) needs no tombstones
                     page.removed.append(job_id)
                 continue
             page.watches.append(w)
-            if w.marker_set and w.marker_set not in page.marker_sets:
-                page.marker_sets[w.marker_set] = list(self._markers.get(w.marker_set, []))
+            if w.marker_set in self._markers and w.marker_set not in page.marker_sets:
+                page.marker_sets[w.marker_set] = list(self._markers[w.marker_set])
             if job_id in self._following:
                 page.following[job_id] = self._following[job_id]
+        if not page.more:
+            page.next = max(page.next, self._rev)  # everything up to now is in the page (marker sets too)
         return page
 
     @workflow.query
