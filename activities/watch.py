@@ -75,6 +75,9 @@ DETAIL_CONCURRENCY = 8  # GetJobStatus of changed jobs not found by a batched Li
 BATCH_MIN = 3  # this many changed jobs in one new state are read with one ListJobs, not one GetJobStatus each
 SIGNAL_CONCURRENCY = 32  # wake-ups sent at once
 LOG_PAGE = 5000  # lines per prefix FetchLogs
+# Work over every watched job yields to the event loop this often: the worker's event loop also runs the
+# workflow activations' deadlock timers (2 s), which a loop blocked by one long stretch would trip.
+YIELD_EVERY = 500
 LOG_PAGES_PER_READ = 4  # a read that finds full pages continues, at most this many requests per interval
 LOG_LOOKBACK_MS = 120_000  # a fresh cursor reads only lines newer than the watcher's start minus this
 FOLLOW_VIEW_MAX = 200  # live progress in the heartbeat: followed jobs only, at most this many
@@ -260,7 +263,9 @@ class ClusterWatch:
                 self._unreachable(j, e)
             return
         for j in ids:
-            t, state = self.jobs[j], states.get(j)
+            t, state = self.jobs.get(j), states.get(j)
+            if t is None:  # forgotten by the dispatcher while the request ran
+                continue
             t.seen = state.value if state is not None else t.seen
             if state is None or state.value != t.now.state or t.detail_needed or not t.now.controller_reachable:
                 self.dirty.add(j)
@@ -281,8 +286,12 @@ class ClusterWatch:
                     self._unreachable(j, e)
                 return
         changed: list[str] = []
-        for j in ids:
-            t, info = self.jobs[j], listed.get(j)
+        for n, j in enumerate(ids, 1):
+            if n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # thousands of jobs: let the worker's other work run in between
+            t, info = self.jobs.get(j), listed.get(j)
+            if t is None:
+                continue
             t.seen = info.state.value if info is not None else ""
             if info is not None and info.state.value == t.now.state and not t.detail_needed \
                     and t.now.controller_reachable:
@@ -364,7 +373,9 @@ class ClusterWatch:
             t.detail_needed = True  # read again on the next poll
 
     def _unreachable(self, job_id: str, err: Exception) -> None:
-        t = self.jobs[job_id]
+        t = self.jobs.get(job_id)
+        if t is None:
+            return
         t.now = t.now.model_copy(update=dict(controller_reachable=False,
                                              error=f"controller unreachable: {err or type(err).__name__}"))
 

@@ -6,8 +6,11 @@ activity; the Iris side is the stand-in job list of tests/iris/standin_jobs.py (
 counted there), so thousands of jobs cost no controller. Targets are tiny receiver workflows that record
 the watcher's ``job_changed``. Every payload crossing Temporal is measured by a pass-through codec.
 
-1. scale: register N watches (31 marker texts each, like the real contract), until the current run holds
-   them all; largest payload, continue-as-new runs, heartbeat size, status requests per minute;
+1. scale: register N watches (one build contract of 31 marker texts, like the real one; registered the way
+   ``watch_job`` does: the texts in the first registration, the key in every other), until the current run
+   holds them all; largest payload, continue-as-new runs, heartbeat size, status requests per minute, the
+   watcher's workflow tasks (longest started → completed, most signals in one, failed or timed out) and
+   the longest stall of the worker's event loop (which also runs the 2 s deadlock timers);
 2. burst: 200 of the watched jobs end in the same second: end → the target's signal (server clock),
    p50/p95/max, and the status requests it took;
 3. detection: N ∈ {1, 10, 100, 200} jobs ending at random times over ``--spread`` s, production policy
@@ -43,7 +46,7 @@ from temporalio.worker import Worker  # noqa: E402
 from activities.watch import WatchActivities, watcher_view  # noqa: E402
 from domain.config import PolicySettings, ServiceConfig  # noqa: E402
 from domain.models import JobProgress  # noqa: E402
-from domain.watch import PageRequest, WatcherInput, WatchPage, WatchRequest, watcher_id  # noqa: E402
+from domain.watch import PageRequest, WatcherInput, WatchPage, WatchRequest, marker_set_key, watcher_id  # noqa: E402
 from sandbox.temporal_server import start_temporal_dev_server  # noqa: E402
 from tests.iris.standin_jobs import StandinJobs  # noqa: E402
 from tests.workflows.receiver import EndReceiver, SizeRecorder  # noqa: E402
@@ -103,6 +106,48 @@ class Bench:
     async def runs(self, wid: str) -> int:
         return len([w async for w in self.client.list_workflows(f"WorkflowId = '{wid}'")])
 
+    async def tasks(self, wid: str) -> dict:
+        """The watcher's workflow tasks over all its runs: the longest (started → completed, server clock,
+        i.e. the activation and its completion), the most signals delivered in one, failures and timeouts
+        (a deadlock-detected activation fails its task)."""
+        longest, most, failed, count = 0.0, 0, 0, 0
+        async for w in self.client.list_workflows(f"WorkflowId = '{wid}'"):
+            signals, started_at = 0, None
+            async for e in self.client.get_workflow_handle(wid, run_id=w.run_id).fetch_history_events():
+                t = e.event_type
+                if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                    signals += 1
+                elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                    most, signals, started_at, count = max(most, signals), 0, e.event_time.ToMicroseconds(), count + 1
+                elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and started_at is not None:
+                    longest = max(longest, (e.event_time.ToMicroseconds() - started_at) / 1e3)
+                elif t in (EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED, EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT):
+                    failed += 1
+        return {"wft_max_ms": longest, "wft_max_signals": most, "wft_failed": failed, "wft": count}
+
+
+class LoopLag:
+    """The longest time the event loop did not get to a 50 ms timer (its overshoot)."""
+
+    def __init__(self) -> None:
+        self.max_s = 0.0
+        self._task: asyncio.Task | None = None
+
+    async def _run(self) -> None:
+        while True:
+            t = time.monotonic()
+            await asyncio.sleep(0.05)
+            self.max_s = max(self.max_s, time.monotonic() - t - 0.05)
+
+    def start(self) -> None:
+        self.max_s = 0.0
+        self._task = asyncio.create_task(self._run())
+
+    def stop(self) -> float:
+        if self._task:
+            self._task.cancel()
+        return self.max_s
+
 
 def requests(iris: StandinJobs) -> dict[str, int]:
     return {m: iris.requests[m] for m in (*STATUS, "FetchLogs")}
@@ -115,21 +160,25 @@ async def scale(b: Bench, n: int, burst: int) -> tuple[dict, dict | None]:
     ids = [f"/runner/gpu-rl-{run}-{i:05d}-amd64-standard-r0" for i in range(n)]
     iris = StandinJobs({j: "running" for j in ids})
     receivers = {ids[i * (n // burst)]: f"recv-{run}-{i}" for i in range(burst)} if burst else {}
-    reqs = [WatchRequest(job_id=j, workflow_id=receivers.get(j, f"gone-{run}-{i}"), markers=MARKERS,
-                         registered_at="2026-12-01T00:00:00+00:00", known=JobProgress(job_id=j, state="running",
-                                                                                      terminal=False))
+    key = marker_set_key(MARKERS)
+    reqs = [WatchRequest(job_id=j, workflow_id=receivers.get(j, f"gone-{run}-{i}"), markers=[] if i else MARKERS,
+                         marker_set=key, registered_at="2026-12-01T00:00:00+00:00",
+                         known=JobProgress(job_id=j, state="running", terminal=False))
             for i, j in enumerate(ids)]
     wid = watcher_id(cluster, tq)
     b.sizes.largest = 0
+    lag = LoopLag()
     watch = WatchActivities(config(b.work, cluster, policy), transport=iris)
     async with Worker(b.client, task_queue=tq, workflows=[IrisWatcherWorkflow, EndReceiver],
                       activities=[watch.watch_cluster], max_concurrent_activities=20):
         for r in receivers.values():
             await b.client.start_workflow(EndReceiver.run, id=r, task_queue=tq)
+        lag.start()
         reg_s = await b.register(wid, tq, cluster, reqs)
         t = time.monotonic()
         page = await b.held(wid, n)
         held_s = time.monotonic() - t
+        register_lag_s = lag.stop()
         # Steady: 60 s of polling with nothing changing.
         before, t0 = requests(iris), time.monotonic()
         await asyncio.sleep(60)
@@ -139,9 +188,11 @@ async def scale(b: Bench, n: int, burst: int) -> tuple[dict, dict | None]:
         row = {"n": n, "register_s": reg_s, "held_s": held_s, "runs": await b.runs(wid),
                "largest_kb": b.sizes.largest / 1024, "page_watches": len(page.watches) if page else None,
                "heartbeat_b": hb, "status_per_min": sum(after[m] - before[m] for m in STATUS) / minutes,
-               "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+               "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "lag_s": register_lag_s,
+               **await b.tasks(wid)}
         burst_row = None
         if burst:
+            lag.start()
             before = requests(iris)
             t_end = time.time()
             for j in receivers:
@@ -158,7 +209,7 @@ async def scale(b: Bench, n: int, burst: int) -> tuple[dict, dict | None]:
             burst_row = {"n": n, "ends": burst, "p50": pct(lat, 50), "p95": pct(lat, 95), "max": max(lat),
                          "status_requests": sum(after[m] - before[m] for m in STATUS),
                          "by_method": {m: after[m] - before[m] for m in STATUS if after[m] - before[m]},
-                         "largest_kb": b.sizes.largest / 1024}
+                         "largest_kb": b.sizes.largest / 1024, "lag_s": lag.stop()}
         await b.client.get_workflow_handle(wid).terminate("bench over")
     return row, burst_row
 
@@ -169,8 +220,8 @@ async def detection(b: Bench, n: int, spread: float) -> dict:
     policy = PolicySettings()
     ids = [f"/runner/gpu-rl-{run}-{i:04d}-amd64-standard-r0" for i in range(n)]
     iris = StandinJobs({j: "running" for j in ids})
-    reqs = [WatchRequest(job_id=j, workflow_id=f"recv-{run}-{i}", markers=MARKERS,
-                         registered_at="2026-12-01T00:00:00+00:00",
+    reqs = [WatchRequest(job_id=j, workflow_id=f"recv-{run}-{i}", markers=[] if i else MARKERS,
+                         marker_set=marker_set_key(MARKERS), registered_at="2026-12-01T00:00:00+00:00",
                          known=JobProgress(job_id=j, state="running", terminal=False)) for i, j in enumerate(ids)]
     wid = watcher_id(cluster, tq)
     watch = WatchActivities(config(b.work, cluster, policy), transport=iris)
@@ -228,19 +279,23 @@ async def main_async(args) -> int:
             print("\n### Watcher at scale (stand-in job list, real Temporal watcher)\n")
             print("| watched jobs | register s | held by the current run after s | runs (continue-as-new) | "
                   "largest payload KB | jobs in one query page | heartbeat bytes | status req/min (idle) | "
-                  "bench process peak RSS MiB |")
-            print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                  "longest workflow task ms | most signals in one task | tasks failed | "
+                  "longest event-loop stall s (registering) | bench process peak RSS MiB |")
+            print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
             for r in scale_rows:
                 print(f"| {r['n']} | {fmt(r['register_s'])} | {fmt(r['held_s'])} | {r['runs']} | "
                       f"{fmt(r['largest_kb'])} | {r['page_watches']} | {r['heartbeat_b']} | "
-                      f"{fmt(r['status_per_min'])} | {fmt(r['rss_mib'], 0)} |")
+                      f"{fmt(r['status_per_min'])} | {fmt(r['wft_max_ms'], 0)} | {r['wft_max_signals']} | "
+                      f"{r['wft_failed']} of {r['wft']} | {fmt(r['lag_s'], 2)} | {fmt(r['rss_mib'], 0)} |")
         if burst_rows:
             print("\n### A burst of job ends (all in the same second)\n")
-            print("| watched jobs | ends | end → target signalled p50 s | p95 s | max s | status requests | by method |")
-            print("|---:|---:|---:|---:|---:|---:|---|")
+            print("| watched jobs | ends | end → target signalled p50 s | p95 s | max s | status requests | by method | "
+                  "longest event-loop stall s |")
+            print("|---:|---:|---:|---:|---:|---:|---|---:|")
             for r in burst_rows:
                 print(f"| {r['n']} | {r['ends']} | {fmt(r['p50'], 2)} | {fmt(r['p95'], 2)} | {fmt(r['max'], 2)} | "
-                      f"{r['status_requests']} | {', '.join(f'{k} {v}' for k, v in r['by_method'].items())} |")
+                      f"{r['status_requests']} | {', '.join(f'{k} {v}' for k, v in r['by_method'].items())} | "
+                      f"{fmt(r['lag_s'], 2)} |")
         if det_rows:
             print(f"\n### Detection on the production cadence (ends spread over {args.spread:g} s)\n")
             print("| jobs | end → target signalled p50 s | p95 s | max s | status req/min |")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import random
 import re
 from collections import Counter
@@ -113,12 +114,17 @@ def _ts_ms(raw: Any) -> int | None:
     return value or None
 
 
+@functools.cache
+def _snake(camel: str) -> str:
+    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), camel)
+
+
 def _get(d: dict, camel: str, default: Any = None) -> Any:
-    """Read a field in camelCase or snake_case."""
+    """Read a field in camelCase or snake_case (the snake name is computed once per field name: a listing
+    of thousands of jobs reads a dozen fields of each)."""
     if camel in d:
         return d[camel]
-    snake = re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), camel)
-    return d.get(snake, default)
+    return d.get(_snake(camel), default)
 
 
 class _Model(BaseModel):
@@ -667,6 +673,7 @@ class IrisClient:
             reply = await self._call("ListJobs", {"query": query})
             page = [JobInfo.from_wire(j) for j in reply.get("jobs") or []]
             jobs.extend(page)
+            await asyncio.sleep(0)  # a long listing parses page by page, never in one stretch of the loop
             offset += len(page)
             if not page or not reply.get("hasMore", reply.get("has_more", False)):
                 break
