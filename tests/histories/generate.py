@@ -33,6 +33,7 @@ from temporalio.testing import WorkflowEnvironment
 from domain.config import PolicySettings
 from domain.models import JobProgress, MergeAuthorization, OperatorDecision, PipelineInput, Stage
 from domain.watch import (
+    MarkerSet,
     PageRequest,
     WatchClusterInput,
     WatchClusterResult,
@@ -40,6 +41,7 @@ from domain.watch import (
     WatchPage,
     WatchRequest,
     WatchSet,
+    marker_set_key,
     watcher_id,
 )
 from sandbox.temporal_server import SEARCH_ATTRIBUTES
@@ -75,6 +77,7 @@ CONTINUED_ID = "history-pipeline-merge-wait-continued"
 WATCHER_CAN_CLUSTER = "history-cluster-continued"
 MERGE_GATE_ID = "history-pipeline-merge-gate"
 VISIBILITY_CONTINUED_ID = "history-target-visibility-continued"
+WATCHER_MARKERS_CLUSTER = "history-cluster-markers"
 KEY = "amd64-standard"
 # file name -> workflow id (the replay test reads this too)
 HISTORIES = {
@@ -94,6 +97,7 @@ HISTORIES = {
     "pipeline_merge_gate.json": MERGE_GATE_ID,
     "target_visibility_continued.json": VISIBILITY_CONTINUED_ID,
     "target_visibility_resumed.json": VISIBILITY_CONTINUED_ID,
+    "watcher_markers.json": watcher_id(WATCHER_MARKERS_CLUSTER, TASK_QUEUE),
 }
 
 
@@ -341,6 +345,54 @@ async def _watcher_continued(env: WorkflowEnvironment) -> dict[str, str]:
 
 async def _ready(value):
     return value
+
+
+_MARKER_CALLS: list[int] = []
+MARKER_TEXTS = ["=== step 1 ===", "=== step 2 ===", "=== pushed ==="]
+MARKER_JOBS = 8
+
+
+@activity.defn(name="watch_cluster")
+async def _watch_cluster_markers(inp: WatchClusterInput) -> WatchClusterResult:
+    """First call: returns once every registration is held; second: reads the set (the marker texts come
+    with it) and tells every job terminal, so the watcher ends."""
+    _MARKER_CALLS.append(1)
+    me = activity.client().get_workflow_handle(activity.info().workflow_id)
+    if len(_MARKER_CALLS) == 1:
+        for _ in range(200):
+            page = await me.query("changes", PageRequest(), result_type=WatchPage)
+            if page.watched == MARKER_JOBS:
+                break
+            await asyncio.sleep(0.1)
+        return WatchClusterResult(polls=3, signals=0, requests={"GetJobState": 3})
+    page = await me.query("changes", PageRequest(), result_type=WatchPage)
+    assert page.marker_sets == {marker_set_key(MARKER_TEXTS): MARKER_TEXTS}, page.marker_sets
+    await me.signal("told", [w.known.model_copy(update={"state": "succeeded", "terminal": True})
+                             for w in page.watches])
+    return WatchClusterResult(polls=1, signals=len(page.watches), requests={"GetJobState": 1})
+
+
+async def _watcher_markers(env: WorkflowEnvironment) -> None:
+    """Registrations by marker-set key (the first before its texts are known), the texts in one ``markers``
+    signal, one registration of the previous release (texts, no key)."""
+    from temporalio.worker import Worker
+
+    key = marker_set_key(MARKER_TEXTS)
+
+    def req(i: int, **kw) -> WatchRequest:
+        return WatchRequest(job_id=f"/tester/mk-{i}", workflow_id=f"target-mk-{i}", registered_at="2026-12-01T00:00:00+00:00",
+                            known=JobProgress(job_id=f"/tester/mk-{i}", state="running", terminal=False), **kw)
+    async with Worker(env.client, task_queue=TASK_QUEUE, workflows=[IrisWatcherWorkflow],
+                      activities=[_watch_cluster_markers]):
+        h = await env.client.start_workflow(
+            IrisWatcherWorkflow.run, WatcherInput(cluster=WATCHER_MARKERS_CLUSTER),
+            id=watcher_id(WATCHER_MARKERS_CLUSTER, TASK_QUEUE), task_queue=TASK_QUEUE, start_signal="watch",
+            start_signal_args=[req(0, marker_set=key)])
+        await h.signal("markers", MarkerSet(key=key, markers=MARKER_TEXTS))
+        for i in range(1, MARKER_JOBS - 1):
+            await h.signal("watch", req(i, marker_set=key))
+        await h.signal("watch", req(MARKER_JOBS - 1, markers=MARKER_TEXTS))  # the previous release's shape
+        await result(h)
 async def _visibility_continued(env: WorkflowEnvironment) -> dict[str, str]:
     """A visibility wait that continues as new (a low per-run bound stands for weeks of waiting): the run
     that continued, and the run that resumed the wait and ended validated after a re-check."""
@@ -379,6 +431,7 @@ async def main(rewrite_all: bool = False) -> None:
         await _failed(env)
         texts = await _merge_wait_continued(env)
         texts.update(await _watcher_continued(env))
+        await _watcher_markers(env)
         texts.update(visibility)
         texts.update(await _merge_wait(env))  # last: it leaves an in-flight watch behind on this server
         for name, wid in HISTORIES.items():
