@@ -416,9 +416,12 @@ class ClusterWatch:
                 self.log_cursor = page.cursor
             if not advanced or len(page.entries) < LOG_PAGE:
                 break
-        for j in running:
-            t = self.jobs[j]
-            t.now = t.now.model_copy(update={"log_cursor": self.log_cursor})
+        for n, j in enumerate(running, 1):
+            if n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+            t = self.jobs.get(j)
+            if t is not None and t.now.log_cursor != self.log_cursor:
+                t.now = t.now.model_copy(update={"log_cursor": self.log_cursor})
         return requests
 
     # ---------------------------------------------------------------- who to wake
