@@ -153,13 +153,14 @@ def requests(iris: StandinJobs) -> dict[str, int]:
     return {m: iris.requests[m] for m in (*STATUS, "FetchLogs")}
 
 
-async def scale(b: Bench, n: int, burst: int) -> tuple[dict, dict | None]:
+async def scale(b: Bench, n: int, burst: int, bursts: int = 1) -> tuple[dict, dict | None]:
     run = uuid.uuid4().hex[:6]
     cluster, tq = f"scale-{run}", f"bench-scale-{run}"
     policy = PolicySettings()
     ids = [f"/runner/gpu-rl-{run}-{i:05d}-amd64-standard-r0" for i in range(n)]
     iris = StandinJobs({j: "running" for j in ids})
-    receivers = {ids[i * (n // burst)]: f"recv-{run}-{i}" for i in range(burst)} if burst else {}
+    ends = burst * bursts
+    receivers = {ids[i * (n // ends)]: f"recv-{run}-{i}" for i in range(ends)} if burst else {}
     key = marker_set_key(MARKERS)
     reqs = [WatchRequest(job_id=j, workflow_id=receivers.get(j, f"gone-{run}-{i}"), markers=[] if i else MARKERS,
                          marker_set=key, registered_at="2026-12-01T00:00:00+00:00",
@@ -194,19 +195,26 @@ async def scale(b: Bench, n: int, burst: int) -> tuple[dict, dict | None]:
         if burst:
             lag.start()
             before = requests(iris)
-            t_end = time.time()
-            for j in receivers:
-                iris.set_state(j, "succeeded")
             lat = []
-            for r in receivers.values():
-                h = b.client.get_workflow_handle(r)
-                await asyncio.wait_for(h.result(), 300)
-                for e in (await h.fetch_history()).events:
-                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-                        lat.append(e.event_time.ToMicroseconds() / 1e6 - t_end)
-                        break
+            rng = random.Random(n)
+            items = list(receivers.items())
+            for k in range(bursts):  # each burst at a random phase of the poll cadence
+                if k:
+                    await asyncio.sleep(rng.uniform(0, 2 * policy.watch_interval_s))
+                group = items[k::bursts]
+                t_end = time.time()
+                for j, _ in group:
+                    iris.set_state(j, "succeeded")
+                for _, r in group:
+                    h = b.client.get_workflow_handle(r)
+                    await asyncio.wait_for(h.result(), 300)
+                    for e in (await h.fetch_history()).events:
+                        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                            lat.append(e.event_time.ToMicroseconds() / 1e6 - t_end)
+                            break
             after = requests(iris)
-            burst_row = {"n": n, "ends": burst, "p50": pct(lat, 50), "p95": pct(lat, 95), "max": max(lat),
+            burst_row = {"n": n, "ends": f"{burst} × {bursts}" if bursts > 1 else burst,
+                         "p50": pct(lat, 50), "p95": pct(lat, 95), "max": max(lat),
                          "status_requests": sum(after[m] - before[m] for m in STATUS),
                          "by_method": {m: after[m] - before[m] for m in STATUS if after[m] - before[m]},
                          "largest_kb": b.sizes.largest / 1024, "lag_s": lag.stop()}
@@ -268,7 +276,7 @@ async def main_async(args) -> int:
         scale_rows, burst_rows, det_rows = [], [], []
         for n in args.sizes:
             print(f"scale N={n}", file=sys.stderr, flush=True)
-            row, burst = await scale(b, n, args.burst if n >= args.burst else 0)
+            row, burst = await scale(b, n, args.burst if n >= args.burst * args.bursts else 0, args.bursts)
             scale_rows.append(row)
             if burst:
                 burst_rows.append(burst)
@@ -314,6 +322,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000,5000", help="watched jobs per scale step ('' to skip)")
     ap.add_argument("--burst", type=int, default=200, help="jobs ending in the same second (at each scale step)")
+    ap.add_argument("--bursts", type=int, default=1, help="bursts per scale step, each at a random poll phase")
     ap.add_argument("--detect", default="1,10,100,200", help="jobs per detection step ('' to skip)")
     ap.add_argument("--spread", type=float, default=60.0)
     args = ap.parse_args()
