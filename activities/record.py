@@ -11,6 +11,7 @@ import asyncio
 import shutil
 import subprocess
 import time
+from datetime import UTC, datetime
 
 import git
 from temporalio import activity
@@ -30,10 +31,18 @@ from clients.git_source import (
     restore_paths,
     worktree_changes,
 )
-from clients.github import GitHubClient, HeadMoved, NotMergeable, comment_marker
+from clients.github import (
+    ConditionalCache,
+    GitHubClient,
+    HeadMoved,
+    NotMergeable,
+    RateLimited,
+    comment_marker,
+)
 from clients.identity import github_auth
 from domain.config import GitHubSettings
 from domain.contract import ContractError, load_contract
+from domain.github_pace import watch_pace
 from domain.issue_ref import parse_issue_ref
 from domain.models import MergeInput, PullRequestInfo, RecordInput, ReviewState, WatchInput
 from domain.pins import PinEntry, PinTableError, update_pin_table
@@ -44,6 +53,12 @@ from runtime.temporal import workflow_ui_url
 
 
 class RecordActivities(ActivityGroup):
+    def __init__(self, config):
+        super().__init__(config)
+        # ETags and bodies of this worker's GitHub reads: consecutive PR watches (one per state change,
+        # one an hour otherwise) poll with conditional requests; a 304 costs no rate limit. Memory only.
+        self.github_cache = ConditionalCache()
+
     def all(self) -> list:
         return [self.record_artifact, self.watch_pull_request, self.merge_pull_request]
 
@@ -53,7 +68,8 @@ class RecordActivities(ActivityGroup):
             raise input_error("github: no [github] section in the configuration; cannot open a PR")
         # A token, or the App installation's provider (minted on the first request, refreshed near expiry);
         # a CredentialError is mapped by the boundary.
-        return gh, GitHubClient(gh.api_url, github_auth(gh), self.config.repos.marinskyrl_slug)
+        return gh, GitHubClient(gh.api_url, github_auth(gh), self.config.repos.marinskyrl_slug,
+                                cache=self.github_cache)
 
     # ------------------------------------------------------------------ pin + PR + comment
     @activity.defn
@@ -184,19 +200,52 @@ class RecordActivities(ActivityGroup):
     async def watch_pull_request(self, inp: WatchInput) -> ReviewState:
         """Poll the PR until its gate state changes (or ``return_after_s``), heartbeating: required checks
         (branch protection / rulesets, else configured), reviews that block, operators' approvals on GitHub.
-        Faster while an authorization waits for green (``policy.merge_watch_authorized_interval_s``)."""
+        Faster while an authorization waits for green (``policy.merge_watch_authorized_interval_s``).
+
+        Every read is a conditional request (``self.github_cache``): on an idle PR each round is answered
+        304, which costs no rate limit. When GitHub says the token's budget runs low the watch slows down
+        (``domain.github_pace``; logged and heartbeated), and a rate limit it hits is waited out here
+        while that fits in ``return_after_s``, rather than failing the attempt."""
         _, gh = self._github()
         policy = self.config.policy
         every = policy.merge_watch_authorized_interval_s if inp.authorized else policy.merge_watch_interval_s
         started = time.monotonic()
+        slowed: str | None = None
         async with gh:
             reader = gate_reader(gh, self.config)
             while True:
-                state = await reader.state(inp.pr_number, inp.overrides)
-                activity.heartbeat(redact_obj(state.model_dump(mode="json")))
-                if state != inp.last or time.monotonic() - started >= inp.return_after_s:
+                before = (gh.requests, gh.not_modified)
+                try:
+                    state = await reader.state(inp.pr_number, inp.overrides)
+                except RateLimited as e:
+                    wait = e.wait_seconds()
+                    if time.monotonic() - started + wait >= inp.return_after_s:
+                        raise  # the boundary retries after the limit resets
+                    activity.logger.warning(f"PR watch #{inp.pr_number}: GitHub rate limit hit ({e.status}); "
+                                            f"waiting {wait:.0f} s before reading again")
+                    activity.heartbeat({"pr": inp.pr_number, "github": {"rate_limited_wait_s": round(wait)}})
+                    await asyncio.sleep(wait)
+                    continue
+                counted = (gh.requests - before[0]) - (gh.not_modified - before[1])
+                rate = gh.rate
+                pace = watch_pace(every, limit=rate and rate.limit, remaining=rate and rate.remaining,
+                                  reset_at=rate and rate.reset_at, cost=counted, now=datetime.now(UTC))
+                if pace.reason != slowed:
+                    if pace.reason:
+                        activity.logger.warning(f"PR watch #{inp.pr_number}: {pace.reason}")
+                    else:
+                        activity.logger.info(f"PR watch #{inp.pr_number}: GitHub rate limit recovered; "
+                                             f"watching every {every:g} s again")
+                    slowed = pace.reason
+                activity.heartbeat(redact_obj({**state.model_dump(mode="json"), "github": {
+                    "requests": gh.requests - before[0], "not_modified": gh.not_modified - before[1],
+                    "rate_remaining": rate and rate.remaining, "interval_s": round(pace.interval_s, 1),
+                    "slowed": pace.reason}}))
+                elapsed = time.monotonic() - started
+                if state != inp.last or elapsed >= inp.return_after_s:
                     return state
-                await asyncio.sleep(every)
+                # The last look lands on return_after_s, so a slowed watch still returns in time.
+                await asyncio.sleep(min(pace.interval_s, max(0.1, inp.return_after_s - elapsed)))
 
     @activity.defn
     async def merge_pull_request(self, inp: MergeInput) -> ReviewState:

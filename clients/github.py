@@ -8,8 +8,13 @@ leak into an error, repr or log line. Temporal-free; activities wrap it.
 from __future__ import annotations
 
 import copy
+import hashlib
+import hmac
 import re
+import secrets
+from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import quote
@@ -203,6 +208,27 @@ class MergeResult(_Model):
     message: str
 
 
+class RateLimitInfo(_Model):
+    """GitHub's ``X-RateLimit-*`` headers of the latest answer (any status, 304 included)."""
+
+    limit: int | None = None
+    remaining: int | None = None
+    reset_at: datetime | None = None
+    resource: str | None = None
+
+    @classmethod
+    def from_headers(cls, headers: httpx.Headers) -> RateLimitInfo | None:
+        def num(name: str) -> int | None:
+            value = headers.get(name)
+            return int(value) if value and value.isdigit() else None
+
+        limit, remaining, reset = num("x-ratelimit-limit"), num("x-ratelimit-remaining"), num("x-ratelimit-reset")
+        if limit is None and remaining is None:
+            return None
+        return cls(limit=limit, remaining=remaining, resource=headers.get("x-ratelimit-resource"),
+                   reset_at=datetime.fromtimestamp(reset, UTC) if reset is not None else None)
+
+
 # ---------------------------------------------------------------- helpers
 
 
@@ -246,6 +272,88 @@ def _next_link(link_header: str | None) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------- conditional requests
+
+
+@dataclass
+class _Cached:
+    etag: str | None
+    last_modified: str | None
+    content: bytes
+    headers: dict[str, str]  # only _KEPT_HEADERS: never Authorization, cookies or scopes
+
+
+_KEPT_HEADERS = ("content-type", "link", "etag", "last-modified")
+
+
+class ConditionalCache:
+    """ETag / Last-Modified validators and bodies of GET answers, in memory, for conditional requests.
+
+    Why: the PR watch re-reads the same few resources every few seconds and on an idle PR they are the
+    same bytes every time. GitHub answers ``If-None-Match`` (or ``If-Modified-Since``) with ``304 Not
+    Modified`` when nothing changed, and a 304 to an authorized request does not count against the primary
+    rate limit ("Best practices for using the REST API": use conditional requests if appropriate); the
+    client then hands back the body it already has.
+
+    One per worker process (an activity group holds it, so consecutive watches share it; a restart starts
+    cold). Keyed by scheme, host, port, path, sorted query and a fingerprint of the token (an HMAC with a
+    per-cache random key: the token itself is never stored, and a fingerprint seen in a dump tells nothing
+    without the key). Answers are never shared between tokens or hosts: GitHub's ETags differ per token
+    anyway, and one token's view must never be served to another. Bounded by entries and bytes (LRU).
+    """
+
+    def __init__(self, max_entries: int = 512, max_bytes: int = 16 * 1024 * 1024):
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self._key = secrets.token_bytes(32)
+        self._entries: OrderedDict[tuple[str, str], _Cached] = OrderedDict()
+        self._bytes = 0
+
+    def __repr__(self) -> str:
+        return f"ConditionalCache(entries={len(self._entries)}, bytes={self._bytes})"
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def key(self, url: httpx.URL, token: str) -> tuple[str, str]:
+        query = "&".join(f"{k}={v}" for k, v in sorted(url.params.multi_items()))
+        where = f"{url.scheme}://{url.host}:{url.port or ''}{url.path}?{query}"
+        return where, hmac.new(self._key, token.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def get(self, key: tuple[str, str]) -> _Cached | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: tuple[str, str], resp: httpx.Response) -> None:
+        etag, modified = resp.headers.get("etag"), resp.headers.get("last-modified")
+        self.drop(key)
+        if not (etag or modified) or len(resp.content) > self.max_bytes // 4:
+            return
+        headers = {k: resp.headers[k] for k in _KEPT_HEADERS if k in resp.headers}
+        self._entries[key] = _Cached(etag, modified, resp.content, headers)
+        self._bytes += len(resp.content)
+        while self._entries and (len(self._entries) > self.max_entries or self._bytes > self.max_bytes):
+            _, old = self._entries.popitem(last=False)
+            self._bytes -= len(old.content)
+
+    def drop(self, key: tuple[str, str]) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._bytes -= len(old.content)
+
+
+class _Pinned(httpx.Auth):
+    """``Authorization: Bearer`` with one token already chosen (the one a conditional GET is keyed by)."""
+
+    def __init__(self, token: str):
+        self._token = token
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["Authorization"] = f"Bearer {self._token}"
+        yield request
+
+
 # ---------------------------------------------------------------- client
 
 
@@ -270,16 +378,25 @@ class _Bearer(httpx.Auth):
 class GitHubClient:
     """Async REST v3 client bound to one repository. Use as ``async with GitHubClient(...) as gh``.
 
-    ``token``: a token, or a callable returning the current one (clients/github_app.py)."""
+    ``token``: a token, or a callable returning the current one (clients/github_app.py). ``cache``: send
+    every GET as a conditional request and reuse the cached body on 304 (``ConditionalCache``).
+
+    ``rate`` is the latest ``X-RateLimit-*`` reading; ``requests`` / ``not_modified`` count the answers
+    received (a 304 does not count against the primary rate limit; every other answer does)."""
 
     def __init__(self, api_url: str, token: str | Callable[[], str], repo: str,
-                 transport: httpx.AsyncBaseTransport | None = None, *, timeout: float = 30.0):
+                 transport: httpx.AsyncBaseTransport | None = None, *, timeout: float = 30.0,
+                 cache: ConditionalCache | None = None):
         if not _REPO_RE.match(repo):
             raise ValueError(f"repo must be 'owner/name', got {repo!r}")
         self.api_url = api_url.rstrip("/")
         self.repo = repo
         self.owner = repo.split("/", 1)[0]
         self._auth = _Bearer(token)
+        self._cache = cache
+        self.rate: RateLimitInfo | None = None
+        self.requests = 0
+        self.not_modified = 0
         self._http = httpx.AsyncClient(
             base_url=self.api_url,
             transport=transport,
@@ -304,6 +421,11 @@ class GitHubClient:
         other = copy.copy(self)
         other.repo, other.owner = repo, repo.split("/", 1)[0]
         return other
+
+    @property
+    def counted(self) -> int:
+        """Answers that count against the primary rate limit (every one but a 304)."""
+        return self.requests - self.not_modified
 
     async def __aenter__(self) -> GitHubClient:
         return self
@@ -331,14 +453,40 @@ class GitHubClient:
             # another host is refused, never followed with the Authorization header.
             raise GitHubError(f"refusing to send the GitHub token to {target.host} (github.api_url is "
                               f"{self._http.base_url.host})", method=method, path=str(target.copy_with(query=None)))
+        key: tuple[str, str] | None = None
+        cached: _Cached | None = None
         try:
-            resp = await self._http.request(method, path, json=json, params=params)
+            if self._cache is not None and method == "GET":
+                # The token is chosen first: the answer is keyed by it and sent with exactly it.
+                token = self._auth.current()
+                request = self._http.build_request(method, path, params=params)
+                key = self._cache.key(request.url, token)
+                cached = self._cache.get(key)
+                if cached is not None and cached.etag:
+                    request.headers["If-None-Match"] = cached.etag
+                elif cached is not None and cached.last_modified:
+                    request.headers["If-Modified-Since"] = cached.last_modified
+                resp = await self._http.send(request, auth=_Pinned(token))
+            else:
+                resp = await self._http.request(method, path, json=json, params=params)
         except GitHubError:  # the token provider could not mint a token (github.app)
             raise
         except httpx.HTTPError as exc:
             # Raised "from None": the httpx exception carries the request, whose headers hold the token.
             raise GitHubUnavailable(self._scrub(f"{type(exc).__name__}: {exc}"), method=method,
                                     path=path) from None
+        self.requests += 1
+        self.rate = RateLimitInfo.from_headers(resp.headers) or self.rate
+        if resp.status_code == 304 and cached is not None:
+            self.not_modified += 1
+            headers = {**cached.headers, **{k: v for k, v in resp.headers.items()
+                                            if k.lower().startswith("x-ratelimit-") or k.lower() == "etag"}}
+            return httpx.Response(200, headers=headers, content=cached.content, request=resp.request)
+        if key is not None and self._cache is not None:
+            if resp.is_success:
+                self._cache.put(key, resp)
+            else:
+                self._cache.drop(key)
         if resp.is_success:
             return resp
         raise self._error(resp, method, path, conflict)

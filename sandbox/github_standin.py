@@ -11,6 +11,11 @@ Run in a thread (default) or as a subprocess: ``python -m sandbox.github_standin
 ``api_url=<url>`` on its first stdout line. Test-only knobs (checks, reviews, forced rate limits) are
 HTTP admin endpoints under ``/_admin/`` (same token), wrapped by ``GitHubStandinHandle`` methods.
 
+Conditional requests as on GitHub: every 200 answer to a GET carries a weak ``ETag`` (``W/"..."``, over
+the body as the requesting token sees it); ``If-None-Match`` naming it is answered ``304 Not Modified``
+with no body. ``X-RateLimit-*`` report an hourly window that every answer but a 304 is charged to
+(``request_stats`` counts both kinds; ``set_rate_budget`` sets the window and enforces it).
+
 Identities: the stand-in's own token is a classic token (``X-OAuth-Scopes: repo, workflow``) owned by
 ``gpu-rl-builder-bot``; ``add_token`` accepts more tokens with their own owner, scopes (classic) or
 fine-grained permissions. ``register_app`` makes a GitHub App installation: ``POST
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import hashlib
 import json
 import os
 import re
@@ -129,6 +135,13 @@ class GitHubStandin:
                                                           "permissions": None, "expires_at": None}}
         self.apps: dict[str, dict[str, Any]] = {}  # app id -> {"public_key", "installations": {id: {...}}}
         self.minted = 0
+        self._auto_green_at: dict[str, str] = {}
+        # API requests served (admin calls excluded): all, answered 304, and sent with If-None-Match.
+        # Everything but a 304 counts against the primary rate limit, as on GitHub.
+        self.stats = {"requests": 0, "not_modified": 0, "conditional": 0}
+        # The primary rate limit: one hourly window shared by every token (GitHub's is per user/App).
+        # Reported truthfully in X-RateLimit-* on every answer; enforced (403 at 0) once admin set it.
+        self.budget = {"limit": 5000, "used": 0, "reset": int(time.time()) + 3600, "enforce": False}
 
     # -- persistence
 
@@ -448,8 +461,9 @@ class GitHubStandin:
         sha = self._resolve_ref(repo, ref)
         runs = list(self.store.checks.get(repo, {}).get(sha, {}).values())
         if not runs and self.auto_green:
+            at = self._auto_green_at.setdefault(sha, _now())  # one time per sha: the same answer every read
             runs = [{"id": 1, "name": "ci", "head_sha": sha, "status": "completed", "conclusion": "success",
-                     "started_at": _now(), "completed_at": _now()}]
+                     "started_at": at, "completed_at": at}]
         return sorted(runs, key=lambda r: r["id"])
 
     def combined_status(self, repo: str, ref: str) -> dict[str, Any]:
@@ -643,6 +657,47 @@ class GitHubStandin:
     def admin_app_stats(self) -> dict[str, Any]:
         return {"minted": self.minted}
 
+    def rate_headers(self) -> dict[str, str]:
+        b = self.budget
+        return {"x-ratelimit-limit": str(b["limit"]), "x-ratelimit-remaining": str(max(0, b["limit"] - b["used"])),
+                "x-ratelimit-used": str(b["used"]), "x-ratelimit-reset": str(b["reset"]),
+                "x-ratelimit-resource": "core"}
+
+    def count_request(self, not_modified: bool, conditional: bool) -> None:
+        """Book one served API request: a 304 is free, everything else takes one from the budget."""
+        with self.lock:
+            self.stats["requests"] += 1
+            self.stats["conditional"] += int(conditional)
+            if not_modified:
+                self.stats["not_modified"] += 1
+            else:
+                self.budget["used"] += 1
+
+    def take_budget(self) -> None:
+        """Start a new hourly window when the old one ended; refuse like GitHub when an enforced one is spent.
+        (Error answers carry no X-RateLimit-* headers here unless they are this refusal.)"""
+        with self.lock:
+            b = self.budget
+            if time.time() >= b["reset"]:
+                b.update(used=0, reset=int(time.time()) + 3600)
+            if b["enforce"] and b["used"] >= b["limit"]:
+                raise _HttpError(403, "API rate limit exceeded for user ID 1.", headers=self.rate_headers())
+
+    def admin_request_stats(self, body: dict[str, Any]) -> dict[str, Any]:
+        out = {**self.stats, "counted": self.stats["requests"] - self.stats["not_modified"],
+               "rate_remaining": max(0, self.budget["limit"] - self.budget["used"])}
+        if body.get("reset"):
+            self.stats = {k: 0 for k in self.stats}
+        return out
+
+    def admin_rate_budget(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Set the window: ``limit``, ``remaining`` and ``reset_in_s``; enforced from now on."""
+        limit = int(body.get("limit", self.budget["limit"]))
+        self.budget = {"limit": limit, "used": limit - int(body.get("remaining", limit)),
+                       "reset": int(time.time() + float(body.get("reset_in_s", 3600))),
+                       "enforce": bool(body.get("enforce", True))}
+        return dict(self.budget)
+
     def take_rate_limit(self) -> None:
         if self.forced_limit["n"] <= 0:
             return
@@ -699,6 +754,8 @@ class GitHubStandin:
             ("POST", r"/_admin/comments", lambda m: self.admin_add_comment(body), 200, None),
             ("POST", r"/_admin/reviews", lambda m: self.admin_add_review(body), 200, None),
             ("POST", r"/_admin/rate_limit", lambda m: self.admin_rate_limit(body), 200, None),
+            ("POST", r"/_admin/rate_budget", lambda m: self.admin_rate_budget(body), 200, None),
+            ("POST", r"/_admin/request_stats", lambda m: self.admin_request_stats(body), 200, None),
             ("POST", r"/_admin/slow", lambda m: self.admin_slow(body), 200, None),
             ("POST", r"/_admin/permissions", lambda m: self.admin_permissions(body), 200, None),
             ("POST", r"/_admin/issues", lambda m: self.admin_issue(body), 200, None),
@@ -709,6 +766,19 @@ class GitHubStandin:
                 with self.lock:
                     return status, fn(m), list_key
         raise _HttpError(404, "Not Found")
+
+
+def _etag(authorization: str, data: bytes) -> str:
+    return 'W/"' + hashlib.sha256(hashlib.sha256(authorization.encode()).digest() + data).hexdigest()[:40] + '"'
+
+
+def _etag_matches(header: str, etag: str) -> bool:
+    """RFC 9110 weak comparison: ``W/`` prefixes ignored; ``*`` matches any current representation."""
+    def opaque(tag: str) -> str:
+        tag = tag.strip()
+        return tag[2:] if tag.startswith("W/") else tag
+
+    return any(t.strip() == "*" or opaque(t) == opaque(etag) for t in header.split(","))
 
 
 def _paginate(items: list[Any], q: dict[str, str], url: str) -> tuple[list[Any], str | None]:
@@ -732,8 +802,14 @@ def _make_handler(app: GitHubStandin) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # quiet; no header ever logged
             pass
 
-        def _send(self, status: int, payload: Any, headers: dict[str, str]) -> None:
-            data = json.dumps(payload).encode()
+        def _send(self, status: int, payload: Any, headers: dict[str, str], *, data: bytes | None = None) -> None:
+            if status == 304:  # no body, no Content-Length: the client keeps the one it has
+                self.send_response(304)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                return
+            data = json.dumps(payload).encode() if data is None else data
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
@@ -754,13 +830,14 @@ def _make_handler(app: GitHubStandin) -> type[BaseHTTPRequestHandler]:
                 except ValueError:
                     raise _HttpError(400, "Problems parsing JSON") from None
                 who = app.check_auth(self.headers.get("Authorization"), split.path)
-                if not split.path.startswith("/_admin/"):
+                api = not split.path.startswith("/_admin/")
+                if api:
+                    app.take_budget()
                     app.take_rate_limit()
                     app.take_slow(self.command, split.path)  # after reading the request: it will be served
                     app.authorize(who, self.command, split.path)
                 status, payload, list_key = app.route(self.command, split.path, q, body, who)
-                headers = {"x-ratelimit-limit": "5000", "x-ratelimit-remaining": "4999",
-                           "x-ratelimit-reset": str(int(time.time()) + 3600)}
+                headers = app.rate_headers()
                 if who.get("scopes") is not None:  # a classic token: GitHub lists its scopes on every answer
                     headers["X-OAuth-Scopes"] = ", ".join(who["scopes"])
                 if list_key is not None:
@@ -768,8 +845,24 @@ def _make_handler(app: GitHubStandin) -> type[BaseHTTPRequestHandler]:
                     payload = {"total_count": len(payload), list_key: page} if list_key else page
                     if link:
                         headers["Link"] = link
-                self._send(status, payload, headers)
+                data = json.dumps(payload).encode()
+                match = self.headers.get("If-None-Match")
+                if api and self.command == "GET" and status == 200:
+                    # GitHub's validators: a weak ETag over the answer as this token sees it (ETags differ
+                    # per token); If-None-Match is compared weakly, a list or "*" allowed.
+                    etag = _etag(self.headers.get("Authorization") or "", data)
+                    headers["ETag"] = etag
+                    if match is not None and _etag_matches(match, etag):
+                        app.count_request(not_modified=True, conditional=True)
+                        self._send(304, None, {**app.rate_headers(), "ETag": etag})
+                        return
+                if api:
+                    app.count_request(not_modified=False, conditional=match is not None)
+                    headers.update(app.rate_headers())
+                self._send(status, payload, headers, data=data)
             except _HttpError as exc:
+                if not split.path.startswith("/_admin/"):  # a refusal counts too (it is no 304)
+                    app.count_request(not_modified=False, conditional=self.headers.get("If-None-Match") is not None)
                 self._send(exc.status, exc.body(), exc.headers)
             except Exception as exc:  # a bug in the stand-in: say so, keep serving
                 self._send(500, {"message": f"stand-in error: {type(exc).__name__}: {exc}"}, {})
@@ -865,6 +958,18 @@ class GitHubStandinHandle:
     def rate_limit_next(self, n: int, status: int = 403) -> None:
         """Make the next ``n`` API requests fail with a primary (403) or secondary (429) rate limit."""
         self._admin("rate_limit", {"n": n, "status": status})
+
+    def request_stats(self, *, reset: bool = False) -> dict[str, int]:
+        """API requests served so far: ``requests``, ``not_modified`` (304: free on GitHub), ``counted``
+        (the rest: what the primary rate limit is charged), ``conditional`` (sent with If-None-Match) and
+        ``rate_remaining``; ``reset`` starts the counts again (not the rate-limit window)."""
+        return {k: int(v) for k, v in self._admin("request_stats", {"reset": reset}).items()}
+
+    def set_rate_budget(self, *, remaining: int, limit: int = 5000, reset_in_s: float = 3600,
+                        enforce: bool = True) -> dict[str, Any]:
+        """The primary rate-limit window every answer reports (and, ``enforce``, refuses with 403 at 0)."""
+        return self._admin("rate_budget", {"limit": limit, "remaining": remaining, "reset_in_s": reset_in_s,
+                                           "enforce": enforce})
 
     def slow_down(self, method: str, path_regex: str, seconds: float) -> None:
         """Answer requests matching ``method`` and ``path_regex`` only after ``seconds`` (0: at once again).
