@@ -51,6 +51,8 @@ from domain.render import inert_markdown
 from domain.report import evidence_lines, target_rows
 from runtime.temporal import workflow_ui_url
 
+SLOWED_LOG_EVERY_S = 600.0  # a watch slowed by a low rate limit says so once, then every 10 minutes
+
 
 class RecordActivities(ActivityGroup):
     def __init__(self, config):
@@ -210,7 +212,7 @@ class RecordActivities(ActivityGroup):
         policy = self.config.policy
         every = policy.merge_watch_authorized_interval_s if inp.authorized else policy.merge_watch_interval_s
         started = time.monotonic()
-        slowed: str | None = None
+        slowed: float | None = None  # when the watch last logged that it slowed down (monotonic)
         async with gh:
             reader = gate_reader(gh, self.config)
             while True:
@@ -230,13 +232,14 @@ class RecordActivities(ActivityGroup):
                 rate = gh.rate
                 pace = watch_pace(every, limit=rate and rate.limit, remaining=rate and rate.remaining,
                                   reset_at=rate and rate.reset_at, cost=counted, now=datetime.now(UTC))
-                if pace.reason != slowed:
-                    if pace.reason:
-                        activity.logger.warning(f"PR watch #{inp.pr_number}: {pace.reason}")
-                    else:
-                        activity.logger.info(f"PR watch #{inp.pr_number}: GitHub rate limit recovered; "
-                                             f"watching every {every:g} s again")
-                    slowed = pace.reason
+                now = time.monotonic()
+                if pace.reason and (slowed is None or now - slowed >= SLOWED_LOG_EVERY_S):
+                    activity.logger.warning(f"PR watch #{inp.pr_number}: {pace.reason}")
+                    slowed = now
+                elif pace.reason is None and slowed is not None:
+                    activity.logger.info(f"PR watch #{inp.pr_number}: GitHub rate limit recovered; "
+                                         f"watching every {every:g} s again")
+                    slowed = None
                 activity.heartbeat(redact_obj({**state.model_dump(mode="json"), "github": {
                     "requests": gh.requests - before[0], "not_modified": gh.not_modified - before[1],
                     "rate_remaining": rate and rate.remaining, "interval_s": round(pace.interval_s, 1),
