@@ -139,7 +139,8 @@ class CountingProxy:
         for t, m, d in self.latency:
             if since <= t <= until:
                 by.setdefault(m, []).append(d)
-        return {m: {"n": len(v), "p50": pct(v, 50), "p95": pct(v, 95), "max": max(v)} for m, v in sorted(by.items())}
+        return {m: {"n": len(v), "p50": round(pct(v, 50), 3), "p95": round(pct(v, 95), 3), "max": round(max(v), 3)}
+                for m, v in sorted(by.items())}
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -236,19 +237,24 @@ async def timeline(client: Client, wid: str) -> dict:
     watcher), the wake-up signal it acted on (the last job_changed before check_build_log), and when it
     scheduled check_build_log."""
     events = list((await client.get_workflow_handle(wid).fetch_history()).events)
-    watch_sched, out = None, {"registered": None, "signalled": None, "acted": None}
+    watch_sched, submit_sched = None, None
+    out = {"submitted": None, "registered": None, "signalled": None, "acted": None}
     for e in events:
         at = e.event_time.ToMicroseconds() / 1e6
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             name = e.activity_task_scheduled_event_attributes.activity_type.name
             if name == "watch_job" and watch_sched is None:
                 watch_sched = e.event_id
+            if name == "submit_job" and submit_sched is None:
+                submit_sched = e.event_id
             if name in ("check_build_log", "capture_failure"):
                 out["acted"] = at
                 break
         elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             if e.activity_task_completed_event_attributes.scheduled_event_id == watch_sched:
                 out["registered"] = at
+            if e.activity_task_completed_event_attributes.scheduled_event_id == submit_sched:
+                out["submitted"] = at
         elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
             if e.workflow_execution_signaled_event_attributes.signal_name == "job_changed":
                 out["signalled"] = at
@@ -259,12 +265,13 @@ def stages(ends: dict[str, float], seen: dict[str, float], tl: dict[str, dict]) 
     """p50/p95/max of each step of a detection: the controller's finished_at → a status reply to the
     watcher says terminal → the target is signalled → it schedules check_build_log; only jobs that were
     registered with the watcher before they ended (the others ended before their target watched)."""
-    steps: dict[str, list[float]] = {"end→seen": [], "seen→signal": [], "signal→act": [], "end→act": []}
-    late = 0
+    steps: dict[str, list[float]] = {"end→seen": [], "seen→signal": [], "signal→act": [], "end→act": [],
+                                     "ended before registered: end→act": []}
     for wid, end in ends.items():
         t = tl[wid]
         if t["registered"] is None or t["registered"] > end:
-            late += 1
+            if t["acted"]:
+                steps["ended before registered: end→act"].append(t["acted"] - end)
             continue
         s = seen.get(f"/bench/{wid}")
         if s is not None:
@@ -275,9 +282,14 @@ def stages(ends: dict[str, float], seen: dict[str, float], tl: dict[str, dict]) 
             steps["signal→act"].append(t["acted"] - t["signalled"])
         if t["acted"]:
             steps["end→act"].append(t["acted"] - end)
-    out = {k: {"n": len(v), "p50": pct(v, 50), "p95": pct(v, 95), "max": max(v, default=None)}
-           for k, v in steps.items()}
-    out["ended before registered"] = late
+    def r(x):
+        return None if x is None else round(x, 2)
+    out: dict = {k: {"n": len(v), "p50": r(pct(v, 50)), "p95": r(pct(v, 95)), "max": r(max(v, default=None))}
+                 for k, v in steps.items()}
+    subs = sorted(t["submitted"] for t in tl.values() if t["submitted"])
+    if subs:
+        out["submissions"] = {"n": len(subs), "first_to_last_s": r(subs[-1] - subs[0]),
+                              "last_before_first_end_s": r(min(ends.values(), default=0) - subs[-1])}
     return out
 
 
