@@ -357,6 +357,8 @@ async def scale(args, client, iris: IrisClient, proxy: CountingProxy, worker: Be
                 "t0": t0, "first_end": first_end, "finished": finished, "timelines": tls,
                 "seen": {k: v for k, v in proxy.first_terminal.items() if f"-n{n}-" in k},
                 "requests": [(t, m, d) for t, m, d in proxy.latency if t0 <= t <= t_end]})
+            if worker.log.exists():
+                shutil.copy(worker.log, Path(args.dump) / f"n{n}-worker.log")
         polls = sorted(t for t, m in proxy.log if m in ("GetJobState", "ListJobs") and t0 <= t <= t_end)
         gaps = [(round(b - first_end, 1), round(b - a, 1)) for a, b in zip(polls, polls[1:], strict=False) if b - a > 6]
         print(f"scale N={n}: poll gaps > 6 s (s after the first end, gap s): {gaps}", file=sys.stderr, flush=True)
