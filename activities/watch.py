@@ -52,6 +52,7 @@ from domain.config import PolicySettings, ServiceConfig
 from domain.models import JobProgress
 from domain.redact import redact_obj, redact_value
 from domain.watch import (
+    ADOPT_PAGE_BUDGET_BYTES,
     TOLD_BATCH,
     AdoptChunk,
     FollowRequest,
@@ -684,7 +685,8 @@ async def _adopt_previous(client: Client, me, run_id: str) -> None:
     prev = client.get_workflow_handle(me.id, run_id=run_id)
     since = 0
     while True:
-        page = await prev.query("changes", PageRequest(since=since), result_type=WatchPage)
+        page = await prev.query("changes", PageRequest(since=since, budget_bytes=ADOPT_PAGE_BUDGET_BYTES),
+                                result_type=WatchPage)
         since = page.next
         await me.signal("adopt", AdoptChunk(from_run_id=run_id, watches=page.watches, marker_sets=page.marker_sets,
                                             following=page.following, done=not page.more))
