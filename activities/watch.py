@@ -298,8 +298,9 @@ class ClusterWatch:
                     and t.now.controller_reachable:
                 t.now = _progress(info, t.now)
             else:  # not listed under the state we knew: it changed (or vanished); read it
-                self.dirty.add(j)
                 changed.append(j)
+        # Handed to the dispatcher only with their new states (below): a dispatcher round that ran during
+        # one of the awaits here would otherwise read each of them alone.
         if len(changed) >= BATCH_MIN:
             # Many changed at once: their new states (one GetJobState) let the dispatcher read them in batches.
             self.budget.spend()
@@ -309,6 +310,7 @@ class ClusterWatch:
                 for j, st in states.items():
                     if j in self.jobs:
                         self.jobs[j].seen = st.value
+        self.dirty.update(j for j in changed if j in self.jobs)
 
     async def dispatch(self, iris: IrisClient) -> list[str]:
         """Read the details of every dirty job — batched: one ``ListJobs`` per (common prefix, new state)

@@ -110,7 +110,7 @@ class Bench:
         """The watcher's workflow tasks over all its runs: the longest (started → completed, server clock,
         i.e. the activation and its completion), the most signals delivered in one, failures and timeouts
         (a deadlock-detected activation fails its task)."""
-        longest, most, failed, count = 0.0, 0, 0, 0
+        longest, most, failed, count, why = 0.0, 0, 0, 0, set()
         async for w in self.client.list_workflows(f"WorkflowId = '{wid}'"):
             signals, started_at = 0, None
             async for e in self.client.get_workflow_handle(wid, run_id=w.run_id).fetch_history_events():
@@ -121,8 +121,15 @@ class Bench:
                     most, signals, started_at, count = max(most, signals), 0, e.event_time.ToMicroseconds(), count + 1
                 elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and started_at is not None:
                     longest = max(longest, (e.event_time.ToMicroseconds() - started_at) / 1e3)
-                elif t in (EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED, EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT):
+                elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
                     failed += 1
+                    a = e.workflow_task_failed_event_attributes
+                    why.add(f"{a.cause}: {a.failure.message[:120]}")
+                elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+                    failed += 1
+                    why.add("timed out")
+        if why:
+            print(f"{wid}: failed workflow tasks: {sorted(why)}", file=sys.stderr, flush=True)
         return {"wft_max_ms": longest, "wft_max_signals": most, "wft_failed": failed, "wft": count}
 
 
@@ -198,6 +205,7 @@ async def scale(b: Bench, n: int, burst: int, bursts: int = 1) -> tuple[dict, di
             lat = []
             rng = random.Random(n)
             items = list(receivers.items())
+            per_burst = []
             for k in range(bursts):  # each burst at a random phase of the poll cadence
                 if k:
                     await asyncio.sleep(rng.uniform(0, 2 * policy.watch_interval_s))
@@ -205,13 +213,17 @@ async def scale(b: Bench, n: int, burst: int, bursts: int = 1) -> tuple[dict, di
                 t_end = time.time()
                 for j, _ in group:
                     iris.set_state(j, "succeeded")
+                mine = []
                 for _, r in group:
                     h = b.client.get_workflow_handle(r)
                     await asyncio.wait_for(h.result(), 300)
                     for e in (await h.fetch_history()).events:
                         if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-                            lat.append(e.event_time.ToMicroseconds() / 1e6 - t_end)
+                            mine.append(e.event_time.ToMicroseconds() / 1e6 - t_end)
                             break
+                lat += mine
+                per_burst.append(f"{min(mine):.2f}-{max(mine):.2f}")
+            print(f"N={n}: end → signalled per burst (min-max s): {', '.join(per_burst)}", file=sys.stderr, flush=True)
             after = requests(iris)
             burst_row = {"n": n, "ends": f"{burst} × {bursts}" if bursts > 1 else burst,
                          "p50": pct(lat, 50), "p95": pct(lat, 95), "max": max(lat),

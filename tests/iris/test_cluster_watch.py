@@ -180,3 +180,31 @@ async def test_an_unreachable_controller_is_never_terminal():
         assert not p.terminal and p.state == "running" and "unreachable" in (p.error or "")
     finally:
         await iris.aclose()
+
+
+async def test_jobs_a_listing_poll_finds_changed_reach_the_dispatcher_with_their_new_states():
+    """The listing poll hands changed jobs to the dispatcher only together with their new states, so a
+    dispatcher round that runs while the poll still waits for those states does not read each job alone."""
+    from tests.iris.standin_jobs import StandinJobs
+
+    jobs = [f"/u/burst-{i}" for i in range(6)]
+    standin = StandinJobs({j: "running" for j in jobs})
+    iris = IrisClient("http://standin.invalid", client_revision_date=datetime.date.today().isoformat(),
+                      transport=standin)
+    try:
+        engine = ClusterWatch(PolicySettings(watch_status_budget_per_min=600))
+        engine.sync(WatchSet(watches=[_request(j, JobProgress(job_id=j, state="running", terminal=False), [])
+                                      for j in jobs]))
+        for j in jobs:
+            standin.set_state(j, "succeeded")
+        standin.stall_once = {"GetJobState": 0.5}  # the poll waits for the changed jobs' new states
+        poll = asyncio.create_task(engine.poll(iris))  # details due: the listing poll
+        await asyncio.sleep(0.2)
+        assert standin.requests["GetJobState"] == 1 and not poll.done()
+        assert await engine.dispatch(iris) == []  # a dispatcher round now has nothing to read yet
+        await poll
+        assert sorted(await engine.dispatch(iris)) == jobs
+        assert standin.requests["GetJobStatus"] == 0  # one batched ListJobs gave every new state
+        assert all(engine.jobs[j].now.state == "succeeded" for j in jobs)
+    finally:
+        await iris.aclose()
