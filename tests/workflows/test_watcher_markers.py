@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import time
 import uuid
 
 from temporalio import workflow
@@ -25,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.config import PolicySettings, ServiceConfig
     from domain.models import JobProgress
     from domain.watch import (
+        FollowRequest,
         MarkerSet,
         PageRequest,
         WatcherInput,
@@ -164,7 +166,14 @@ async def test_marker_texts_reach_a_watcher_run_once_per_contract_and_survive_co
         await _eventually(activity_holds_all, "the watch activity holds the late registration")
         iris.log(late, f"some output\n{CONTRACT_A[-1]}\nmore output")
         iris.log(a_jobs[0], f"{CONTRACT_A[-2]}")
-        await asyncio.sleep(2.0)  # the log reader runs every 0.5 s
+        # Followed jobs show their live progress in the watcher's heartbeat: wait until the log read saw both.
+        await temporal_client.get_workflow_handle(wid).signal(
+            "follow", FollowRequest(job_ids=[late, a_jobs[0]], until_s=time.time() + 300))
+
+        async def markers_seen() -> bool:
+            jobs = (await watcher_view(temporal_client, cluster, tq) or {}).get("jobs") or {}
+            return all(((jobs.get(j) or {}).get("now") or {}).get("last_marker") for j in (late, a_jobs[0]))
+        await _eventually(markers_seen, "the log read saw both markers")
         iris.set_state(late, "succeeded")
         iris.set_state(a_jobs[0], "succeeded")
         got_late = await asyncio.wait_for(receivers[late].result(), 120)
