@@ -42,22 +42,31 @@ SMALL = Resources(cpu_millicores=10, memory_bytes=32 * 1024**2, disk_bytes=32 * 
 
 
 class SleepJobs(Standins):
-    def __init__(self, iris: IrisClient, marker_every_s: float, policy: PolicySettings):
+    def __init__(self, iris: IrisClient, marker_every_s: float, policy: PolicySettings, push_lead_s: float = 0.0):
         super().__init__(policy=policy)
         self.iris = iris
         self.marker_every_s = marker_every_s
+        self.push_lead_s = push_lead_s
 
     @activity.defn(name="submit_job")
     async def submit_job(self, inp: SubmitInput) -> SubmittedJob:
         job_id = f"/bench/{inp.request_id}"
         self._jobs[job_id] = (inp.target.key, inp.round)
         end = int(re.search(r"-e(\d+)", inp.request_id).group(1))
-        markers = [m.text for m in inp.target.expected_markers if m.text][:8] or ["step"]
+        texts = [m.text for m in inp.target.expected_markers if m.text]
+        markers = texts[:8] or ["step"]
         every = max(1, int(self.marker_every_s))
+        # --push-lead S: the build's last two text markers (its final check and kaniko's "Pushing image to")
+        # S seconds before the end, then quiet until it: a real image push takes minutes, and these are the
+        # markers the watcher's near-the-end cadence keys on. 0: markers cycle until the end (none final).
+        lead = int(self.push_lead_s) if len(texts) >= 2 else 0
+        until = end - lead
+        final = "".join(f"echo {json.dumps(m)}; " for m in texts[-2:]) + f"sleep {lead}" if lead else "true"
         # bash builtins only (printf %T), one sleep per marker: cheap with hundreds of jobs on 2 cores
         script = (f"markers=({' '.join(json.dumps(m) for m in markers)}); i=0; printf -v now '%(%s)T' -1; "
-                  f"while [ $now -lt {end} ]; do echo \"${{markers[$((i % {len(markers)}))]}}\"; i=$((i+1)); "
-                  f"left=$(({end} - now)); sleep $((left < {every} ? left : {every})); printf -v now '%(%s)T' -1; done")
+                  f"while [ $now -lt {until} ]; do echo \"${{markers[$((i % {len(markers)}))]}}\"; i=$((i+1)); "
+                  f"left=$(({until} - now)); sleep $((left < {every} ? left : {every})); printf -v now '%(%s)T' -1; "
+                  f"done; {final}")
         spec = LaunchSpec(name=job_id, argv=["bash", "-c", script], resources=SMALL)
         await self.iris.submit_idempotent(spec)
         return SubmittedJob(job_id=job_id, cluster=inp.target.cluster, attached=False, submitted_at_ms=1)
@@ -76,7 +85,7 @@ async def main(args) -> None:
     client = await Client.connect(args.temporal, data_converter=pydantic_data_converter)
     # The bench's own submissions go straight to the controller (not through the counting proxy).
     iris = IrisClient(args.submit_url, client_revision_date=datetime.date.today().isoformat())
-    jobs = SleepJobs(iris, args.marker_every, policy)
+    jobs = SleepJobs(iris, args.marker_every, policy, args.push_lead)
     standins = [a for a in jobs.all() if a.__temporal_activity_definition.name != "watch_job"]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -101,6 +110,7 @@ if __name__ == "__main__":
     ap.add_argument("--policy", required=True)
     ap.add_argument("--work-dir", required=True)
     ap.add_argument("--marker-every", type=float, default=20.0)
+    ap.add_argument("--push-lead", type=float, default=0.0, help="the final markers this many seconds before the end")
     asyncio.run(main(ap.parse_args()))
     sys.stdout.flush()
     os._exit(0)

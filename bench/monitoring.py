@@ -541,7 +541,9 @@ async def main_async(args) -> int:
         if args.sizes:
             tq, cluster = "bench-scale", "bench-scale"
             w = BenchWorker(temporal.address, tq, proxy.url, iris_ctl.url, cluster, policy, state / "work",
-                            state / "worker-scale.log").start()
+                            state / "worker-scale.log")
+            w.args += ["--push-lead", str(args.push_lead)]
+            w.start()
             workers.append(w)
             sc = await scale(args, client, iris, proxy, w, tq, cluster, iris_ctl.pid)
             sc_hwm = proc_hwm_kib(w.pid)
@@ -597,6 +599,9 @@ def main() -> None:
     ap.add_argument("--resume-job-s", type=float, default=45.0, help="resume: the job ends this long after start")
     ap.add_argument("--reject-rounds", type=int, default=3)
     ap.add_argument("--dump", default="", help="scale: write each step's requests and timelines to DIR/n<N>.json")
+    ap.add_argument("--push-lead", type=float, default=0.0,
+                    help="scale: jobs print their last two markers (final check, kaniko's push) this many seconds "
+                         "before their end, as a real push does minutes before; 0: no final marker ever")
     ap.add_argument("--skip", default="", help="comma list of: history, resume, reject")
     args = ap.parse_args()
     args.sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
