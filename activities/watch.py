@@ -47,6 +47,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.build import _progress
 from activities.common import HEARTBEAT_EVERY_S, ActivityGroup, Heartbeater, iris_client
+from activities.errors import Transient
 from clients.iris import IrisClient, JobState, NotFound, Unavailable
 from domain.config import PolicySettings, ServiceConfig
 from domain.models import JobProgress
@@ -535,7 +536,7 @@ class WatchActivities(ActivityGroup):
         result = WatchClusterResult()
         details = activity.info().heartbeat_details
         engine.resume(details[0] if details else None)
-        first = await _read_changes(me, engine)
+        first = await _read_changes_at_start(me, engine)
         if first.adopting:
             await _adopt_previous(client, me, first.adopting)
             await _read_changes(me, engine)
@@ -678,6 +679,33 @@ async def _read_changes(me, engine: ClusterWatch, on_page: Callable[[], None] = 
         on_page()
         if not page.more:
             return page
+
+
+# A query times out (CANCELLED "Timeout expired" / DEADLINE_EXCEEDED) while the workflow's worker has just
+# gone (a rolling deploy: its sticky queue still holds the task), or while the frontend is restarting.
+QUERY_RETRYABLE = (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE)
+START_READ_BOUND_S = 60.0
+
+
+async def _read_changes_at_start(me, engine: ClusterWatch, *, bound_s: float = START_READ_BOUND_S,
+                                 sleep: Callable[[float], object] = asyncio.sleep) -> WatchPage:
+    """The first read of the watch set, retried in place (heartbeating, a warning per try) while the query
+    times out, for at most ``bound_s``; then ``Transient``: retried by the activity's policy, visibly."""
+    started, delay = time.monotonic(), 1.0
+    while True:
+        try:
+            return await _read_changes(me, engine)
+        except RPCError as e:
+            if e.status not in QUERY_RETRYABLE:
+                raise
+            if time.monotonic() - started + delay > bound_s:
+                raise Transient(f"the watch set of {me.id} was not readable for {bound_s:.0f} s ({e.message}); "
+                                "retrying the watcher") from None
+            activity.logger.warning(f"watch set not readable yet ({e.message}); reading again in {delay:.0f} s")
+        if activity.in_activity():
+            activity.heartbeat()
+        await sleep(delay)
+        delay = min(delay * 2, 8.0)
 
 
 async def _adopt_previous(client: Client, me, run_id: str) -> None:

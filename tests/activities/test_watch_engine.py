@@ -56,3 +56,44 @@ async def test_a_job_seen_running_sets_the_running_cadence_before_its_details_ar
         await engine2.poll(iris)  # ListJobs (pending) misses three: one GetJobState gives their state
         assert engine2.dirty == {"/u/c", "/u/d", "/u/e"}
         assert engine2.interval() == policy.watch_interval_s
+
+
+class _QueryHandle:
+    """A watcher handle whose ``changes`` query fails ``failures`` times with ``status`` first."""
+
+    def __init__(self, failures: int, status):
+        self.id, self.failures, self.status, self.calls = "iris-watcher/q/c", failures, status, 0
+
+    async def query(self, name, req, **kw):
+        from temporalio.service import RPCError
+
+        from domain.watch import WatchPage
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RPCError("Timeout expired", self.status, b"")
+        return WatchPage(next=0, watched=0)
+
+
+async def test_the_first_watch_set_read_rides_out_query_timeouts_of_a_rolling_deploy():
+    """The watcher's workflow task can sit on the sticky queue of a worker that just left: its query times
+    out for a few seconds. The first read is retried in place (no failed attempt, no traceback), bounded."""
+    import pytest
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from activities import watch
+    from activities.errors import Transient
+
+    waits: list[float] = []
+
+    async def sleep(s):
+        waits.append(s)
+
+    me = _QueryHandle(3, RPCStatusCode.CANCELLED)
+    page = await watch._read_changes_at_start(me, ClusterWatch(PolicySettings()), sleep=sleep)
+    assert page.watched == 0 and me.calls == 4 and waits == [1.0, 2.0, 4.0]
+    with pytest.raises(Transient, match="not readable for 0 s"):  # bounded: then the policy retries, visibly
+        await watch._read_changes_at_start(_QueryHandle(9, RPCStatusCode.DEADLINE_EXCEEDED),
+                                           ClusterWatch(PolicySettings()), bound_s=0.0, sleep=sleep)
+    with pytest.raises(RPCError):  # anything else is not a timeout: raised as it is
+        await watch._read_changes_at_start(_QueryHandle(1, RPCStatusCode.INVALID_ARGUMENT),
+                                           ClusterWatch(PolicySettings()), sleep=sleep)

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+from temporalio import activity
 from temporalio.testing import ActivityEnvironment
 
 from activities.merge_gate import GateReader
@@ -266,9 +267,20 @@ async def test_watch_waits_out_a_spent_budget_and_carries_on(github_standin: Git
     acts = RecordActivities(_config(tmp_path, github_standin.api_url, "GRB_GH_T", repo))
     async with github_standin.client() as gh:
         number = await _pull(gh)
-    h.set_rate_budget(remaining=0, limit=5000, reset_in_s=1)
-    with caplog.at_level(logging.WARNING):
+    # The warning is read by a handler on the activity logger itself: an earlier test of the session may
+    # have configured logging (the worker's structlog set-up) so that records no longer reach caplog's root
+    # handler. The window resets 3 s after it is set (1 s could pass before the first request under load).
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logger = activity.logger.logger
+    caplog.set_level(logging.WARNING, logger=logger.name)
+    logger.addHandler(handler)
+    try:
+        h.set_rate_budget(remaining=0, limit=5000, reset_in_s=3)
         state = await ActivityEnvironment().run(acts.watch_pull_request,
                                                 WatchInput(pr_number=number, last=None, return_after_s=120))
+    finally:
+        logger.removeHandler(handler)
     assert state.checks == "pending"
-    assert any("rate limit hit" in r.getMessage() for r in caplog.records)
+    assert any("rate limit hit" in r.getMessage() for r in records), [r.getMessage() for r in records]
