@@ -20,6 +20,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
+from tests.workflows.standins import eventually
+
 with workflow.unsafe.imports_passed_through():
     from activities import watch as watch_module
     from activities.watch import WatchActivities, watcher_view
@@ -57,15 +59,6 @@ def _config(tmp_path, cluster: str) -> ServiceConfig:
                      "token": {"kind": "env", "name": "X"}},
         "policy": POLICY.model_dump(),
     })
-
-
-async def _eventually(predicate, what: str, attempts: int = 600, interval: float = 0.2):
-    for _ in range(attempts):
-        value = await predicate()
-        if value:
-            return value
-        await asyncio.sleep(interval)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 async def _signals(client, wid: str, run_id: str) -> list[tuple[str, object]]:
@@ -150,7 +143,7 @@ async def test_marker_texts_reach_a_watcher_run_once_per_contract_and_survive_co
                 return None
             page = await temporal_client.get_workflow_handle(wid).query("changes", PageRequest(), result_type=WatchPage)
             return page if page.watched == len(a_jobs) + len(b_jobs) and not page.adopting else None
-        page = await _eventually(continued, "the watcher continued as new and adopted every watch")
+        page = await eventually(continued, what="the watcher continued as new and adopted every watch", attempts=600, interval=0.2)
         # The new run knows both contracts' texts from the adopted set; what it holds has no texts per job.
         assert page.marker_sets == {key_a: CONTRACT_A, key_b: CONTRACT_B}
         assert all(not w.markers for w in page.watches)
@@ -163,7 +156,7 @@ async def test_marker_texts_reach_a_watcher_run_once_per_contract_and_survive_co
         async def activity_holds_all() -> bool:
             view = await watcher_view(temporal_client, cluster, tq)
             return bool(view) and view.get("watched") == len(a_jobs) + len(b_jobs) + 1
-        await _eventually(activity_holds_all, "the watch activity holds the late registration")
+        await eventually(activity_holds_all, what="the watch activity holds the late registration", attempts=600, interval=0.2)
         iris.log(late, f"some output\n{CONTRACT_A[-1]}\nmore output")
         iris.log(a_jobs[0], f"{CONTRACT_A[-2]}")
         # Followed jobs show their live progress in the watcher's heartbeat: wait until the log read saw both.
@@ -173,7 +166,7 @@ async def test_marker_texts_reach_a_watcher_run_once_per_contract_and_survive_co
         async def markers_seen() -> bool:
             jobs = (await watcher_view(temporal_client, cluster, tq) or {}).get("jobs") or {}
             return all(((jobs.get(j) or {}).get("now") or {}).get("last_marker") for j in (late, a_jobs[0]))
-        await _eventually(markers_seen, "the log read saw both markers")
+        await eventually(markers_seen, what="the log read saw both markers", attempts=600, interval=0.2)
         iris.set_state(late, "succeeded")
         iris.set_state(a_jobs[0], "succeeded")
         got_late = await asyncio.wait_for(receivers[late].result(), 120)
@@ -209,7 +202,7 @@ async def test_a_registration_naming_an_unknown_key_learns_the_texts_from_a_mark
 
         async def read(since: int) -> WatchPage:
             return await h.query("changes", PageRequest(since=since), result_type=WatchPage)
-        first = await _eventually(lambda: _watched(read(0), 2), "both registrations held")
+        first = await eventually(lambda: _watched(read(0), 2), what="both registrations held", attempts=600, interval=0.2)
         assert first.marker_sets == {} and {w.marker_set for w in first.watches} == {key}
         await h.signal("markers", MarkerSet(key=key, markers=CONTRACT_A))
         await h.signal("markers", MarkerSet(key=key, markers=["a different text under the same key"]))
@@ -217,7 +210,7 @@ async def test_a_registration_naming_an_unknown_key_learns_the_texts_from_a_mark
         async def learned() -> WatchPage | None:
             page = await read(first.next)
             return page if page.marker_sets else None
-        page = await _eventually(learned, "the texts in the next page")
+        page = await eventually(learned, what="the texts in the next page", attempts=600, interval=0.2)
         assert page.marker_sets == {key: CONTRACT_A}  # the first texts of a key are kept
         assert page.watches == [] and not page.more
         assert (await read(page.next)).marker_sets == {}  # read once: the next page after it has none
