@@ -114,10 +114,11 @@ class Tracked:
 
 @dataclass
 class Budget:
-    """A token bucket of status requests per cluster: polls at most ``per_min`` a minute on average, bursts
-    of a few (``cap``). Detail reads of changed jobs (off the poll loop) take what is there but never put
-    the bucket in debt: a change delays the next poll by at most one budget interval, never by the number
-    of jobs that changed (detail reads are per change, and batched)."""
+    """A token bucket of status requests per cluster: polls at most ``per_min`` a minute on average. The
+    normal cadence spends less than the refill, so the bucket banks up to ``cap`` requests for the fast
+    cadence of a build's final minutes (``policy.watch_status_burst``). Detail reads of changed jobs (off
+    the poll loop) take what is there but never put the bucket in debt: a change delays the next poll by
+    at most one budget interval, never by the number of jobs that changed (per change, and batched)."""
 
     per_min: float
     clock: Callable[[], float] = time.monotonic
@@ -174,7 +175,10 @@ class ClusterWatch:
 
     def __post_init__(self) -> None:
         if self.budget is None:
-            self.budget = Budget(self.policy.watch_status_budget_per_min, clock=self.clock)
+            # Starts full, as a watcher that has run a while is: a fresh activity (a retry, a continue-as-new)
+            # may spend at most one burst above the average, and only at the fast cadence.
+            burst = self.policy.watch_status_burst
+            self.budget = Budget(self.policy.watch_status_budget_per_min, clock=self.clock, cap=burst, tokens=burst)
         if not self.log_since_ms:
             self.log_since_ms = int(time.time() * 1000) - LOG_LOOKBACK_MS
 
@@ -239,6 +243,11 @@ class ClusterWatch:
         if not running and self._active():
             return max(pol.watch_idle_interval_s, pol.watch_interval_s)
         return pol.watch_interval_s
+
+    def next_poll(self, due: float) -> float:
+        """When the poll after the one that was due at ``due`` runs: one interval later, or when the bucket
+        allows a request, whichever is later (a late poll is not caught up with a burst)."""
+        return max(due + self.interval(), self.clock() + self.budget.wait_s())
 
     # ---------------------------------------------------------------- one poll (one request)
     def _active(self) -> list[str]:
@@ -584,7 +593,7 @@ class WatchActivities(ActivityGroup):
             if empty_polls >= 2:
                 break
             beat.step(None)
-            next_poll = max(next_poll + engine.interval(), time.monotonic() + engine.budget.wait_s())
+            next_poll = engine.next_poll(next_poll)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(activity.wait_for_worker_shutdown(), max(0.0, next_poll - time.monotonic()))
         result.signals += beat.signals

@@ -97,3 +97,55 @@ async def test_the_first_watch_set_read_rides_out_query_timeouts_of_a_rolling_de
     with pytest.raises(RPCError):  # anything else is not a timeout: raised as it is
         await watch._read_changes_at_start(_QueryHandle(1, RPCStatusCode.INVALID_ARGUMENT),
                                            ClusterWatch(PolicySettings()), sleep=sleep)
+
+
+async def test_the_normal_cadence_banks_budget_that_the_final_minutes_of_a_build_spend():
+    """The default cadence polls slower than the budget while jobs run and no end is near, and spends what
+    it saved at the fast cadence once a job prints its final markers: every poll of a 4-minute push comes
+    at most ``watch_fast_interval_s`` after the one before, and over the whole hour the cluster gets at
+    most ``watch_status_budget_per_min`` requests a minute plus one burst. Driven through ``poll`` and
+    ``next_poll`` (the loop's own schedule) on a fake clock, with the once-a-minute listing polls."""
+    policy = PolicySettings()
+    assert policy.watch_fast_interval_s * policy.watch_status_budget_per_min < 60 < \
+        policy.watch_interval_s * policy.watch_status_budget_per_min  # fast spends more than the refill, normal less
+    markers = ["m1", "m2", "m3", "m4"]
+    jobs = StandinJobs({"/u/a": "running"})
+    clock = FakeClock()
+    async with IrisClient("http://standin", client_revision_date="2026-11-20", transport=jobs) as iris:
+        engine = ClusterWatch(policy, clock=clock)
+        w = _watch("/u/a", "running").model_copy(update={"markers": markers})
+        engine.sync(WatchSet(watches=[w]))
+        polls: list[float] = []
+
+        async def run_until(end: float) -> None:
+            due = clock.t
+            while clock.t < end:
+                await engine.poll(iris)
+                polls.append(clock.t)
+                due = engine.next_poll(due)
+                clock.t = max(clock.t, due)
+
+        start = clock.t
+        engine.jobs["/u/a"].now.last_marker = "m2"  # building: the end is not near
+        await run_until(start + 56 * 60)
+        normal = [b - a for a, b in zip(polls, polls[1:])]
+        assert max(normal) == policy.watch_interval_s
+        assert engine.budget.wait_s() == 0.0 and engine.budget.tokens == policy.watch_status_burst  # banked
+
+        engine.jobs["/u/a"].now.last_marker = "m3"  # pushing: one of the final two markers
+        n = len(polls)
+        await run_until(start + 60 * 60)
+        fast = [b - a for a, b in zip(polls[n:], polls[n + 1:])]  # from the first poll after the markers
+        assert len(fast) >= 4 * 60 / policy.watch_fast_interval_s - 1
+        assert max(fast) <= policy.watch_fast_interval_s + 1e-9
+
+        requests = sum(jobs.requests.values())
+        assert requests <= 60 * policy.watch_status_budget_per_min + policy.watch_status_burst
+
+
+def test_watch_intervals_out_of_order_are_refused_naming_the_fields():
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="watch_fast_interval_s <= watch_interval_s <= watch_idle_interval_s"):
+        PolicySettings(watch_fast_interval_s=8.0)
