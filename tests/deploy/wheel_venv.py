@@ -100,7 +100,10 @@ def build_wheel_venv(base: Path) -> WheelVenv:
     paths = {"/src": str(src), "/dist": str(dist), "/opt/gpu-rl-builder/install": str(src / "docker"),
              "/opt/gpu-rl-builder/venv": str(prefix), "/opt/gpu-rl-builder/dist": str(dist),
              "/opt/gpu-rl-builder/config.example.toml": str(src / "deploy" / "config.example.toml")}
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "GPU_RL_BUILDER_", "VIRTUAL_ENV"))}
+    # PYTHONPATH too: a source tree on it carries the editable install's egg-info, and pip would then take
+    # the wheel as "already satisfied" and install no console script (the image has no such path).
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TEMPORAL_", "GPU_RL_BUILDER_", "VIRTUAL_ENV", "PYTHONPATH"))}
     env.update(kubectl_mirror(base / "kubectl-mirror"))
     env["PATH"] = f"{prefix / 'bin'}{os.pathsep}{git_only}{os.pathsep}/usr/bin:/bin"
     ran = []
