@@ -3,6 +3,8 @@ decides from one poll, before the dispatcher has read any details."""
 
 from __future__ import annotations
 
+import itertools
+
 from activities.watch import ClusterWatch
 from clients.iris import IrisClient
 from domain.config import PolicySettings
@@ -128,14 +130,14 @@ async def test_the_normal_cadence_banks_budget_that_the_final_minutes_of_a_build
         start = clock.t
         engine.jobs["/u/a"].now.last_marker = "m2"  # building: the end is not near
         await run_until(start + 56 * 60)
-        normal = [b - a for a, b in zip(polls, polls[1:])]
+        normal = [b - a for a, b in itertools.pairwise(polls)]
         assert max(normal) == policy.watch_interval_s
         assert engine.budget.wait_s() == 0.0 and engine.budget.tokens == policy.watch_status_burst  # banked
 
         engine.jobs["/u/a"].now.last_marker = "m3"  # pushing: one of the final two markers
         n = len(polls)
         await run_until(start + 60 * 60)
-        fast = [b - a for a, b in zip(polls[n:], polls[n + 1:])]  # from the first poll after the markers
+        fast = [b - a for a, b in itertools.pairwise(polls[n:])]  # from the first poll after the markers
         assert len(fast) >= 4 * 60 / policy.watch_fast_interval_s - 1
         assert max(fast) <= policy.watch_fast_interval_s + 1e-9
 
