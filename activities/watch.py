@@ -241,7 +241,7 @@ class ClusterWatch:
         if any(self._followed(j) or self._near_end(self.jobs[j]) for j in (t.request.job_id for t in running)):
             return pol.watch_fast_interval_s
         if not running and self._active():
-            return max(pol.watch_idle_interval_s, pol.watch_interval_s)
+            return pol.watch_idle_interval_s  # never shorter than the normal one (PolicySettings checks)
         return pol.watch_interval_s
 
     def next_poll(self, due: float) -> float:
