@@ -105,6 +105,8 @@ class Tracked:
     told_at: float = 0.0  # monotonic time of the last wake-up sent
     detail_needed: bool = False  # fetch details on the next poll even if the state looks unchanged
     seen: str = ""  # the state the latest poll reported (before the dispatcher has read the details)
+    read_stamp: int = 0  # ClusterWatch.stamp when the latest detail read of this job began
+    reading: bool = False  # a detail read is in flight
 
     @property
     def state(self) -> str:
@@ -172,6 +174,7 @@ class ClusterWatch:
     hints: dict[str, str] = field(default_factory=dict)  # dirty job -> the state GetJobState reported
     on_progress: Callable[[], None] = lambda: None  # called whenever a request of a dispatch completes
     budget: Budget | None = None
+    stamp: int = 0  # orders status requests and detail reads by when they were sent (see ``_stale``)
 
     def __post_init__(self) -> None:
         if self.budget is None:
@@ -181,6 +184,17 @@ class ClusterWatch:
             self.budget = Budget(self.policy.watch_status_budget_per_min, clock=self.clock, cap=burst, tokens=burst)
         if not self.log_since_ms:
             self.log_since_ms = int(time.time() * 1000) - LOG_LOOKBACK_MS
+
+    def _next_stamp(self) -> int:
+        self.stamp += 1
+        return self.stamp
+
+    @staticmethod
+    def _stale(t: Tracked, sent: int) -> bool:
+        """A poll answer that cannot show anything the job's details do not already (or are about to):
+        a detail read is in flight, or began after the poll was sent. Without this, a poll answered while
+        the dispatcher reads an end (or sent before it) still differs from ``now`` and reads the end again."""
+        return t.reading or t.read_stamp > sent
 
     # ---------------------------------------------------------------- watch set
     def _adopt(self, req: WatchRequest) -> None:
@@ -267,6 +281,7 @@ class ClusterWatch:
             self.details_at = now
             return
         self.budget.spend()
+        sent = self._next_stamp()
         try:
             states = await asyncio.wait_for(iris.job_states(ids), POLL_DEADLINE_S)
         except (Unavailable, TimeoutError) as e:
@@ -276,6 +291,8 @@ class ClusterWatch:
         for j in ids:
             t, state = self.jobs.get(j), states.get(j)
             if t is None:  # forgotten by the dispatcher while the request ran
+                continue
+            if self._stale(t, sent):
                 continue
             t.seen = state.value if state is not None else t.seen
             if state is None or state.value != t.now.state or t.detail_needed or not t.now.controller_reachable:
@@ -287,6 +304,7 @@ class ClusterWatch:
         wanted = sorted({(user_prefix(j), self.jobs[j].now.state) for j in ids
                          if self.jobs[j].now.state in (JobState.PENDING.value, JobState.RUNNING.value)})
         listed = {}
+        sent = self._next_stamp()
         for prefix, state in wanted:
             self.budget.spend()
             try:
@@ -301,7 +319,7 @@ class ClusterWatch:
             if n % YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # thousands of jobs: let the worker's other work run in between
             t, info = self.jobs.get(j), listed.get(j)
-            if t is None:
+            if t is None or self._stale(t, sent):
                 continue
             t.seen = info.state.value if info is not None else ""
             if info is not None and info.state.value == t.now.state and not t.detail_needed \
@@ -329,6 +347,18 @@ class ClusterWatch:
         self.dirty.clear()
         if not job_ids:
             return []
+        began = self._next_stamp()
+        for j in job_ids:
+            self.jobs[j].reading, self.jobs[j].read_stamp = True, began
+        try:
+            await self._read_details(iris, job_ids)
+        finally:
+            for j in job_ids:
+                if j in self.jobs:
+                    self.jobs[j].reading = False
+        return job_ids
+
+    async def _read_details(self, iris: IrisClient, job_ids: list[str]) -> None:
         by_state: dict[str, list[str]] = {}
         for j in job_ids:
             by_state.setdefault(self.hints.pop(j, ""), []).append(j)
@@ -346,7 +376,6 @@ class ClusterWatch:
                 await self._details(iris, j)
                 self.on_progress()
         await asyncio.gather(*(one(j) for j in singles))
-        return job_ids
 
     async def _batch(self, iris: IrisClient, state: str, group: list[str]) -> list[str]:
         """One ListJobs (newest first, by the group's common prefix) for jobs that changed to ``state``;

@@ -151,3 +151,38 @@ def test_watch_intervals_out_of_order_are_refused_naming_the_fields():
 
     with pytest.raises(ValidationError, match="watch_fast_interval_s <= watch_interval_s <= watch_idle_interval_s"):
         PolicySettings(watch_fast_interval_s=8.0)
+
+
+async def test_a_poll_answered_while_an_end_is_being_read_does_not_read_it_again():
+    """The end of a job is being read (``GetJobStatus`` in flight, slow under load) when the next poll
+    comes back with the job's new state: that poll must not mark the job for a second read. Before, the
+    job's ``now`` still said running, so the poll marked it dirty again and the next dispatch round read
+    the end a second time (the 1,500-watch test saw two ``GetJobStatus`` for one end on CI)."""
+    import asyncio
+
+    jobs = StandinJobs({"/u/a": "running", "/u/b": "running"})
+    async with IrisClient("http://standin", client_revision_date="2026-11-20", transport=jobs) as iris:
+        engine = ClusterWatch(PolicySettings(), clock=FakeClock())
+        engine.details_at = float("inf")  # GetJobState polls only
+        engine.sync(WatchSet(watches=[_watch("/u/a", "running"), _watch("/u/b", "running")]))
+        jobs.set_state("/u/a", "succeeded")
+        await engine.poll(iris)
+        assert engine.dirty == {"/u/a"}
+
+        jobs.stall_once["GetJobStatus"] = 0.5
+
+        async def poll_meanwhile() -> None:
+            await asyncio.sleep(0.1)
+            assert engine.jobs["/u/a"].now.state == "running"  # the read is still in flight
+            await engine.poll(iris)  # answers "succeeded" while the details are still being read
+
+        read, _ = await asyncio.gather(engine.dispatch(iris), poll_meanwhile())
+        assert read == ["/u/a"] and engine.jobs["/u/a"].now.state == "succeeded"
+        assert engine.dirty == set() and await engine.dispatch(iris) == []
+        assert jobs.requests["GetJobStatus"] == 1
+
+        # A later change is still seen: the next poll after the read compares with the details.
+        jobs.set_state("/u/b", "failed")
+        await engine.poll(iris)
+        assert engine.dirty == {"/u/b"}
+        assert await engine.dispatch(iris) == ["/u/b"] and jobs.requests["GetJobStatus"] == 2
