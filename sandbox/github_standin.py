@@ -23,6 +23,14 @@ fine-grained permissions. ``register_app`` makes a GitHub App installation: ``PO
 = app id, at most 10 minutes) and mints an installation token with the installation's permissions,
 which every endpoint then enforces (403 "Resource not accessible by integration"); ``GET /user``
 refuses installation tokens as GitHub does. Tokens live in memory only, never in the state file.
+
+Webhooks as GitHub delivers them (``set_webhook``): a changed check run (``check_run``), commit status
+(``status``), review (``pull_request_review``) or PR (``pull_request``: opened, edited, closed) is POSTed
+to the configured URL, in the background and in order, with GitHub's headers (``X-GitHub-Event``,
+``X-GitHub-Delivery``, ``X-Hub-Signature-256`` = HMAC-SHA256 of the body with the webhook secret) and
+payload shapes (the PRs a check or review belongs to, the branches a status's commit heads).
+``webhook_deliveries`` lists each with the answer's status; ``redeliver`` sends one again with the same
+delivery id, as GitHub's "Redeliver" does. A moved head (a push) sends nothing: the poll sees it.
 """
 
 from __future__ import annotations
@@ -30,8 +38,10 @@ from __future__ import annotations
 import argparse
 import atexit
 import hashlib
+import hmac
 import json
 import os
+import queue
 import re
 import secrets
 import signal
@@ -42,6 +52,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -139,9 +150,15 @@ class GitHubStandin:
         # API requests served (admin calls excluded): all, answered 304, and sent with If-None-Match.
         # Everything but a 304 counts against the primary rate limit, as on GitHub.
         self.stats = {"requests": 0, "not_modified": 0, "conditional": 0}
+        self.served: dict[str, int] = {}  # "METHOD /path" -> API requests answered (any status)
         # The primary rate limit: one hourly window shared by every token (GitHub's is per user/App).
         # Reported truthfully in X-RateLimit-* on every answer; enforced (403 at 0) once admin set it.
         self.budget = {"limit": 5000, "used": 0, "reset": int(time.time()) + 3600, "enforce": False}
+        # Webhook: {"url", "secret"} (memory only, like tokens), its deliveries, and the delivering thread.
+        self.webhook: dict[str, str] | None = None
+        self.deliveries: list[dict[str, Any]] = []
+        self._outbox: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=self._deliver_loop, name="github-standin-webhooks", daemon=True).start()
 
     # -- persistence
 
@@ -279,7 +296,9 @@ class GitHubStandin:
              "merged": False, "merge_commit_sha": None, "created_at": _now(), "updated_at": _now()}
         self.store.pulls.setdefault(repo, {})[str(number)] = p
         self._save()
-        return self._pull_json(repo, p)
+        out = self._pull_json(repo, p)
+        self._hook("pull_request", repo, {"action": "opened", "number": number, "pull_request": out})
+        return out
 
     def update_pull(self, repo: str, number: str, body: dict[str, Any]) -> dict[str, Any]:
         p = self._pull(repo, number)
@@ -291,7 +310,10 @@ class GitHubStandin:
             p["closed_at"] = _now() if body["state"] == "closed" else None
         p["updated_at"] = _now()
         self._save()
-        return self._pull_json(repo, p)
+        out = self._pull_json(repo, p)
+        action = "closed" if body.get("state") == "closed" else "reopened" if body.get("state") == "open" else "edited"
+        self._hook("pull_request", repo, {"action": action, "number": p["number"], "pull_request": out})
+        return out
 
     def merge_pull(self, repo: str, number: str, body: dict[str, Any]) -> dict[str, Any]:
         p = self._pull(repo, number)
@@ -318,6 +340,8 @@ class GitHubStandin:
         p.update(state="closed", merged=True, merge_commit_sha=merge_sha, merged_at=_now(), closed_at=_now(),
                  head_sha=head_sha, base_sha=merge_sha, updated_at=_now())
         self._save()
+        self._hook("pull_request", repo, {"action": "closed", "number": p["number"],
+                                          "pull_request": self._pull_json(repo, p)})
         return {"sha": merge_sha, "merged": True, "message": "Pull Request successfully merged"}
 
     def _merge_in_clone(self, repo: str, base: str, head_sha: str, method: str, message: str) -> str:
@@ -489,6 +513,10 @@ class GitHubStandin:
              "created_at": _now(), "updated_at": _now()}
         self.store.statuses.setdefault(repo, {}).setdefault(sha, {})[s["context"]] = s
         self._save()
+        self._hook("status", repo, {"sha": sha, "state": s["state"], "context": s["context"],
+                                    "description": s["description"], "target_url": s["target_url"],
+                                    "branches": [{"name": b, "commit": {"sha": sha}}
+                                                 for b in self._branches_at(repo, sha)]})
         return s
 
     # -- admin
@@ -503,6 +531,10 @@ class GitHubStandin:
                "started_at": _now(), "completed_at": _now() if body.get("status") == "completed" else None}
         by_name[body["name"]] = run
         self._save()
+        self._hook("check_run", repo, {
+            "action": "completed" if run["status"] == "completed" else "created",
+            "check_run": {**run, "check_suite": {"head_sha": sha, "head_branch": None},
+                          "pull_requests": [self._pull_ref(repo, p) for p in self._open_pulls_at(repo, sha)]}})
         return run
 
     def admin_add_review(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -513,7 +545,75 @@ class GitHubStandin:
                   "commit_id": self._branch_sha(repo, p["head"]) or p["head_sha"], "submitted_at": _now()}
         self.store.reviews.setdefault(repo, {}).setdefault(number, []).append(review)
         self._save()
+        self._hook("pull_request_review", repo, {"action": "submitted", "review": review,
+                                                 "pull_request": self._pull_json(repo, p)})
         return review
+
+    # -- webhooks
+
+    def _open_pulls_at(self, repo: str, sha: str) -> list[dict[str, Any]]:
+        return [p for p in self.store.pulls.get(repo, {}).values()
+                if p["state"] == "open" and self._branch_sha(repo, p["head"]) == sha]
+
+    def _pull_ref(self, repo: str, p: dict[str, Any]) -> dict[str, Any]:
+        """A PR as a check run's ``pull_requests`` entry names it (number, head and base ref/sha)."""
+        return {"number": p["number"], "url": f"{self.base_url}/repos/{repo}/pulls/{p['number']}",
+                "head": {"ref": p["head"], "sha": self._branch_sha(repo, p["head"]) or p["head_sha"]},
+                "base": {"ref": p["base"], "sha": self._branch_sha(repo, p["base"]) or p["base_sha"]}}
+
+    def _branches_at(self, repo: str, sha: str) -> list[str]:
+        out = self._git(repo).git.for_each_ref("--points-at", sha, "--format=%(refname:short)", "refs/heads")
+        return sorted(b for b in out.splitlines() if b)
+
+    def _hook(self, event: str, repo: str, payload: dict[str, Any]) -> None:
+        """Queue a delivery of ``event`` (sent in the background, in order) if a webhook is configured."""
+        if self.webhook is None:
+            return
+        owner, name = repo.split("/")
+        body = json.dumps({**payload, "repository": {"full_name": repo, "name": name, "owner": {"login": owner}},
+                           "sender": {"login": DEFAULT_LOGIN}}).encode()
+        d = {"id": str(uuid.uuid4()), "event": event, "status": None, "attempts": 0, "body": body,
+             "url": self.webhook["url"], "secret": self.webhook["secret"]}
+        self.deliveries.append(d)
+        self._outbox.put(d)
+
+    def _deliver_loop(self) -> None:
+        while True:
+            self._send_delivery(self._outbox.get())
+
+    @staticmethod
+    def _send_delivery(d: dict[str, Any]) -> int:
+        sig = "sha256=" + hmac.new(d["secret"].encode(), d["body"], hashlib.sha256).hexdigest()
+        req = urllib.request.Request(d["url"], data=d["body"], method="POST", headers={
+            "Content-Type": "application/json", "User-Agent": "GitHub-Hookshot/standin",
+            "X-GitHub-Event": d["event"], "X-GitHub-Delivery": d["id"], "X-GitHub-Hook-ID": "1",
+            "X-Hub-Signature-256": sig})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                status = resp.status
+        except urllib.error.HTTPError as exc:
+            status = exc.code
+        except OSError:
+            status = 0  # unreachable: GitHub shows the delivery as failed
+        d["attempts"] += 1
+        d["status"] = status
+        return status
+
+    def admin_webhook(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Deliver to ``url`` signed with ``secret`` from now on (``url`` None: stop delivering)."""
+        self.webhook = {"url": body["url"], "secret": body["secret"]} if body.get("url") else None
+        return {"ok": True}
+
+    def admin_webhook_deliveries(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{k: d[k] for k in ("id", "event", "status", "attempts")} | {"payload": json.loads(d["body"])}
+                for d in self.deliveries]
+
+    def admin_redeliver(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Send delivery ``id`` again, now, with the same delivery id and body (GitHub's "Redeliver")."""
+        d = next((d for d in self.deliveries if d["id"] == body["id"]), None)
+        if d is None:
+            raise _HttpError(404, "Not Found")
+        return {"id": d["id"], "status": self._send_delivery(d), "attempts": d["attempts"]}
 
     def admin_rate_limit(self, body: dict[str, Any]) -> dict[str, Any]:
         status = int(body.get("status", 403))
@@ -759,7 +859,13 @@ class GitHubStandin:
             ("POST", r"/_admin/slow", lambda m: self.admin_slow(body), 200, None),
             ("POST", r"/_admin/permissions", lambda m: self.admin_permissions(body), 200, None),
             ("POST", r"/_admin/issues", lambda m: self.admin_issue(body), 200, None),
+            ("POST", r"/_admin/webhook", lambda m: self.admin_webhook(body), 200, None),
+            ("POST", r"/_admin/served", lambda m: {"n": sum(n for k, n in self.served.items()
+                                                            if re.search(body["pattern"], k))}, 200, None),
+            ("POST", r"/_admin/webhook_deliveries", lambda m: self.admin_webhook_deliveries(body), 200, None),
         ]
+        if method == "POST" and path == "/_admin/webhook_redeliver":  # sends and waits: not under the lock
+            return 200, self.admin_redeliver(body), None
         for verb, pattern, fn, status, list_key in routes:
             m = re.fullmatch(pattern, path)
             if m and verb == method:
@@ -831,6 +937,10 @@ def _make_handler(app: GitHubStandin) -> type[BaseHTTPRequestHandler]:
                     raise _HttpError(400, "Problems parsing JSON") from None
                 who = app.check_auth(self.headers.get("Authorization"), split.path)
                 api = not split.path.startswith("/_admin/")
+                if api:
+                    with app.lock:
+                        key = f"{self.command} {split.path}"
+                        app.served[key] = app.served.get(key, 0) + 1
                 if api:
                     app.take_budget()
                     app.take_rate_limit()
@@ -970,6 +1080,23 @@ class GitHubStandinHandle:
         """The primary rate-limit window every answer reports (and, ``enforce``, refuses with 403 at 0)."""
         return self._admin("rate_budget", {"limit": limit, "remaining": remaining, "reset_in_s": reset_in_s,
                                            "enforce": enforce})
+
+    def served(self, pattern: str) -> int:
+        """API requests answered so far whose ``"METHOD /path"`` matches the regex ``pattern``."""
+        return int(self._admin("served", {"pattern": pattern})["n"])
+
+    def set_webhook(self, url: str | None, secret: str = "") -> None:
+        """Deliver webhooks to ``url`` signed with ``secret`` (None: stop), as a repository webhook does."""
+        self._admin("webhook", {"url": url, "secret": secret})
+
+    def webhook_deliveries(self) -> list[dict[str, Any]]:
+        """Every delivery so far: id, event, status of the answer (None: not sent yet; 0: unreachable),
+        attempts and the payload."""
+        return self._admin("webhook_deliveries", {})  # type: ignore[return-value]
+
+    def redeliver(self, delivery_id: str) -> int:
+        """Send a delivery again with the same ``X-GitHub-Delivery``; the answer's status."""
+        return int(self._admin("webhook_redeliver", {"id": delivery_id})["status"])
 
     def slow_down(self, method: str, path_regex: str, seconds: float) -> None:
         """Answer requests matching ``method`` and ``path_regex`` only after ``seconds`` (0: at once again).
