@@ -27,9 +27,9 @@ from activities.preflight import PreflightActivities
 from activities.record import RecordActivities
 from activities.source import SourceActivities
 from activities.watch import WatchActivities
-from clients.credentials import CredentialError
+from clients.credentials import CredentialError, fetch_secret
 from domain.config import ConfigError, load_config
-from runtime import health
+from runtime import health, webhooks
 from runtime.logging import configure_logging, get_logger
 from runtime.temporal import (
     ConnectionFlags,
@@ -139,7 +139,7 @@ async def run_worker(config_path: str | None, graceful_shutdown_s: float, metric
         loop.add_signal_handler(sig, stop.set)
     log.info("worker started", task_queue=config.temporal.task_queue, temporal=describe(config.temporal))
     # Health outlives the worker so probes keep answering (live, not ready) while it drains.
-    async with _health(probes, client, worker, config.temporal.task_queue), worker:
+    async with _health(probes, client, worker, config.temporal.task_queue), _webhooks(client, config), worker:
         warm = asyncio.create_task(warm_up(groups))  # beside polling: a slow registry never delays the worker
         warm.add_done_callback(lambda t: t.cancelled() or t.exception() or log.info(
             "warmed up", registry="; ".join(t.result())))
@@ -186,6 +186,26 @@ async def _health(server: health.HealthServer | None, client, worker: Worker, ta
     finally:
         task.cancel()
         server.close()
+
+
+@contextlib.asynccontextmanager
+async def _webhooks(client, config):
+    """The GitHub webhook receiver (``[github.webhook]``), while the worker runs; none when not configured."""
+    hook = config.github.webhook if config.github else None
+    if hook is None:
+        yield None
+        return
+    secret = fetch_secret(hook.secret, what="github.webhook.secret")  # registered for redaction
+    try:
+        receiver = webhooks.WebhookReceiver(hook, secret, config.repos.marinskyrl_slug,
+                                            webhooks.pipeline_waker(client, config), asyncio.get_running_loop())
+    except OSError as e:
+        raise _bind_error("github.webhook.listen", hook.listen, int(hook.listen.rpartition(":")[2]), e) from None
+    get_logger("worker").info("github webhook receiver listening", port=receiver.port, path=hook.path)
+    try:
+        yield receiver
+    finally:
+        receiver.close()
 
 
 @click.command()

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import functools
 import json
-import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from clients.github_app import register_private_key
 from clients.iris import IrisClient
 from clients.kube import KubectlPortForward
 from clients.registry import RegistryPool
-from domain.config import ServiceConfig
+from domain.config import ServiceConfig, safe_name
 from domain.models import FileRef
 from domain.redact import redact_obj, redact_value
 
@@ -35,10 +34,6 @@ CONTRACT_PATHS = ("AGENTS.md", ".agents/ops/gpu-rl-image-build.md", "docker/buil
 # Every activity heartbeats this often while it runs (workflows/options.py sizes heartbeat timeouts to it),
 # so a step whose worker died is retried within seconds, not after its start-to-close timeout.
 HEARTBEAT_EVERY_S = 2.0
-
-
-def safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:120]
 
 
 def input_error(message: str) -> InputError:

@@ -20,7 +20,6 @@ from activities.common import (
     Heartbeater,
     input_error,
     iris_client,
-    safe_name,
 )
 from clients.bundle import BundleError, build_bundle
 from clients.git_source import (
@@ -82,7 +81,7 @@ class SourceActivities(ActivityGroup):
             raise input_error(f"build contract at {sha[:12]}: {e}") from None
 
     def branch_for(self, request_id: str) -> str:
-        return f"{self.config.repos.build_branch_prefix}{safe_name(request_id)}"
+        return self.config.repos.build_branch(request_id)
 
     # ------------------------------------------------------------------ 1. live build state
     @activity.defn

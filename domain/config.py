@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Literal
@@ -161,6 +162,11 @@ class ClusterSettings(_Model):
         return v
 
 
+def safe_name(text: str) -> str:
+    """``text`` as a file or branch name component (what a workflow id becomes in paths and branches)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:120]
+
+
 class RepoSettings(_Model):
     marinskyrl_url: str
     harbor_url: str
@@ -169,6 +175,11 @@ class RepoSettings(_Model):
     build_branch_prefix: str = "gpu-rl-build/"
     git_author_name: str = "gpu-rl-builder"
     git_author_email: str = "gpu-rl-builder@users.noreply.github.com"
+
+    def build_branch(self, request_id: str) -> str:
+        """The branch a build's pin commit and PR live on: one per pipeline workflow id, so a GitHub event
+        naming the branch names the build (the webhook receiver's mapping; no second record of it)."""
+        return f"{self.build_branch_prefix}{safe_name(request_id)}"
 
 
 class RegistrySettings(_Model):
@@ -194,6 +205,27 @@ class GitHubAppSettings(_Model):
     private_key: CredentialSource
 
 
+class GitHubWebhookSettings(_Model):
+    """``[github.webhook]``: a receiver for GitHub's webhooks (runtime/webhooks.py), for a worker GitHub can
+    reach. A check, status, review or PR event wakes the build's merge wait to read GitHub at once; the
+    poll stays the fallback. Off unless configured."""
+
+    listen: str = "0.0.0.0:8090"  # HOST:PORT the worker listens on (behind a Service / ingress)
+    path: str = "/github/webhook"  # the Payload URL's path
+    # The webhook's secret (GitHub signs each body with it: X-Hub-Signature-256); read at start, never logged.
+    secret: CredentialSource
+    max_body_bytes: int = Field(default=2 * 1024 * 1024, gt=0)  # larger bodies are refused (413) unread
+
+    @model_validator(mode="after")
+    def _listen(self) -> GitHubWebhookSettings:
+        split_address(self.listen)
+        if not self.path.startswith("/"):
+            raise ValueError(f"path must start with '/', got {self.path!r}")
+        if self.secret.kind in ("literal_public", "token_owner", "temporal_profile"):
+            raise ValueError(f"secret: kind {self.secret.kind!r} cannot hold a webhook secret (use env, file or command)")
+        return self
+
+
 class GitHubSettings(_Model):
     api_url: str = "https://api.github.com"
     # The host issue and PR links are on (``--issue-url`` must be there); default: api_url's host
@@ -209,6 +241,7 @@ class GitHubSettings(_Model):
     # and rulesets). These are used instead, and the report says so, when GitHub cannot tell (the token
     # may not read branch protection: 403) or states none; with neither, every reported check is required.
     required_checks: list[str] = Field(default_factory=list)
+    webhook: GitHubWebhookSettings | None = None  # off by default: the PR watch polls
 
     @model_validator(mode="after")
     def _one_identity(self) -> GitHubSettings:
@@ -398,6 +431,7 @@ class ServiceConfig(_Model):
         gh = self.github
         sources = {"registry.user": self.registry.user, "registry.token": self.registry.token,
                    "github.token": gh and gh.token, "github.app.private_key": gh and gh.app and gh.app.private_key,
+                   "github.webhook.secret": gh and gh.webhook and gh.webhook.secret,
                    "temporal.api_key": self.temporal.api_key}
         sources |= {f"clusters.{name}.token": c.token for name, c in sorted(self.clusters.items())}
         return {key: source for key, source in sources.items() if source}

@@ -473,6 +473,16 @@ class WatchInput(BaseModel):
     authorized: bool = False  # an authorization waits for green: poll at the faster cadence
 
 
+class GitHubWake(BaseModel):
+    """A GitHub webhook said this build's PR may have changed (``BuildPipelineWorkflow.github_changed``):
+    the merge wait's watch reads GitHub again now. Never the gate state itself."""
+
+    event: str  # check_run, check_suite, status, pull_request, pull_request_review
+    delivery: str  # X-GitHub-Delivery (the receiver wakes once per delivery)
+    pr_number: int | None = None  # when the event names PRs: this build's, else it is ignored
+    head_sha: str | None = None
+
+
 class MergeAuthorization(BaseModel):
     """Who authorized the merge and how it was verified. The caller fills ``by``/``note`` and the override;
     the worker fills the rest (configured operator, Temporal identity of the update's caller)."""

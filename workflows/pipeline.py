@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         AdoptInput,
         AuthorizeInput,
         BuildState,
+        GitHubWake,
         LoadStateInput,
         MergeAuthorization,
         MergeInput,
@@ -81,6 +82,7 @@ class BuildPipelineWorkflow:
         self._merge_wait_since: datetime | None = None
         self._gate = False  # this run's merge wait follows patches.MERGE_GATE (set when the wait begins)
         self._auth_seq = 0  # bumped by every accepted authorization: the PR watch wakes and re-reads
+        self._github_seq = 0  # bumped by a GitHub webhook about this PR: the PR watch reads again now
 
     @workflow.signal
     def target_changed(self, brief: TargetBrief) -> None:
@@ -92,6 +94,15 @@ class BuildPipelineWorkflow:
                 self._stage = stage
                 workflow.upsert_search_attributes([sa.STAGE.value_set(stage.value)])
         self._refresh()
+
+    @workflow.signal
+    def github_changed(self, wake: GitHubWake) -> None:
+        """A webhook said this PR's checks, statuses, reviews or head changed (runtime/webhooks.py): the merge
+        wait's watch reads GitHub now rather than at its next poll. Only a wake-up: what the gate decides on
+        is what the watch reads. An event about another PR number is ignored."""
+        pr = self._report.pull_request
+        if pr is None or wake.pr_number in (None, pr.number):
+            self._github_seq += 1
 
     def _target_waits(self) -> list[WaitingReason]:
         return [b.waiting for b in self._targets.values() if b.waiting]
@@ -345,7 +356,8 @@ class BuildPipelineWorkflow:
         """The merge wait with the merge gate (patches.MERGE_GATE): an authorization is accepted whenever
         it comes and stays while the required checks are pending or red; the watch wakes at once on it
         and re-reads GitHub, then returns on every change, so the merge follows the checks turning green
-        without a second command. Only a new head (or a refused merge) withdraws an authorization."""
+        without a second command. Only a new head (or a refused merge) withdraws an authorization.
+        A GitHub webhook (``github_changed``) also wakes the watch, which then reads GitHub at once."""
         rep = self._report
         watch_cancelled, reread = False, self._merge_auth is not None
         while True:
@@ -358,13 +370,16 @@ class BuildPipelineWorkflow:
                 WatchInput(pr_number=pr.number, last=None if reread else self._review, return_after_s=WATCH_RETURN_S,
                            overrides=auth.override_checks if auth else [], authorized=auth is not None),
                 **options.watch_pull_request(WATCH_RETURN_S), summary=f"watch checks and reviews on PR #{pr.number}"))
-            reread, seq = False, self._auth_seq
-            woken = asyncio.ensure_future(workflow.wait_condition(lambda seq=seq: self._auth_seq != seq))
+            reread, seq, github_seq = False, self._auth_seq, self._github_seq
+            woken = asyncio.ensure_future(workflow.wait_condition(
+                lambda seq=seq, g=github_seq: self._auth_seq != seq or self._github_seq != g))
             await workflow.wait([watch, woken], return_when=asyncio.FIRST_COMPLETED)
             if not watch.done():
-                watch.cancel()  # an authorization arrived: read GitHub again right away
+                # An authorization arrived: read GitHub again right away and report (last=None). A webhook
+                # (no history before it has one): a fresh watch reads at once and returns if anything changed.
+                watch.cancel()
                 _settle_quietly(watch)
-                watch_cancelled, reread = True, True
+                watch_cancelled, reread = True, self._auth_seq != seq
                 continue
             woken.cancel()
             self._review = rep.review = await watch
