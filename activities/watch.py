@@ -12,8 +12,8 @@ followed jobs only.
 Per tick, on an adaptive cadence inside a per-cluster token bucket of
 ``policy.watch_status_budget_per_min`` status requests (fast while a job is followed or near its end,
 slow while every job is queued): one status request for every watched job — ``GetJobState`` with all
-ids, or every ``watch_progress_interval_s`` instead ``ListJobs`` per (user prefix, state), which also
-brings pending reasons and preemption counts. Jobs whose state changed are handed to a dispatcher beside
+ids, or every ``watch_progress_interval_s`` (longer when the listing takes several pages) instead
+``ListJobs`` per (user prefix, state), which also brings pending reasons and preemption counts. Jobs whose state changed are handed to a dispatcher beside
 the poll loop, which reads their details in batches (``ListJobs`` by common prefix and new state, newest
 first; ``GetJobStatus`` only for the few not found that way) and wakes their targets concurrently, so a
 burst of ends never delays the next poll. Logs: one ``FetchLogs`` per cluster every
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import time
 from collections.abc import Callable
@@ -48,7 +49,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.build import _progress
 from activities.common import HEARTBEAT_EVERY_S, ActivityGroup, Heartbeater, iris_client
 from activities.errors import Transient
-from clients.iris import IrisClient, JobState, NotFound, Unavailable
+from clients.iris import LIST_JOBS_PAGE, IrisClient, JobState, NotFound, Unavailable
 from domain.config import PolicySettings, ServiceConfig
 from domain.models import JobProgress
 from domain.redact import redact_obj, redact_value
@@ -269,14 +270,14 @@ class ClusterWatch:
 
     async def poll(self, iris: IrisClient) -> None:
         """One status request for every watched job: ``GetJobState`` with all ids, or — when the details
-        are due (every ``watch_progress_interval_s``) — ``ListJobs`` per (user prefix, state), which also
+        are due (``listing_every``) — ``ListJobs`` per (user prefix, state), which also
         brings pending reasons and preemption counts. Jobs whose state differs (or that are absent) are
         marked ``dirty`` for the dispatcher: details are read per change, never per job per interval."""
         ids = self._active()
         if not ids:
             return
         now = self.clock()
-        if now - self.details_at >= self.policy.watch_progress_interval_s:
+        if now - self.details_at >= self.listing_every(len(ids)):
             await self._poll_listing(iris, ids)
             self.details_at = now
             return
@@ -300,6 +301,14 @@ class ClusterWatch:
                 if state is not None:
                     self.hints[j] = state.value
 
+    def listing_every(self, jobs: int) -> float:
+        """Seconds between listing polls: ``watch_progress_interval_s``, stretched by the pages a listing
+        of ``jobs`` takes (``LIST_JOBS_PAGE`` jobs a page), so the listing costs about one request per
+        interval at any count (5,000 jobs: 10 pages every 10 minutes, not 10 a minute on top of the
+        budget). Only pending reasons and preemption counts come that much later: state changes are
+        seen by every ``GetJobState`` poll."""
+        return self.policy.watch_progress_interval_s * max(1, math.ceil(jobs / LIST_JOBS_PAGE))
+
     async def _poll_listing(self, iris: IrisClient, ids: list[str]) -> None:
         wanted = sorted({(user_prefix(j), self.jobs[j].now.state) for j in ids
                          if self.jobs[j].now.state in (JobState.PENDING.value, JobState.RUNNING.value)})
@@ -308,12 +317,14 @@ class ClusterWatch:
         for prefix, state in wanted:
             self.budget.spend()
             try:
-                listed.update((i.job_id, i) for i in await asyncio.wait_for(
-                    iris.list_jobs(prefix=prefix, state=state, limit=5000), POLL_DEADLINE_S * 2))
+                page = await asyncio.wait_for(iris.list_jobs(prefix=prefix, state=state, limit=5000),
+                                              POLL_DEADLINE_S * 2)
             except (Unavailable, TimeoutError) as e:
                 for j in ids:
                     self._unreachable(j, e)
                 return
+            self.budget.spend(max(0, math.ceil(len(page) / LIST_JOBS_PAGE) - 1))  # each further page: a request
+            listed.update((i.job_id, i) for i in page)
         changed: list[str] = []
         for n, j in enumerate(ids, 1):
             if n % YIELD_EVERY == 0:
