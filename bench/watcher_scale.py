@@ -14,7 +14,7 @@ the watcher's ``job_changed``. Every payload crossing Temporal is measured by a 
 2. burst: 200 of the watched jobs end in the same second: end → the target's signal (server clock),
    p50/p95/max, and the status requests it took;
 3. detection: N ∈ {1, 10, 100, 200} jobs ending at random times over ``--spread`` s, production policy
-   (5 s cadence, 12 status requests/min budget): end → signal p50/p95.
+   (6 s cadence, 3 s near a build's end, 12 status requests/min budget): end → signal p50/p95.
 
 Prints Markdown tables; asserts nothing. Run: .venv/bin/python bench/watcher_scale.py [--sizes 1000,5000]
 """
@@ -160,7 +160,15 @@ def requests(iris: StandinJobs) -> dict[str, int]:
     return {m: iris.requests[m] for m in (*STATUS, "FetchLogs")}
 
 
-async def scale(b: Bench, n: int, burst: int, bursts: int = 1) -> tuple[dict, dict | None]:
+def push(iris: StandinJobs, job_ids) -> None:
+    """The build's last two text markers (its final check and kaniko's push), as a real build prints them
+    a while before it ends: what the watcher's near-the-end cadence keys on."""
+    for j in job_ids:
+        iris.log(j, MARKERS[-2])
+        iris.log(j, MARKERS[-1])
+
+
+async def scale(b: Bench, n: int, burst: int, bursts: int = 1, push_lead: float = 0.0) -> tuple[dict, dict | None]:
     run = uuid.uuid4().hex[:6]
     cluster, tq = f"scale-{run}", f"bench-scale-{run}"
     policy = PolicySettings()
@@ -210,6 +218,9 @@ async def scale(b: Bench, n: int, burst: int, bursts: int = 1) -> tuple[dict, di
                 if k:
                     await asyncio.sleep(rng.uniform(0, 2 * policy.watch_interval_s))
                 group = items[k::bursts]
+                if push_lead:
+                    push(iris, [j for j, _ in group])
+                    await asyncio.sleep(push_lead)
                 t_end = time.time()
                 for j, _ in group:
                     iris.set_state(j, "succeeded")
@@ -234,7 +245,7 @@ async def scale(b: Bench, n: int, burst: int, bursts: int = 1) -> tuple[dict, di
     return row, burst_row
 
 
-async def detection(b: Bench, n: int, spread: float) -> dict:
+async def detection(b: Bench, n: int, spread: float, push_lead: float = 0.0) -> dict:
     run = uuid.uuid4().hex[:6]
     cluster, tq = f"det-{run}", f"bench-det-{run}"
     policy = PolicySettings()
@@ -255,10 +266,16 @@ async def detection(b: Bench, n: int, spread: float) -> dict:
         before, t0 = requests(iris), time.monotonic()
         rng = random.Random(n)
         ends = sorted((rng.uniform(0, spread), j) for j in ids)
+        # --push-lead: each job prints its final markers that long before its end (one more event each).
+        events = sorted([*((at + push_lead, "end", j) for at, j in ends),
+                         *(((at, "push", j) for at, j in ends) if push_lead else ())])
         ended: dict[str, float] = {}
         start = time.time()
-        for at, j in ends:
+        for at, what, j in events:
             await asyncio.sleep(max(0.0, start + at - time.time()))
+            if what == "push":
+                push(iris, [j])
+                continue
             iris.set_state(j, "succeeded")
             ended[j] = time.time()
         lat = []
@@ -288,13 +305,14 @@ async def main_async(args) -> int:
         scale_rows, burst_rows, det_rows = [], [], []
         for n in args.sizes:
             print(f"scale N={n}", file=sys.stderr, flush=True)
-            row, burst = await scale(b, n, args.burst if n >= args.burst * args.bursts else 0, args.bursts)
+            row, burst = await scale(b, n, args.burst if n >= args.burst * args.bursts else 0, args.bursts,
+                                     args.push_lead)
             scale_rows.append(row)
             if burst:
                 burst_rows.append(burst)
         for n in args.detect:
             print(f"detection N={n}", file=sys.stderr, flush=True)
-            det_rows.append(await detection(b, n, args.spread))
+            det_rows.append(await detection(b, n, args.spread, args.push_lead))
         if scale_rows:
             print("\n### Watcher at scale (stand-in job list, real Temporal watcher)\n")
             print("| watched jobs | register s | held by the current run after s | runs (continue-as-new) | "
@@ -308,7 +326,8 @@ async def main_async(args) -> int:
                       f"{fmt(r['status_per_min'])} | {fmt(r['wft_max_ms'], 0)} | {r['wft_max_signals']} | "
                       f"{r['wft_failed']} of {r['wft']} | {fmt(r['lag_s'], 2)} | {fmt(r['rss_mib'], 0)} |")
         if burst_rows:
-            print("\n### A burst of job ends (all in the same second)\n")
+            lead = f"; final markers {args.push_lead:g} s before" if args.push_lead else "; no final markers"
+            print(f"\n### A burst of job ends (all in the same second{lead})\n")
             print("| watched jobs | ends | end → target signalled p50 s | p95 s | max s | status requests | by method | "
                   "longest event-loop stall s |")
             print("|---:|---:|---:|---:|---:|---:|---|---:|")
@@ -317,7 +336,8 @@ async def main_async(args) -> int:
                       f"{r['status_requests']} | {', '.join(f'{k} {v}' for k, v in r['by_method'].items())} | "
                       f"{fmt(r['lag_s'], 2)} |")
         if det_rows:
-            print(f"\n### Detection on the production cadence (ends spread over {args.spread:g} s)\n")
+            lead = f", final markers {args.push_lead:g} s before each" if args.push_lead else ", no final markers"
+            print(f"\n### Detection on the production cadence (ends spread over {args.spread:g} s{lead})\n")
             print("| jobs | end → target signalled p50 s | p95 s | max s | status req/min |")
             print("|---:|---:|---:|---:|---:|")
             for r in det_rows:
@@ -337,6 +357,9 @@ def main() -> None:
     ap.add_argument("--bursts", type=int, default=1, help="bursts per scale step, each at a random poll phase")
     ap.add_argument("--detect", default="1,10,100,200", help="jobs per detection step ('' to skip)")
     ap.add_argument("--spread", type=float, default=60.0)
+    ap.add_argument("--push-lead", type=float, default=0.0,
+                    help="ending jobs print their build's final two markers this many seconds before the end "
+                         "(as a real push does); 0: they end without them, like a failed build")
     args = ap.parse_args()
     args.sizes = [int(x) for x in args.sizes.split(",") if x]
     args.detect = [int(x) for x in args.detect.split(",") if x]
