@@ -24,7 +24,14 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from domain.buildset import BuildRequest, CompatibilityRequest
 from domain.config import ServiceConfig
-from domain.models import MergeAuthorization, MergeWaitState, PipelineInput, PipelineReport, PullRequestInfo
+from domain.models import (
+    GitHubWake,
+    MergeAuthorization,
+    MergeWaitState,
+    PipelineInput,
+    PipelineReport,
+    PullRequestInfo,
+)
 from domain.redact import REDACTED, redact
 from runtime import search_attributes as sa
 from runtime.logging import configure_logging
@@ -185,11 +192,23 @@ async def test_a_bad_signature_is_refused_with_401_and_wakes_nothing(
         build = await Build.start(temporal_client, config, github_standin)
         gh.set_webhook(url, "not-the-webhook-secret")
         await build.authorize_and_wait_for_the_slow_poll()
+        # A wake naming another PR number (a branch reused by another PR) is ignored by the workflow.
+        await build.handle.signal(BuildPipelineWorkflow.github_changed, GitHubWake(
+            event="pull_request", delivery="other-pr", pr_number=build.pr.number + 100))
+
+        async def handled():
+            events = await build.events()
+            sig = max(e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED)
+            done = [e for e in events if e.event_id > sig and e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
+            return [e for e in events if e.event_id > sig] if done else None
+        after_other = await _until(handled, "the signal's workflow task")
+        assert not [e for e in after_other if e.event_type in (
+            EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)]
         reads = gh.served(CHECK_RUNS)
         gh.set_check(STANDIN_REPO, build.pr.head_sha, "ci", conclusion="success")
         (refused,) = await _delivered(github_standin, "check_run")
         # The receiver answers only after the signal was taken: nothing was signalled, and nothing read again.
-        assert refused["status"] == 401 and _signals(await build.events()) == []
+        assert refused["status"] == 401 and [x["delivery"] for x in _signals(await build.events())] == ["other-pr"]
         assert gh.served(CHECK_RUNS) == reads and (await build.handle.describe()).status.name == "RUNNING"
 
         gh.set_webhook(url, SECRET)  # the secret fixed: the next event (a review) wakes the build
@@ -198,7 +217,7 @@ async def test_a_bad_signature_is_refused_with_401_and_wakes_nothing(
         events = await build.events()
 
     assert final.status == "merged"
-    assert [s["event"] for s in _signals(events)] == ["pull_request_review"]
+    assert [s["event"] for s in _signals(events)] == ["pull_request", "pull_request_review"]  # ours, then GitHub's
     refusals = [json.loads(x) for x in logs.getvalue().splitlines() if "github webhook refused" in x]
     assert [(r["status"], r["github_event"]) for r in refusals] == [(401, "check_run")]
     assert "does not match" in refusals[0]["reason"] and SECRET not in logs.getvalue()
