@@ -9,15 +9,14 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel
 
 from domain.contract import BuildContract, LayerCeiling, render
 from domain.contract.reconcile import credential_renames, script_inputs
-from domain.issue_ref import parse_issue_ref
 from domain.markers import Marker, expected_markers, variant_env
 from domain.rehearsal import RehearsalResult
+from domain.request import VARIANTS, BuildRequest, CompatibilityRequest  # noqa: F401 - re-exported
 
-VARIANTS = ("standard", "megatron")
 # Iris priority bands and the CLI's memory units (the reference client reads "GB" as GiB).
 PRIORITY_BANDS = ("production", "interactive", "batch")
 IRIS_CLI_PREEMPTION_RETRIES = 1000  # what `iris job run` sends for max_retries_preemption
@@ -27,32 +26,6 @@ _MEM_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, 
 
 class BuildSetError(ValueError):
     """The request cannot be planned against this contract; the message names the offending value."""
-
-
-class CompatibilityRequest(BaseModel):
-    requested_by: str
-    reason: str
-    link: str | None = None
-
-
-class BuildRequest(BaseModel):
-    architectures: list[str]
-    variants: list[str] = ["standard", "megatron"]
-    compatibility_request: CompatibilityRequest | None
-    clusters: dict[str, str] = {}  # arch -> cluster override
-    priority: str | None = None
-    harbor_ref: str | None = None
-    push_floating: bool = False
-    issue_url: str | None = None
-
-    @field_validator("issue_url")
-    @classmethod
-    def _issue_url_names_an_issue(cls, value: str | None) -> str | None:
-        """Refused at input time: an unclear value must not silently post nothing after the build."""
-        if value is not None and value.strip():
-            parse_issue_ref(value)
-            return value.strip()
-        return None
 
 
 class JobResources(BaseModel):

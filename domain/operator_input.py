@@ -8,10 +8,11 @@ validators (approve-merge, decide) apply the same name rule. Every error names t
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Mapping
 
 from pydantic import ValidationError
 
-from domain.buildset import BuildRequest, CompatibilityRequest
+from domain.request import VARIANTS, BuildRequest, CompatibilityRequest
 
 MAX_NAME = 100  # --requested-by, --by
 MAX_TEXT = 2000  # --reason, --note, --link
@@ -87,6 +88,39 @@ def build_request(*, architectures, variants, requested_by, reason, link=None, c
     except ValidationError as e:
         fields = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
         raise OperatorInputError(f"invalid build request: {fields}") from None
+
+
+def check_against_config(request: BuildRequest, clusters: Mapping[str, str | None]) -> None:
+    """Refuse what the configuration alone decides, before any repository, Temporal or cluster is asked.
+
+    Each check is one the worker's plan makes against the same configuration (the declared
+    architectures before any live one), so a request refused here would be refused there too, only
+    after reading both repositories and starting a pipeline. ``clusters``: each configured cluster's
+    declared architecture, None where only its controller can tell (then nothing is decided here)."""
+    known = ", ".join(sorted(clusters))
+    for arch, cluster in request.clusters.items():
+        if cluster not in clusters:
+            raise OperatorInputError(f"--cluster {arch}={cluster}: cluster {cluster!r} is not configured "
+                                     f"(configured: {known})")
+    for variant in request.variants:
+        if variant not in VARIANTS:
+            raise OperatorInputError(f"--variant {variant}: unknown variant {variant!r} (expected one of "
+                                     f"{', '.join(VARIANTS)})")
+    for arch, cluster in request.clusters.items():
+        if arch not in request.architectures:
+            raise OperatorInputError(f"--cluster {arch}={cluster}: {arch!r} is not a requested architecture "
+                                     f"(--arch {' '.join(request.architectures)})")
+    for arch in request.architectures:
+        cluster = request.clusters.get(arch)
+        if cluster is not None:
+            declared = clusters[cluster]
+            if declared is not None and declared != arch:
+                raise OperatorInputError(f"--cluster {arch}={cluster}: cluster {cluster!r} runs {declared} hosts; "
+                                         f"{arch} builds only on a native host")
+        elif None not in clusters.values() and arch not in clusters.values():
+            runs = ", ".join(f"{name} {declared}" for name, declared in sorted(clusters.items()))
+            raise OperatorInputError(f"--arch {arch}: no configured cluster runs {arch} hosts ({runs or 'none'}); "
+                                     f"{arch} builds only on a native host")
 
 
 def request_differences(running: BuildRequest, asked: BuildRequest) -> list[str]:
