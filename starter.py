@@ -13,73 +13,47 @@ import re
 import sys
 import time
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import click
-from temporalio.client import (
-    Client,
-    Schedule,
-    ScheduleActionStartWorkflow,
-    ScheduleIntervalSpec,
-    ScheduleOverlapPolicy,
-    SchedulePolicy,
-    ScheduleSpec,
-    ScheduleState,
-    WorkflowExecutionStatus,
-    WorkflowFailureError,
-    WorkflowUpdateFailedError,
-)
-from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
-    WorkflowIDConflictPolicy,
-    WorkflowIDReusePolicy,
-)
-from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
 
-from activities.watch import WatchedProgress
-from clients.credentials import CredentialError
-from clients.git_source import redact_url
 from domain.config import ConfigError, ServiceConfig, load_config
 from domain.issue_ref import check_issue_host
-from domain.models import (
-    MergeAuthorization,
-    OperatorDecision,
-    PipelineInput,
-    PipelineReport,
-    RebuildCheckInput,
-    Stage,
-    pipeline_id,
-    target_workflow_id,
-)
 from domain.operator_input import (
     MAX_NAME,
     OperatorInputError,
     build_request,
+    check_against_config,
     clean_text,
     operator_name,
     request_differences,
 )
-from domain.redact import redact
-from domain.report import report_markdown
 from domain.terminal_text import printable
-from runtime import operator_client as oc
-from runtime import search_attributes as sa
-from runtime.operator_client import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CommandError
-from runtime.temporal import connect, connection_options, flags_from, resolve_config, workflow_ui_url
+from runtime.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CommandError
+from runtime.temporal import connection_options, flags_from, resolve_config
 from runtime.version import version
-from workflows.pipeline import BuildPipelineWorkflow
-from workflows.rebuild import RebuildCheckWorkflow
-from workflows.target import TargetBuildWorkflow
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+    from temporalio.common import TypedSearchAttributes
+
+    from domain.models import PipelineReport
+    from domain.request import BuildRequest
+    from runtime.search_attributes import BuildKind
+
+# The Temporal SDK, the workflows and the pydantic models of other commands are imported inside the
+# functions that use them: a refused request (bad flags, an --arch no configured cluster runs) exits
+# before any of them is needed, in about the time the interpreter takes to start (bench/refusal.py).
 
 # A schedule id also names the rebuild-check workflows it starts: no spaces or other separators.
 SCHEDULE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-PLANNING_STAGES = {None, Stage.QUEUED.value, Stage.LOADING.value, Stage.PREPARING_SOURCE.value, Stage.PLANNING.value}
 
 
 def ls_remote_head(url: str, ref: str | None = None) -> str:
     """The commit a remote's default branch (or ``ref``) points at, read without cloning."""
     import git
+
+    from clients.git_source import redact_url
 
     if ref and len(ref) == 40 and all(c in "0123456789abcdef" for c in ref):
         return ref
@@ -98,12 +72,31 @@ def _fail(msg: str, code: int = EXIT_USAGE) -> None:
     sys.exit(code)
 
 
-def _config(ctx: click.Context) -> ServiceConfig:
+def _config(ctx: click.Context, request: BuildRequest | None = None, *, plan: bool | None = None) -> ServiceConfig:
+    """The service configuration with its Temporal connection resolved. With ``request``: first refuse
+    what the configuration alone decides (``check_against_config``), before anything else is read."""
     try:
-        return resolve_config(load_config(ctx.obj["config_path"]), ctx.obj.get("temporal_flags"))
+        config = load_config(ctx.obj["config_path"])
+        if request is not None:
+            _check_against_config(config, request, plan)
+        return resolve_config(config, ctx.obj.get("temporal_flags"))
     except ConfigError as e:
         _fail(str(e))
     raise AssertionError  # unreachable
+
+
+def _check_against_config(config: ServiceConfig, request: BuildRequest, plan: bool | None) -> None:
+    """A refusal the configuration decides, in the words the worker's plan would use: for ``build``
+    (``plan`` True/False) with the same "next step" as a planned refusal, for a schedule the line alone."""
+    try:
+        check_against_config(request, {name: c.architecture for name, c in config.clusters.items()})
+    except OperatorInputError as e:
+        if plan is None:
+            _fail(str(e))
+        from domain.outcome import input_failure
+
+        f = input_failure("InputError", str(e), request, plan=plan)
+        _fail(printable(f"{f.message} — next step: {f.next_step}"))
 
 
 def _quiet_sdk_core() -> None:
@@ -116,6 +109,9 @@ def _quiet_sdk_core() -> None:
 
 
 async def _client(config: ServiceConfig) -> Client:
+    from clients.credentials import CredentialError
+    from runtime.temporal import connect
+
     _quiet_sdk_core()
     try:
         return await connect(config)
@@ -175,7 +171,7 @@ def build(ctx, architectures, variants, requested_by, reason, link, clusters, pr
             issue_url=issue_url)
     except OperatorInputError as e:
         _fail(str(e))
-    config = _config(ctx)
+    config = _config(ctx, request, plan=plan_only)
     try:
         gh = config.github
         check_issue_host(request.issue_url, gh.api_url if gh else "https://api.github.com", gh and gh.web_url)
@@ -185,6 +181,9 @@ def build(ctx, architectures, variants, requested_by, reason, link, clusters, pr
 
 
 def _heads(config: ServiceConfig, request) -> tuple[str, str]:
+    from clients.git_source import redact_url
+    from domain.redact import redact
+
     try:
         return ls_remote_head(config.repos.marinskyrl_url), ls_remote_head(config.repos.harbor_url, request.harbor_ref)
     except OperatorInputError as e:
@@ -197,6 +196,13 @@ def _heads(config: ServiceConfig, request) -> tuple[str, str]:
 
 
 async def _build(config, request, plan_only, follow_, as_json):
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+    from temporalio.service import RPCError
+
+    from domain.models import pipeline_id
+    from runtime import operator_client as oc
+    from runtime.temporal import workflow_ui_url
+
     src, harbor = _heads(config, request)
     wid = pipeline_id(src, harbor) + ("-plan" if plan_only else "")
     client = await _client(config)
@@ -242,6 +248,13 @@ def _out(line: str, as_json: bool) -> None:
 async def _until_planned(client: Client, config: ServiceConfig, wid: str, as_json: bool,
                          timeout_s: float = 600.0) -> int:
     """Wait until the pipeline has passed planning, so a refused request exits 2 (not 0) without --follow."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    from domain.models import Stage
+    from runtime import operator_client as oc
+    from runtime import search_attributes as sa
+
+    planning = {None, Stage.QUEUED.value, Stage.LOADING.value, Stage.PREPARING_SOURCE.value, Stage.PLANNING.value}
     if not await oc.has_workers(client, config.temporal.task_queue):
         click.echo(f"error: no worker polls task queue {config.temporal.task_queue}: {wid} is queued and not "
                    f"checked yet; start a worker, then `python starter.py follow {wid}`", err=True)
@@ -250,6 +263,7 @@ async def _until_planned(client: Client, config: ServiceConfig, wid: str, as_jso
         return EXIT_UNREACHABLE
     deadline = time.monotonic() + timeout_s
     told = False
+    pause = 0.2  # a refusal usually lands within a second of the start: look often at first, then each second
     while time.monotonic() < deadline:
         desc = await oc.describe(client, wid)
         stage = desc.typed_search_attributes.get(sa.STAGE)
@@ -260,12 +274,13 @@ async def _until_planned(client: Client, config: ServiceConfig, wid: str, as_jso
             told = True
         if desc.status != WorkflowExecutionStatus.RUNNING:
             return await _print_result(client, wid, as_json)
-        if stage not in PLANNING_STAGES:
+        if stage not in planning:
             _out(f"planned; building ({stage}). Follow: python starter.py follow {wid}", as_json)
             if as_json:  # stdout carries one JSON document under --json, whatever the path
                 click.echo(json.dumps({"workflow_id": wid, "status": "running", "stage": stage}))
             return EXIT_OK
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(pause)
+        pause = min(1.0, pause * 1.5)
     _out(f"still planning after {timeout_s:.0f}s; follow it with `python starter.py follow {wid}`", as_json)
     if as_json:
         click.echo(json.dumps({"workflow_id": wid, "status": "running", "stage": "planning"}))
@@ -273,6 +288,11 @@ async def _until_planned(client: Client, config: ServiceConfig, wid: str, as_jso
 
 
 async def _is_running(client: Client, wid: str) -> bool:
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from runtime import operator_client as oc
+
     try:
         return (await client.get_workflow_handle(wid).describe()).status == WorkflowExecutionStatus.RUNNING
     except RPCError as e:
@@ -282,6 +302,12 @@ async def _is_running(client: Client, wid: str) -> bool:
 
 
 async def _start(client, config, request, plan_only, src, harbor, wid):
+    from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+
+    from domain.models import PipelineInput
+    from runtime import search_attributes as sa
+    from workflows.pipeline import BuildPipelineWorkflow
+
     return await client.start_workflow(
         BuildPipelineWorkflow.run,
         PipelineInput(request=request, request_id=wid, plan_only=plan_only, source_commit=src, harbor_commit=harbor),
@@ -294,13 +320,22 @@ async def _start(client, config, request, plan_only, src, harbor, wid):
     )
 
 
-def _kind(kind: sa.BuildKind) -> TypedSearchAttributes:
+def _kind(kind: BuildKind) -> TypedSearchAttributes:
     """BuildKind at start, so `status` sorts the run from its first moment (even before a worker runs it)."""
+    from temporalio.common import SearchAttributePair, TypedSearchAttributes
+
+    from runtime import search_attributes as sa
+
     return TypedSearchAttributes([SearchAttributePair(sa.KIND, kind.value)])
 
 
 async def _print_result(client: Client, wid: str, as_json: bool) -> int:
     """Wait for the pipeline to end, print its report (read from history) and return the exit code."""
+    from temporalio.client import WorkflowFailureError
+
+    from runtime import operator_client as oc
+    from workflows.pipeline import BuildPipelineWorkflow
+
     handle = client.get_workflow_handle_for(BuildPipelineWorkflow.run, wid)
     try:
         await handle.result(rpc_timeout=None)
@@ -312,6 +347,9 @@ async def _print_result(client: Client, wid: str, as_json: bool) -> int:
 
 
 def _print_report(rep: PipelineReport, as_json: bool) -> None:
+    from domain.report import report_markdown
+    from runtime import operator_client as oc
+
     if as_json:
         click.echo(rep.model_dump_json(indent=2))
         return
@@ -342,6 +380,14 @@ def resume(ctx, workflow_id, follow_, as_json):
     config = _config(ctx)
 
     async def go():
+        from temporalio.client import WorkflowExecutionStatus
+        from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+        from temporalio.exceptions import WorkflowAlreadyStartedError
+        from temporalio.service import RPCError
+
+        from runtime import operator_client as oc
+        from workflows.pipeline import BuildPipelineWorkflow
+
         client = await _client(config)
         await oc.pipeline(client, workflow_id)  # unknown or foreign ids: refused, nothing started
         desc = await oc.describe(client, workflow_id)
@@ -395,7 +441,16 @@ def follow(ctx, workflow_id, interval):
 async def _follow(client: Client, wid: str, task_queue: str, interval: float, as_json: bool = False) -> None:
     """Show progress until the pipeline ends: a live table on a TTY, short lines otherwise (on stderr
     under --json, so stdout stays pure JSON)."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
+    from activities.watch import WatchedProgress
+    from domain.models import target_workflow_id
+    from runtime import operator_client as oc
     from runtime import progress
+    from runtime import search_attributes as sa
+    from workflows.pipeline import BuildPipelineWorkflow
+    from workflows.target import TargetBuildWorkflow
 
     await oc.pipeline(client, wid)  # unknown or foreign ids are refused before anything is printed
     handle = client.get_workflow_handle_for(BuildPipelineWorkflow.run, wid)
@@ -460,6 +515,10 @@ async def _no_worker(client: Client, task_queue: str, desc, no_report: bool, una
     """The line to show when no worker serves the build's task queue, else None. Fast signs first: a
     workflow task waiting for a worker, or a query nobody answered (a dead worker's poller stays listed
     in DescribeTaskQueue for minutes); then the poller list with its last-access times."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    from runtime import operator_client as oc
+
     if desc.status != WorkflowExecutionStatus.RUNNING:
         return None
     stalled = oc.stalled_workflow_task(desc)
@@ -492,6 +551,8 @@ async def _safe_query(handle, query):
 
 async def _timed_query(handle, query):
     """(result or None, whether the query went unanswered for QUERY_TIMEOUT_S)."""
+    from temporalio.service import RPCError, RPCStatusCode
+
     try:
         return await handle.query(query, rpc_timeout=timedelta(seconds=QUERY_TIMEOUT_S)), False
     except RPCError as e:
@@ -522,6 +583,10 @@ def status(ctx, query, all_kinds, limit, as_json):
     full_query = listing.status_query(query, all_kinds)
 
     async def go():
+        from temporalio.service import RPCError
+
+        from runtime import operator_client as oc
+
         client = await _client(config)
         try:
             rows = await listing.workflow_rows(client, full_query, limit)
@@ -547,6 +612,8 @@ def report(ctx, workflow_id, fmt):
     config = _config(ctx)
 
     async def go():
+        from runtime import operator_client as oc
+
         client = await _client(config)
         if (await oc.describe(client, workflow_id)).workflow_type == "RebuildCheckWorkflow":
             from runtime.listing import rebuild_check_text
@@ -565,6 +632,11 @@ def report(ctx, workflow_id, fmt):
 # --------------------------------------------------------------------------------------- operator decisions
 async def _send_update(handle, update, arg) -> None:
     """Send an operator update (a method reference); a validator's refusal is printed and exits 1."""
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.service import RPCError
+
+    from runtime import operator_client as oc
+
     try:
         msg = await handle.execute_update(update, arg)
     except WorkflowUpdateFailedError as e:
@@ -611,6 +683,8 @@ def _operator(config: ServiceConfig, name: str) -> str:
 @click.pass_context
 def approve_merge(ctx, workflow_id, by, note, override_checks, reason):
     """Authorize the merge of the pipeline's PR: accepted at once, merged as soon as the required checks are green."""
+    from domain.models import MergeAuthorization
+
     name, note = _checked_name(by, "--by"), _note(note)
     config = _config(ctx)
     try:
@@ -622,6 +696,9 @@ def approve_merge(ctx, workflow_id, by, note, override_checks, reason):
                               reason=why)
 
     async def go():
+        from runtime import operator_client as oc
+        from workflows.pipeline import BuildPipelineWorkflow
+
         handle = await oc.pipeline(await _client(config), workflow_id, running=True)
         await _send_update(handle, BuildPipelineWorkflow.approve_merge, auth)
 
@@ -637,11 +714,16 @@ def approve_merge(ctx, workflow_id, by, note, override_checks, reason):
 @click.pass_context
 def decide(ctx, workflow_id, target, action, by, note):
     """Answer a target waiting on an unknown failure: retry it or abort it."""
+    from domain.models import OperatorDecision
+
     name, note = _checked_name(by, "--by"), _note(note)
     config = _config(ctx)
     decision = OperatorDecision(action=action, by=_operator(config, name), note=note)
 
     async def go():
+        from runtime import operator_client as oc
+        from workflows.target import TargetBuildWorkflow
+
         handle = await oc.target(await _client(config), workflow_id, target, running=True)
         await _send_update(handle, TargetBuildWorkflow.decide, decision)
 
@@ -657,6 +739,11 @@ def recheck(ctx, workflow_id, target):
     config = _config(ctx)
 
     async def go():
+        from temporalio.service import RPCError
+
+        from runtime import operator_client as oc
+        from workflows.target import TargetBuildWorkflow
+
         handle = await oc.target(await _client(config), workflow_id, target, running=True)
         try:
             await handle.signal(TargetBuildWorkflow.recheck)
@@ -675,6 +762,10 @@ def cancel(ctx, workflow_id):
     config = _config(ctx)
 
     async def go():
+        from temporalio.service import RPCError
+
+        from runtime import operator_client as oc
+
         handle = await oc.pipeline(await _client(config), workflow_id, running=True)
         try:
             await handle.cancel()
@@ -726,9 +817,25 @@ def schedule_create(ctx, schedule_id, every_h, cron, architectures, variants, cl
                                 reason=reason, link=link, clusters=clusters)
     except OperatorInputError as e:
         _fail(str(e))
-    config = _config(ctx)
+    config = _config(ctx, request)
 
     async def go():
+        from temporalio.client import (
+            Schedule,
+            ScheduleActionStartWorkflow,
+            ScheduleIntervalSpec,
+            ScheduleOverlapPolicy,
+            SchedulePolicy,
+            ScheduleSpec,
+            ScheduleState,
+        )
+        from temporalio.service import RPCError, RPCStatusCode
+
+        from domain.models import RebuildCheckInput
+        from runtime import operator_client as oc
+        from runtime import search_attributes as sa
+        from workflows.rebuild import RebuildCheckWorkflow
+
         client = await _client(config)
         try:
             if await client.get_schedule_handle(schedule_id).describe():
@@ -761,6 +868,15 @@ def schedule_create(ctx, schedule_id, every_h, cron, architectures, variants, cl
 async def _validate_by_plan(client: Client, config: ServiceConfig, request, label: str) -> None:
     """Plan ``request`` on a worker exactly as ``build --plan`` does (nothing submitted or pushed);
     a refused plan is a refused command (exit 2 for input, 1 otherwise)."""
+    from temporalio.client import WorkflowFailureError
+    from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+    from temporalio.service import RPCError
+
+    from domain.models import PipelineInput, pipeline_id
+    from runtime import operator_client as oc
+    from runtime import search_attributes as sa
+    from workflows.pipeline import BuildPipelineWorkflow
+
     if not await oc.has_workers(client, config.temporal.task_queue):
         _fail(f"cannot validate the request: no worker polls task queue {config.temporal.task_queue} "
               "(start worker.py, then try again)", EXIT_UNREACHABLE)
@@ -799,6 +915,10 @@ def schedule_list(ctx, as_json):
     config = _config(ctx)
 
     async def go():
+        from temporalio.service import RPCError
+
+        from runtime import operator_client as oc
+
         client = await _client(config)
         try:
             rows = await listing.schedule_rows(client)
@@ -819,6 +939,11 @@ def _schedule_cmd(name: str, doc: str):
     @click.argument("schedule_id")
     @click.pass_context
     def _cmd(ctx, schedule_id, as_json=False):
+        from temporalio.client import ScheduleOverlapPolicy
+        from temporalio.service import RPCError, RPCStatusCode
+
+        from runtime import operator_client as oc
+
         config = _config(ctx)
 
         async def go():
@@ -860,6 +985,8 @@ for _name, _doc in (("describe", "Show a schedule: when it runs, what it checks,
 # --------------------------------------------------------------------------------------- evidence
 async def _evidence_items(config: ServiceConfig, wid: str):
     """Evidence references from history (no worker needed); an unknown id is bad input."""
+    from temporalio.service import RPCError, RPCStatusCode
+
     from runtime.evidence import collect
 
     client = await _client(config)
@@ -953,7 +1080,13 @@ def main() -> None:
     except CommandError as e:  # a command that cannot do what was asked: one line, no traceback
         click.echo(f"error: {e.message}", err=True)
         code = e.code
-    except RPCError as e:  # any service error not mapped closer to its command
+    except Exception as e:
+        # Any service error not mapped closer to its command; the SDK is loaded only if a command used it.
+        service = sys.modules.get("temporalio.service")
+        if service is None or not isinstance(e, service.RPCError):
+            raise
+        from runtime import operator_client as oc
+
         err = oc.service_error(e, "Temporal")
         click.echo(f"error: {err.message}", err=True)
         code = err.code

@@ -28,20 +28,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from domain import outcome
 from domain.models import FailureInfo, PipelineInput, PipelineReport, RebuildCheckResult, target_workflow_id
+from runtime.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CommandError  # noqa: F401 - re-exported
 from workflows.pipeline import BuildPipelineWorkflow, _error_of
 from workflows.rebuild import RebuildCheckWorkflow
 from workflows.target import TargetBuildWorkflow
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
-
-
-class CommandError(Exception):
-    """A command cannot do what was asked: one line for the operator and the exit code."""
-
-    def __init__(self, message: str, code: int = EXIT_FAILED):
-        super().__init__(message)
-        self.message = message
-        self.code = code
 
 
 def service_error(e: RPCError, what: str) -> CommandError:

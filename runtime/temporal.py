@@ -20,16 +20,11 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from pydantic import ValidationError
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.envconfig import ClientConfigProfile
-from temporalio.service import TLSConfig
 
-from clients.credentials import fetch_secret
 from domain.config import (
     ConfigError,
     CredentialSource,
@@ -39,6 +34,12 @@ from domain.config import (
     split_address,
 )
 from domain.redact import register_secret
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+# The temporalio and credential imports are inside the functions that use them: the starter imports
+# this module for its flags, and refuses bad input before it needs the SDK (bench/refusal.py).
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ def resolve_config(config: ServiceConfig, flags: ConnectionFlags | None = None,
 
 def resolve_settings(settings: TemporalSettings, flags: ConnectionFlags | None = None,
                      env: Mapping[str, str] | None = None) -> TemporalSettings:
+    from temporalio.envconfig import ClientConfigProfile
+
     flags = flags or ConnectionFlags()
     env = dict(os.environ if env is None else env)
     profile_name = flags.profile or env.get("TEMPORAL_PROFILE") or settings.profile
@@ -151,6 +154,10 @@ def _read_pem(path: str, what: str) -> bytes:
 
 
 def _api_key(source: CredentialSource) -> str:
+    from temporalio.envconfig import ClientConfigProfile
+
+    from clients.credentials import fetch_secret
+
     if source.kind != "temporal_profile":
         return fetch_secret(source, what="temporal.api_key")
     profile = ClientConfigProfile.load(profile=source.name, config_source=Path(source.path) if source.path else None,
@@ -176,6 +183,8 @@ def check_transport(settings: TemporalSettings) -> str | None:
 
 def connect_kwargs(settings: TemporalSettings) -> dict[str, Any]:
     """Keyword arguments for ``Client.connect`` (secrets and key material are read here, not earlier)."""
+    from temporalio.service import TLSConfig
+
     warning = check_transport(settings)  # before the key is read or anything is sent
     tls: bool | TLSConfig = settings.tls
     if settings.tls_client_cert_path or settings.tls_server_ca_cert_path or settings.tls_server_name:
@@ -210,6 +219,9 @@ def describe(settings: TemporalSettings) -> str:
 
 async def connect(config: ServiceConfig) -> Client:
     """A client for the (already resolved) configuration, with the pydantic data converter."""
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
     return await Client.connect(**connect_kwargs(config.temporal), data_converter=pydantic_data_converter)
 
 

@@ -10,9 +10,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy
 
 from domain.buildset import BuildRequest, CompatibilityRequest
-from domain.models import PipelineInput, PipelineReport, TargetStatus, target_workflow_id
+from domain.models import PipelineInput, PipelineReport, TargetStatus, pipeline_id, target_workflow_id
 from domain.rehearsal import PLACEHOLDER
-from starter import ls_remote_head, pipeline_id
+from starter import ls_remote_head
 from workflows.pipeline import BuildPipelineWorkflow
 from workflows.target import TargetBuildWorkflow
 
