@@ -3,7 +3,8 @@ is unreachable, and the refusal when no worker polls the task queue.
 
 The sandbox stack (Temporal dev server, real Iris controller, registries, git remotes, GitHub stand-in),
 its configuration plus one more cluster whose controller accepts connections and never answers, and a
-real ``worker.py`` process on it. Wall clock of ``starter.py build`` (interpreter start included), and
+real ``worker.py`` process on it. Two unknown-``--arch`` rows: that cluster declares its architecture
+(the configuration alone refuses), or declares none (the worker's planning refuses, from the script). Wall clock of ``starter.py build`` (interpreter start included), and
 how many connections reached the dead controller. Prints a Markdown table; asserts nothing.
 Run: .venv/bin/python bench/refusal.py [--rounds 5]
 """
@@ -55,18 +56,22 @@ def main() -> None:
         with SandboxStack(state / "stack", github=True) as stack:
             queue = f"bench-refusal-{uuid.uuid4().hex[:6]}"
             text = re.sub(r'task_queue = "[^"]*"', f'task_queue = "{queue}"', stack.config_path.read_text())
+            down = (f'\n[clusters.sandbox-down]\ncontroller_url = "http://127.0.0.1:{dead.getsockname()[1]}"\n'
+                    f'client_revision_date = "{datetime.date.today().isoformat()}"\n')
             cfg = state / "down.toml"
-            cfg.write_text(text + f'\n[clusters.sandbox-down]\ncontroller_url = "http://127.0.0.1:{dead.getsockname()[1]}"\n'
-                                  f'client_revision_date = "{datetime.date.today().isoformat()}"\narchitecture = "amd64"\n')
+            cfg.write_text(text + down + 'architecture = "amd64"\n')
+            undeclared = state / "undeclared.toml"
+            undeclared.write_text(text + down)
             idle = state / "idle.toml"
             idle.write_text(re.sub(r'task_queue = "[^"]*"', f'task_queue = "{queue}-nobody"', text))
             log = open(state / "worker.log", "w")
-            worker = subprocess.Popen([PY, str(ROOT / "worker.py"), "--config", str(cfg)], cwd=ROOT, stdout=log,
+            worker = subprocess.Popen([PY, str(ROOT / "worker.py"), "--config", str(undeclared)], cwd=ROOT, stdout=log,
                                       stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
             time.sleep(8)  # the worker polls
             rows = []
             for name, conf, argv in (
                     ("unknown --arch, one controller unreachable", cfg, ("--arch", "riscv64")),
+                    ("same, that cluster declares no architecture", undeclared, ("--arch", "riscv64")),
                     ("no worker polls the task queue", idle, ("--arch", "amd64"))):
                 walls, codes, line = [], set(), ""
                 for _ in range(args.rounds):
