@@ -264,23 +264,31 @@ async def _until_planned(client: Client, config: ServiceConfig, wid: str, as_jso
     deadline = time.monotonic() + timeout_s
     told = False
     pause = 0.2  # a refusal usually lands within a second of the start: look often at first, then each second
-    while time.monotonic() < deadline:
-        desc = await oc.describe(client, wid)
-        stage = desc.typed_search_attributes.get(sa.STAGE)
-        stalled = oc.stalled_workflow_task(desc)
-        if stalled is not None and not told:  # a dead worker's poller is still listed: say so within seconds
-            _out(oc.no_worker_line(config.temporal.task_queue, f"a workflow task has waited {stalled:.0f} s for "
-                                   f"one") + f"; follow it with `python starter.py follow {wid}`", as_json)
-            told = True
-        if desc.status != WorkflowExecutionStatus.RUNNING:
-            return await _print_result(client, wid, as_json)
-        if stage not in planning:
-            _out(f"planned; building ({stage}). Follow: python starter.py follow {wid}", as_json)
-            if as_json:  # stdout carries one JSON document under --json, whatever the path
-                click.echo(json.dumps({"workflow_id": wid, "status": "running", "stage": stage}))
-            return EXIT_OK
-        await asyncio.sleep(pause)
-        pause = min(1.0, pause * 1.5)
+    # The run's end is long-polled alongside, so a refusal is printed as soon as planning ends the pipeline,
+    # not at the next look; "planned" is a stage, seen only by looking.
+    ended = asyncio.ensure_future(client.get_workflow_handle(wid).result(rpc_timeout=None))
+    try:
+        while time.monotonic() < deadline:
+            desc = await oc.describe(client, wid)
+            stage = desc.typed_search_attributes.get(sa.STAGE)
+            stalled = oc.stalled_workflow_task(desc)
+            if stalled is not None and not told:  # a dead worker's poller is still listed: say so within seconds
+                _out(oc.no_worker_line(config.temporal.task_queue, f"a workflow task has waited {stalled:.0f} s "
+                                       f"for one") + f"; follow it with `python starter.py follow {wid}`", as_json)
+                told = True
+            if desc.status != WorkflowExecutionStatus.RUNNING:
+                return await _print_result(client, wid, as_json)
+            if stage not in planning:
+                _out(f"planned; building ({stage}). Follow: python starter.py follow {wid}", as_json)
+                if as_json:  # stdout carries one JSON document under --json, whatever the path
+                    click.echo(json.dumps({"workflow_id": wid, "status": "running", "stage": stage}))
+                return EXIT_OK
+            await asyncio.wait({ended}, timeout=pause)
+            pause = min(1.0, pause * 1.5)
+    finally:
+        ended.cancel()
+        if ended.done() and not ended.cancelled():
+            ended.exception()  # the run failed (a refusal): read here, its report says how
     _out(f"still planning after {timeout_s:.0f}s; follow it with `python starter.py follow {wid}`", as_json)
     if as_json:
         click.echo(json.dumps({"workflow_id": wid, "status": "running", "stage": "planning"}))
