@@ -39,6 +39,8 @@ class GitHttpRemote:
         remote = self
 
         class Handler(BaseHTTPRequestHandler):
+            disable_nagle_algorithm = True  # headers and body in two writes: no 40 ms delayed-ACK stall
+
             def log_message(self, *args) -> None:
                 pass
 

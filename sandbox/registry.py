@@ -38,6 +38,9 @@ Mode = Literal["open", "htpasswd", "token"]
 
 class _QuietHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes: with Nagle on, the body waits for the client's delayed ACK
+    # (40 ms on Linux), which made every token-auth validation ~40 ms slower than against a real registry.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
         pass
