@@ -267,7 +267,8 @@ class ClusterWatch:
             # A full bucket banks nothing more: poll at the rate that keeps it full (the budget's own
             # interval) instead of wasting the refill. An end that gives no warning (no final markers) is
             # then seen within 5 s, not 6, while the bank stays whole for the next build's final minutes.
-            return min(pol.watch_interval_s, 60.0 / pol.watch_status_budget_per_min)
+            # Never faster than the fast cadence, whatever the budget.
+            return max(pol.watch_fast_interval_s, min(pol.watch_interval_s, 60.0 / pol.watch_status_budget_per_min))
         return pol.watch_interval_s
 
     def next_poll(self, due: float) -> float:

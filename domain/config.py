@@ -293,8 +293,9 @@ class PolicySettings(_Model):
     # ``watch_idle_interval_s`` while all are queued. The normal cadence (6 s, 10/min) is slower than the
     # budget (12/min) on purpose: what it saves is banked (up to 3 minutes of budget) and spent at 3 s
     # (20/min) in a build's final minutes, where a successful end is known to be near (its push markers).
-    # Once the bank is full the watcher polls at the budget's own rate (5 s), which keeps it full rather
-    # than wasting the refill; the 6 s cadence applies only while the bank refills after a build's end.
+    # Once the bank is full the watcher polls at the budget's own rate (5 s; never faster than the fast
+    # interval), which keeps it full rather than wasting the refill; the 6 s cadence applies while the
+    # bank refills. To poll less, lower ``watch_status_budget_per_min``: it caps every cadence.
     watch_interval_s: float = Field(default=6.0, gt=0)
     watch_fast_interval_s: float = Field(default=3.0, gt=0)
     watch_idle_interval_s: float = Field(default=15.0, gt=0)

@@ -140,6 +140,11 @@ async def test_the_normal_cadence_banks_budget_that_the_final_minutes_of_a_build
         engine.budget.tokens = policy.watch_status_burst / 2
         assert engine.interval() == policy.watch_interval_s
         engine.budget.tokens = saved
+        # A budget larger than the cadences need never polls faster than the fast interval.
+        generous = ClusterWatch(policy.model_copy(update={"watch_status_budget_per_min": 600.0}), clock=clock)
+        generous.sync(WatchSet(watches=[_watch("/u/a", "running")]))
+        generous.jobs["/u/a"].seen = "running"
+        assert generous.budget.full() and generous.interval() == policy.watch_fast_interval_s
 
         engine.jobs["/u/a"].now.last_marker = "m3"  # pushing: one of the final two markers
         n = len(polls)
