@@ -16,7 +16,7 @@ import pytest
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from domain.models import PipelineInput, RebuildCheckInput
-from tests.cli.starter_cli import starter
+from tests.cli.starter_cli import starter, starters
 from tests.cli.test_cli_attach import PipelineStandin, _idle_queue_config, _queue_of
 from tests.workflows.standins import request
 from workflows.pipeline import BuildPipelineWorkflow
@@ -68,8 +68,9 @@ async def test_bad_operator_text_is_refused_before_anything_is_started(service_c
         (("approve-merge", "any-id", "--by", "mallory"), "--by mallory: not a configured operator"),
         (("decide", "any-id", "amd64-standard", "retry", "--by", "mallory"), "--by mallory: not a configured operator"),
     ]
-    for args, needle in cases:
-        one_line_error(await starter(cfg, *args), 2, needle)
+    ran = await starters(cfg, *(args for args, _ in cases))  # independent: side by side, checked one by one
+    for (_, needle), result in zip(cases, ran, strict=True):
+        one_line_error(result, 2, needle)
     assert await _workflows_on(s.client, s.task_queue) == []
     assert [sc async for sc in await s.client.list_schedules() if sc.id == "s-bad"] == []
 
@@ -80,8 +81,8 @@ async def test_an_unset_api_key_variable_is_bad_input_not_unreachable(service_co
     assert "GPU_RL_TEST_UNSET_KEY" in text
     cfg = tmp_path / "apikey.toml"
     cfg.write_text(text)
-    one_line_error(await starter(cfg, *BUILD, *OK_REQUEST), 2, "GPU_RL_TEST_UNSET_KEY")
-    one_line_error(await starter(cfg, "report", "any-id"), 2, "GPU_RL_TEST_UNSET_KEY")
+    for ran in await starters(cfg, (*BUILD, *OK_REQUEST), ("report", "any-id")):
+        one_line_error(ran, 2, "GPU_RL_TEST_UNSET_KEY")
 
 
 async def test_commands_on_unknown_finished_or_foreign_ids_print_one_line(service_config, tmp_path):
@@ -96,25 +97,32 @@ async def test_commands_on_unknown_finished_or_foreign_ids_print_one_line(servic
     await s.client.start_workflow(RebuildCheckWorkflow.run, RebuildCheckInput(request=request()), id=foreign,
                                   task_queue=queue)
     try:
-        for args in (("approve-merge", f"nope-{u}", "--by", "tester"),
-                     ("decide", f"nope-{u}", "amd64-standard", "retry", "--by", "tester"),
-                     ("recheck", f"nope-{u}", "amd64-standard"), ("cancel", f"nope-{u}"), ("report", f"nope-{u}"),
-                     ("follow", f"nope-{u}")):
-            one_line_error(await starter(cfg, *args), 2, f"nope-{u}", "no such workflow")
-        for args in (("approve-merge", foreign, "--by", "tester"), ("cancel", foreign),
-                     ("recheck", foreign, "amd64-standard"), ("follow", foreign)):
-            one_line_error(await starter(cfg, *args), 2, foreign, "RebuildCheckWorkflow")
-        check = await starter(cfg, "report", foreign)  # a rebuild check has a report too: its decision so far
+        # Independent commands, run side by side; each result is checked on its own below.
+        unknown = (("approve-merge", f"nope-{u}", "--by", "tester"),
+                   ("decide", f"nope-{u}", "amd64-standard", "retry", "--by", "tester"),
+                   ("recheck", f"nope-{u}", "amd64-standard"), ("cancel", f"nope-{u}"), ("report", f"nope-{u}"),
+                   ("follow", f"nope-{u}"))
+        foreign_cmds = (("approve-merge", foreign, "--by", "tester"), ("cancel", foreign),
+                        ("recheck", foreign, "amd64-standard"), ("follow", foreign))
+        finished_cmds = (("approve-merge", finished, "--by", "tester"), ("cancel", finished))
+        ran = await starters(cfg, *unknown, *foreign_cmds, ("report", foreign), *finished_cmds,
+                             ("decide", finished, "amd64-standard", "retry", "--by", "tester"),
+                             ("status", "--query", "BuildStage = = 'x'"), ("report", finished))
+        for r in ran[:len(unknown)]:
+            one_line_error(r, 2, f"nope-{u}", "no such workflow")
+        ran = ran[len(unknown):]
+        for r in ran[:len(foreign_cmds)]:
+            one_line_error(r, 2, foreign, "RebuildCheckWorkflow")
+        check, *ran = ran[len(foreign_cmds):]  # a rebuild check has a report too: its decision so far
         assert check.code == 0 and check.out.startswith(f"rebuild check {foreign}: running"), check.text
         assert "checking (running)" in check.out
-        for args in (("approve-merge", finished, "--by", "tester"), ("cancel", finished)):
-            one_line_error(await starter(cfg, *args), 1, finished, "already finished (terminated)")
-        one_line_error(await starter(cfg, "decide", finished, "amd64-standard", "retry", "--by", "tester"), 2,
-                       "no target")
-        one_line_error(await starter(cfg, "status", "--query", "BuildStage = = 'x'"), 2, "--query")
+        for r in ran[:len(finished_cmds)]:
+            one_line_error(r, 1, finished, "already finished (terminated)")
+        decided, queried, rep = ran[len(finished_cmds):]
+        one_line_error(decided, 2, "no target")
+        one_line_error(queried, 2, "--query")
 
         # A finished build's report is read from its history: no worker serves this queue.
-        rep = await starter(cfg, "report", finished)
         assert rep.code == 1 and "— failed" in rep.out and "terminated" in rep.err, rep.text
     finally:
         await s.client.get_workflow_handle(foreign).terminate(reason="test cleanup")
@@ -134,9 +142,11 @@ async def test_schedule_refusals_bad_cron_out_of_range_duplicate_and_unknown_arc
 
         created = await starter(cfg, "schedule", "create", sid, "--cron", "0 2 * * *", *base)
         assert created.code == 0, created.text
-        one_line_error(await starter(cfg, "schedule", "create", sid, "--cron", "0 3 * * *", *base), 2,
-                       f"schedule {sid} already exists")
-        one_line_error(await starter(cfg, "schedule", "describe", f"{sid}-nope"), 1, f"{sid}-nope")
+        # Sequential above: creates of one id share its validation plan. These two share nothing.
+        duplicate, unknown = await starters(cfg, ("schedule", "create", sid, "--cron", "0 3 * * *", *base),
+                                            ("schedule", "describe", f"{sid}-nope"))
+        one_line_error(duplicate, 2, f"schedule {sid} already exists")
+        one_line_error(unknown, 1, f"{sid}-nope")
     finally:
         await starter(cfg, "schedule", "delete", sid)
 
@@ -146,8 +156,8 @@ async def test_unknown_architecture_exits_2_with_or_without_follow_and_submits_n
     before = _branches(s.remotes.marinskyrl_url)
     since = datetime.datetime.now(datetime.UTC).isoformat()
     args = ("build", "--arch", "riscv64", "--variant", "standard", *OK_REQUEST)
-    for extra in ((), ("--follow",), ("--plan",)):
-        ran = await starter(s.config_path, *args, *extra, timeout=120)
+    extras = ((), ("--follow",), ("--plan",))
+    for ran in await starters(s.config_path, *((*args, *extra) for extra in extras), timeout=120):
         assert ran.code == 2, ran.text
         errors = [line for line in ran.err.splitlines() if line.startswith("error: ")]
         assert len(errors) == 1 and "riscv64" in errors[0] and "next step" in errors[0], ran.err

@@ -23,6 +23,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from domain.models import JobProgress, Stage, TargetStatus
 from runtime import progress
 from sandbox.temporal_server import start_temporal_dev_server
+from starter import RECONNECT_RETRY_S
 from tests.cli.starter_cli import Follower
 
 REQUEST = {"architectures": ["amd64"], "variants": ["standard"], "compatibility_request": None}
@@ -120,9 +121,9 @@ async def test_follow_rides_out_a_temporal_restart_and_keeps_sdk_logs_off_the_te
             await _running(client, wid)
             follower = await Follower.start(_config(tmp_path, server.address, queue), "follow", wid, "--interval", "1")
             await follower.read_until(lambda x: wid in x, timeout=60)
-            server.stop()  # Temporal goes away for 10 s ...
+            server.stop()  # Temporal goes away for two more of follow's retry rounds ...
             await follower.read_until(lambda x: "reconnecting" in x, timeout=60)
-            await asyncio.sleep(10)
+            await asyncio.sleep(2 * RECONNECT_RETRY_S)
             server = start_temporal_dev_server(tmp_path / "t1", ui=False, port=port)  # ... and comes back
             await follower.read_until(lambda x: "reconnected" in x, timeout=120)
             assert follower.proc.returncode is None  # still following

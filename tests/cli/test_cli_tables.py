@@ -21,7 +21,7 @@ import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from domain.models import RebuildCheckResult
-from tests.cli.starter_cli import starter
+from tests.cli.starter_cli import starter, starters
 from tests.e2e.helpers import wait_until
 from tests.rebuild.helpers import stop_pipeline
 
@@ -84,7 +84,12 @@ async def test_status_and_schedules_answer_in_tables_and_text(service_stack):
         assert await wait_until(lambda: kinds("--all"), what="--all lists every kind", timeout=60) == {
             pipeline.id: "build", plan_id: "plan", validation_id: "validation", check["workflow_id"]: "rebuild-check"}
 
-        table = await starter(cfg, "status", "--limit", "1000")  # the default query, as a table (not a TTY)
+        # The read-only answers below do not depend on each other: asked side by side, checked one by one.
+        table, everything, listed, listed_json, text, rep, rep_json = await starters(
+            cfg, ("status", "--limit", "1000"),  # the default query, as a table (not a TTY)
+            ("status", "--all", "--limit", "1000"), ("schedule", "list"), ("schedule", "list", "--json"),
+            ("schedule", "describe", sid), ("report", check["workflow_id"]),
+            ("report", check["workflow_id"], "--format", "json"))
         assert table.code == 0, table.text
         header, rows = _header_and_rows(table.out)
         assert header == ["WORKFLOW", "KIND", "STATUS", "STAGE", "FAILURE CLASS", "STARTED (UTC)", "ENDED (UTC)",
@@ -92,23 +97,21 @@ async def test_status_and_schedules_answer_in_tables_and_text(service_stack):
         row = next(r for r in rows if r.startswith(pipeline.id + " "))
         assert re.search(rf"\sbuild\s+running\s+\S+\s+-\s+{TIME}\s+\(running\)\s+\d+m\d\ds$", row), row
         assert plan_id not in table.out and validation_id not in table.out  # kept out of the build list
-        everything = await starter(cfg, "status", "--all", "--limit", "1000")
         assert plan_id in everything.out and check["workflow_id"] in everything.out
 
         # schedule list: a table; --json the same rows.
-        listed = await starter(cfg, "schedule", "list")
         assert listed.code == 0, listed.text
         header, rows = _header_and_rows(listed.out)
         assert header == ["SCHEDULE", "STATE", "RUNS", "NEXT RUN (UTC)", "LAST RUN (UTC)", "LAST CHECK", "NOTE"]
         row = next(r for r in rows if r.startswith(sid + " "))
         assert re.search(rf"^{sid}\s+active\s+every 24h\s+{TIME}\s+{TIME}\s+rebuild — started {pipeline.id}", row), row
         assert row.endswith("nightly check")
-        as_json = next(r for r in await _json(cfg, "schedule", "list") if r["id"] == sid)
+        assert listed_json.code == 0, listed_json.text
+        as_json = next(r for r in json.loads(listed_json.out) if r["id"] == sid)
         assert as_json["paused"] is False and as_json["last_check"]["workflow_id"] == check["workflow_id"]
         assert as_json["next_run"] and as_json["last_run"]
 
         # schedule describe: text, with what each recent check decided and why.
-        text = await starter(cfg, "schedule", "describe", sid)
         assert text.code == 0, text.text
         assert text.out.startswith(f"schedule {sid}: active\n"), text.out
         assert "  runs:        every 24h (overlap: skip)" in text.out
@@ -118,12 +121,11 @@ async def test_status_and_schedules_answer_in_tables_and_text(service_stack):
         assert not text.out.lstrip().startswith("{")
 
         # report accepts the rebuild check and prints its decision; Current Details say the same.
-        rep = await starter(cfg, "report", check["workflow_id"])
         assert rep.code == 0, rep.text
         assert rep.out.startswith(f"rebuild check {check['workflow_id']}: completed (started ")
         assert f"  decision:  rebuild — started {pipeline.id}" in rep.out and "  why:       " in rep.out
         assert f"(follow: python starter.py follow {pipeline.id})" in rep.out
-        rep_json = json.loads((await starter(cfg, "report", check["workflow_id"], "--format", "json")).out)
+        rep_json = json.loads(rep_json.out)
         assert RebuildCheckResult.model_validate(rep_json["result"]) == result
         meta = await s.client.get_workflow_handle(check["workflow_id"]).query(
             "__temporal_workflow_metadata", result_type=WorkflowMetadata)
