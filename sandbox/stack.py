@@ -197,10 +197,11 @@ SANDBOX_OPERATORS = ("tester", "sandbox-operator", "kill-matrix", "bench-operato
 
 
 def write_service_config(path: Path, state_dir: Path, *, temporal, iris, token_registry, open_registry, remotes,
-                         github=None, task_queue: str = "gpu-rl-builder") -> Path:
+                         github=None, task_queue: str = "gpu-rl-builder", policy: dict[str, Any] | None = None) -> Path:
     """The service configuration for these sandbox parts (``domain.config.ServiceConfig`` as TOML).
 
-    Secrets go to 0600 files under ``state_dir/secrets`` and the config names those files."""
+    Secrets go to 0600 files under ``state_dir/secrets`` and the config names those files. ``policy``
+    overrides single ``[policy]`` settings (the test suite's faster PR watch)."""
     token_file = state_dir / "secrets" / "registry-token"
     _write_secret(token_file, token_registry.push_token or "")
     cluster = {"controller_url": iris.url, "iris_user": "gpu-rl-builder"}  # the client's own revision date
@@ -234,7 +235,7 @@ def write_service_config(path: Path, state_dir: Path, *, temporal, iris, token_r
                    "visibility_recheck_interval_s": 60, "watch_interval_s": 1.0, "watch_progress_interval_s": 5.0,
                    "watch_follow_interval_s": 2.0, "watch_signal_progress_s": 30.0, "watch_fast_interval_s": 0.5,
                    "watch_idle_interval_s": 1.0, "watch_status_budget_per_min": 90, "watch_log_interval_s": 2.0,
-                   "monitor_safety_interval_s": 120},
+                   "monitor_safety_interval_s": 120, **(policy or {})},
     }
     if github is not None:
         gh_token = state_dir / "secrets" / "github-token"

@@ -44,6 +44,11 @@ class ServiceStack:
         return IMAGE_REPO_PATH
 
 
+# The PR watch re-reads GitHub every 0.5 s (sandbox: 5 s, 2 s once authorized): a test that turns a
+# check green or approves waits for the next read, and no test here counts the watch's reads.
+TEST_POLICY = {"merge_watch_interval_s": 0.5, "merge_watch_authorized_interval_s": 0.5}
+
+
 @pytest_asyncio.fixture
 async def service_config(request, tmp_path, temporal_dev_server, iris_controller, token_registry, open_registry):
     """Everything but the worker: config, remotes, GitHub stand-in, a connected client."""
@@ -57,7 +62,7 @@ async def service_config(request, tmp_path, temporal_dev_server, iris_controller
     queue = "q-" + re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40] + "-" + uuid.uuid4().hex[:6]
     path = write_service_config(tmp_path / "config.toml", tmp_path, temporal=temporal_dev_server, iris=iris_controller,
                                 token_registry=token_registry, open_registry=open_registry, remotes=remotes,
-                                github=github, task_queue=queue)
+                                github=github, task_queue=queue, policy=TEST_POLICY)
     config = load_config(path)
     client = await Client.connect(temporal_dev_server.address, namespace=temporal_dev_server.namespace,
                                   data_converter=pydantic_data_converter)
