@@ -27,6 +27,19 @@ def in_the_real_job_only(snippet: str) -> str:
     return f'case "${{GHCR_TOKEN:-}}" in {prefix}*) ;; *)\n{snippet.rstrip()}\n;; esac\n'
 
 
+def held_until(release, bound_s: int = 60) -> str:
+    """Shell for a job step that lasts until the test creates the file ``release`` (at most ``bound_s``).
+
+    Why: a test that must stop or kill a worker while the job runs holds the job exactly as long as that
+    takes, where a fixed ``sleep`` either wastes its remainder or runs out on a slow machine."""
+    return f'for i in $(seq {bound_s * 10}); do [ -e "{release}" ] && break; sleep 0.1; done'
+
+
+async def worker_started(log) -> bool:
+    """The worker process writing ``log`` has connected and is about to poll (its "worker started" line)."""
+    return log.exists() and "worker started" in log.read_text(errors="replace")
+
+
 def request(archs=("amd64",), variants=("standard",), **kw) -> BuildRequest:
     return BuildRequest(architectures=list(archs), variants=list(variants),
                         compatibility_request=CompatibilityRequest(requested_by="tester", reason="e2e test"),

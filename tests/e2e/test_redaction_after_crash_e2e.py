@@ -15,12 +15,14 @@ from domain.models import Stage
 from sandbox.git_remotes import commit_to_remote
 from tests.e2e.helpers import (
     git_show,
+    held_until,
     in_the_real_job_only,
     is_closed,
     request,
     start_pipeline,
     target_status,
     wait_until,
+    worker_started,
 )
 from tests.e2e.test_worker_crash_e2e import _worker
 
@@ -33,8 +35,9 @@ async def test_evidence_written_after_a_worker_crash_is_redacted(service_config)
     s = service_config
     sentinel = s.token_registry.push_token
     script = git_show(s.remotes.marinskyrl_url, "main", SCRIPT)
+    release = s.state_dir / "release-the-job"  # the job holds until worker 2 runs (bounded), then leaks and fails
     leaky = script.replace("unset GHCR_TOKEN\n", in_the_real_job_only(
-        'sleep 20\nenv | sed "s/=/ is /"\necho "token in a sentence: $GHCR_TOKEN" >&2\nexit 3')
+        f'{held_until(release)}\nenv | sed "s/=/ is /"\necho "token in a sentence: $GHCR_TOKEN" >&2\nexit 3')
         + "unset GHCR_TOKEN\n", 1)
     assert leaky != script
     commit_to_remote(s.remotes.marinskyrl_url, {SCRIPT: leaky}, "a build that prints its environment, then fails")
@@ -47,6 +50,8 @@ async def test_evidence_written_after_a_worker_crash_is_redacted(service_config)
         os.killpg(first.pid, signal.SIGKILL)  # the worker that submitted the job (and fetched the token) dies
         first.wait(timeout=10)
         second = _worker(s.config_path, logs[1])
+        await wait_until(lambda: worker_started(logs[1]), what="worker 2 polling")
+        release.touch()
         st = await wait_until(lambda: _captured(s, handle.id), timeout=300, what="failure captured by worker 2")
         assert st.failure_class
         await handle.cancel()

@@ -21,12 +21,14 @@ from tests.e2e.helpers import (
     awaiting_merge,
     checks_green,
     git_show,
+    held_until,
     request,
     start_pipeline,
     stop_process,
     target_status,
     wait_until,
     waiting_on_visibility,
+    worker_started,
 )
 from tests.e2e.helpers import worker_process as worker
 from workflows import patches
@@ -40,7 +42,12 @@ KEY = "amd64-standard"
 async def test_a_build_started_on_version_a_finishes_on_version_b(service_config):
     s = service_config
     dockerfile = git_show(s.remotes.marinskyrl_url, "main", "docker/Dockerfile.gpu-rl")
-    slow = dockerfile.replace('RUN echo "boto3 s3 client ctor OK', 'RUN sleep 20\nRUN echo "boto3 s3 client ctor OK', 1)
+    # The job holds at this step until the test releases it once B runs (bounded: 60 s), so A stops and B
+    # starts while the job is still running, without a fixed sleep.
+    release = s.state_dir / "release-the-build-step"
+    hold = f"RUN {held_until(release)}\n"
+    slow = dockerfile.replace('RUN echo "boto3 s3 client ctor OK', hold + 'RUN echo "boto3 s3 client ctor OK', 1)
+    assert slow != dockerfile
     commit_to_remote(s.remotes.marinskyrl_url, {"docker/Dockerfile.gpu-rl": slow}, "a slow build step")
     a = worker(s.config_path, s.state_dir / "worker-a.log", script="tests/versioning/worker_a.py")
     b = None
@@ -50,6 +57,8 @@ async def test_a_build_started_on_version_a_finishes_on_version_b(service_config
         st = await wait_until(lambda: _monitoring(s.client, wid), what="version A monitoring the job")
         assert stop_process(a) == 0  # a rolling deploy: SIGTERM, drain, exit
         b = worker(s.config_path, s.state_dir / "worker-b.log")
+        await wait_until(lambda: worker_started(s.state_dir / "worker-b.log"), what="version B polling")
+        release.touch()
         await wait_until(lambda: waiting_on_visibility(s.client, wid, KEY), timeout=300, what="visibility wait on B")
         s.token_registry.set_public(s.image_repo_path, True)
         await s.client.get_workflow_handle(target_workflow_id(wid, KEY)).signal(TargetBuildWorkflow.recheck)

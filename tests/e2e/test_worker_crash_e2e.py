@@ -17,7 +17,7 @@ import pytest
 from clients.iris import IrisClient
 from domain.models import target_workflow_id
 from sandbox.git_remotes import commit_to_remote
-from tests.e2e.helpers import request, start_pipeline, target_status, wait_until
+from tests.e2e.helpers import held_until, request, start_pipeline, target_status, wait_until, worker_started
 from workflows.target import TargetBuildWorkflow
 
 pytestmark = pytest.mark.stack
@@ -35,7 +35,10 @@ async def test_build_survives_worker_sigkill(service_config):
     # A build that takes a while, so the crash lands while the job runs.
     dockerfile = subprocess.run(["git", "--git-dir", s.remotes.marinskyrl_url.removeprefix("file://"), "show",
                                  "main:docker/Dockerfile.gpu-rl"], capture_output=True, text=True, check=True).stdout
-    slow = dockerfile.replace('RUN echo "boto3 s3 client ctor OK', 'RUN sleep 25\nRUN echo "boto3 s3 client ctor OK', 1)
+    release = s.state_dir / "release-the-build-step"  # held until the second worker runs (bounded)
+    slow = dockerfile.replace('RUN echo "boto3 s3 client ctor OK', f"RUN {held_until(release)}\n"
+                              'RUN echo "boto3 s3 client ctor OK', 1)
+    assert slow != dockerfile
     commit_to_remote(s.remotes.marinskyrl_url, {"docker/Dockerfile.gpu-rl": slow}, "a slow build step")
     first = _worker(s.config_path, logs[0])
     second = None
@@ -46,6 +49,8 @@ async def test_build_survives_worker_sigkill(service_config):
         os.killpg(first.pid, signal.SIGKILL)  # crash mid-monitoring: no graceful anything
         first.wait(timeout=10)
         second = _worker(s.config_path, logs[1])
+        await wait_until(lambda: worker_started(logs[1]), what="the second worker polling")
+        release.touch()
         await wait_until(lambda: _waiting(s.client, handle.id, key), timeout=300, what="visibility wait")
         s.token_registry.set_public(s.image_repo_path, True)
         await s.client.get_workflow_handle(target_workflow_id(handle.id, key)).signal(TargetBuildWorkflow.recheck)
