@@ -15,7 +15,7 @@ import pytest
 
 from domain.models import PipelineReport, RebuildCheckResult, target_workflow_id
 from sandbox.stack import MARINSKYRL_SLUG
-from tests.cli.starter_cli import Follower, starter
+from tests.cli.starter_cli import Follower, starter, starters
 from tests.e2e.helpers import (
     awaiting_merge,
     report,
@@ -72,15 +72,16 @@ async def test_operator_drives_one_build_end_to_end_through_the_cli(service_stac
         row = await wait_until(lambda: _status_row(cfg, target_workflow_id(wid, KEY)), what="status lists the waiting target")
         assert (row["status"], row["stage"], row["failure_class"], row["kind"]) == ("running", "waiting", "visibility", "build")
 
-        refused = await starter(cfg, "decide", wid, KEY, "retry", "--by", "tester")
+        # Three answers that change nothing, asked side by side and checked one by one.
+        refused, as_json, as_md = await starters(cfg, ("decide", wid, KEY, "retry", "--by", "tester"),
+                                                 ("report", wid, "--format", "json"),
+                                                 ("report", wid, "--format", "markdown"))
         assert refused.code == 1
         assert "refused" in refused.err and "not waiting for an operator decision" in refused.err
 
-        as_json = await starter(cfg, "report", wid, "--format", "json")
         assert as_json.code == 0, as_json.text
         rep = PipelineReport.model_validate(json.loads(as_json.out))
         assert rep.workflow_id == wid and rep.status == "running" and [t.key for t in rep.plan] == [KEY]
-        as_md = await starter(cfg, "report", wid, "--format", "markdown")
         assert as_md.code == 0 and as_md.out.startswith(f"# GPU-RL build `{wid}` — running")
         assert rep.source.build_commit in as_md.out
 
