@@ -14,8 +14,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from domain.merge_gate import is_approve_command
+
 # The events that can change what the merge gate reads (checks, statuses, reviews, the PR and its head).
-WAKING_EVENTS = ("check_run", "check_suite", "status", "pull_request", "pull_request_review")
+WAKING_EVENTS = ("check_run", "check_suite", "status", "pull_request", "pull_request_review", "issue_comment")
 SIGNATURE_HEADER = "X-Hub-Signature-256"
 
 
@@ -65,9 +67,19 @@ def _str(value: Any) -> str | None:
 
 def pull_request_event(event: str, payload: dict[str, Any]) -> PullRequestEvent | None:
     """The PRs/branches a ``check_run``, ``check_suite``, ``status``, ``pull_request`` or
-    ``pull_request_review`` payload is about (GitHub's shapes); None for any other event."""
+    ``pull_request_review`` payload is about (GitHub's shapes), or the PR an ``/approve-merge`` comment
+    was written on (``issue_comment``: its number only, a comment names no branch); None for any other
+    event or comment."""
     if event not in WAKING_EVENTS:
         return None
+    if event == "issue_comment":
+        issue, comment = payload.get("issue") or {}, payload.get("comment") or {}
+        number = issue.get("number")
+        if (payload.get("action") not in ("created", "edited") or not issue.get("pull_request")
+                or not isinstance(number, int) or not is_approve_command(_str(comment.get("body")) or "")):
+            return None  # only an operator's command on a PR may change a merge wait
+        repo = _str((payload.get("repository") or {}).get("full_name")) or ""
+        return PullRequestEvent(event=event, repo=repo, pr_numbers=[number])
     repo = _str((payload.get("repository") or {}).get("full_name")) or ""
     numbers: list[int] = []
     branches: list[str] = []

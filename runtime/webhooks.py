@@ -9,6 +9,8 @@ watch, which reads checks and reviews with its normal reader.
 Which build: a PR's head branch is the build's branch, ``repos.build_branch(<pipeline workflow id>)``
 (the record step opens the PR from it), so the receiver lists the running pipelines in their merge
 wait on this task queue (visibility: ``BuildStage``) and signals each whose branch the event names.
+An ``/approve-merge`` comment names only its PR's number: each build in its merge wait gets it, and
+the workflow whose PR it is wakes (the others ignore another number).
 
 Served like the health probes (``http.server`` in a daemon thread); each accepted delivery is handed to
 the worker's event loop. Answers: 202 accepted (JSON: who was woken), 200 ping / duplicate delivery /
@@ -55,8 +57,11 @@ def pipeline_waker(client, config: ServiceConfig) -> Waker:
 
         woken = []
         branches = set(ev.branches)
+        # An /approve-merge comment names its PR's number, not its branch: every build in its merge wait is
+        # told the number, and only the one whose PR it is wakes (the workflow ignores other numbers).
+        by_number = not branches and bool(ev.pr_numbers)
         async for wf in client.list_workflows(awaiting_merge_query(config.temporal.task_queue)):
-            if config.repos.build_branch(wf.id) not in branches:
+            if not by_number and config.repos.build_branch(wf.id) not in branches:
                 continue
             try:
                 for number in ev.pr_numbers or [None]:  # the workflow ignores numbers that are not its PR's

@@ -25,7 +25,8 @@ which every endpoint then enforces (403 "Resource not accessible by integration"
 refuses installation tokens as GitHub does. Tokens live in memory only, never in the state file.
 
 Webhooks as GitHub delivers them (``set_webhook``): a changed check run (``check_run``), commit status
-(``status``), review (``pull_request_review``) or PR (``pull_request``: opened, edited, closed) is POSTed
+(``status``), review (``pull_request_review``), comment (``issue_comment``) or PR (``pull_request``: opened,
+edited, closed) is POSTed
 to the configured URL, in the background and in order, with GitHub's headers (``X-GitHub-Event``,
 ``X-GitHub-Delivery``, ``X-Hub-Signature-256`` = HMAC-SHA256 of the body with the webhook secret) and
 payload shapes (the PRs a check or review belongs to, the branches a status's commit heads).
@@ -380,7 +381,17 @@ class GitHubStandin:
              "created_at": _now(), "updated_at": _now()}
         self.store.comments.setdefault(repo, {})[str(c["id"])] = c
         self._save()
+        self._comment_hook(repo, c)
         return self._comment_json(repo, c)
+
+    def _comment_hook(self, repo: str, c: dict[str, Any]) -> None:
+        """``issue_comment`` (created) as GitHub sends it: the issue, with ``pull_request`` when it is a PR."""
+        number = str(c["issue_number"])
+        issue: dict[str, Any] = {"number": int(number)}
+        if number in self.store.pulls.get(repo, {}):
+            issue["pull_request"] = {"url": f"{self.base_url}/repos/{repo}/pulls/{number}"}
+        self._hook("issue_comment", repo, {"action": "created", "issue": issue,
+                                           "comment": self._comment_json(repo, c)})
 
     def list_comments(self, repo: str, issue: str) -> list[dict[str, Any]]:
         self._git(repo)
@@ -477,6 +488,7 @@ class GitHubStandin:
              "user": body["user"], "created_at": _now(), "updated_at": _now()}
         self.store.comments.setdefault(repo, {})[str(c["id"])] = c
         self._save()
+        self._comment_hook(repo, c)
         return self._comment_json(repo, c)
 
     # -- endpoints: checks and statuses

@@ -125,6 +125,15 @@ def test_events_map_to_their_prs_and_head_branches():
     assert (suite.pr_numbers, suite.branches) == ([4], ["y"])
     assert pull_request_event("push", {"ref": "refs/heads/x"}) is None
     assert pull_request_event("issues", {}) is None
+    # An operator's /approve-merge comment on a PR names the PR's number only (a comment has no branch).
+    def comment(body: str, *, pr: bool = True, action: str = "created") -> dict:
+        issue = {"number": 12, **({"pull_request": {"url": "https://api.github.com/repos/o/r/pulls/12"}} if pr else {})}
+        return {"action": action, "issue": issue, "comment": {"body": body}, "repository": {"full_name": "o/r"}}
+    approve = pull_request_event("issue_comment", comment("/approve-merge\nimages checked"))
+    assert (approve.repo, approve.pr_numbers, approve.branches) == ("o/r", [12], [])
+    assert pull_request_event("issue_comment", comment("looks good")) is None  # not a command: wakes nothing
+    assert pull_request_event("issue_comment", comment("/approve-merge", pr=False)) is None  # an issue, not a PR
+    assert pull_request_event("issue_comment", comment("/approve-merge", action="deleted")) is None
 
 
 async def test_unsigned_bad_signature_and_oversized_bodies_are_refused_and_wake_nothing(receiver):

@@ -219,5 +219,39 @@ async def test_a_bad_signature_is_refused_with_401_and_wakes_nothing(
     assert final.status == "merged"
     assert [s["event"] for s in _signals(events)] == ["pull_request", "pull_request_review"]  # ours, then GitHub's
     refusals = [json.loads(x) for x in logs.getvalue().splitlines() if "github webhook refused" in x]
-    assert [(r["status"], r["github_event"]) for r in refusals] == [(401, "check_run")]
-    assert "does not match" in refusals[0]["reason"] and SECRET not in logs.getvalue()
+    # The service's own comment acknowledging the approval is delivered (and refused) too, before the check.
+    assert [(r["status"], r["github_event"]) for r in refusals] == [(401, "issue_comment"), (401, "check_run")]
+    assert all("does not match" in r["reason"] for r in refusals) and SECRET not in logs.getvalue()
+
+
+async def test_an_approve_merge_comment_wakes_only_its_own_build_through_the_webhook(
+        tmp_path, temporal_dev_server, temporal_client, github_standin, logs):
+    """CI is green and nobody has authorized yet; the watch sleeps 120 s. A configured operator's
+    ``/approve-merge`` comment on the PR reaches the receiver as ``issue_comment``, which names only the
+    PR's number: the build it belongs to merges after a watch started by that wake, and another build in
+    its merge wait is told the number and ignores it (no watch restarted)."""
+    config = _config(tmp_path, temporal_dev_server, github_standin)
+    gh = github_standin.handle
+    async with build_worker(temporal_client, config, graceful_shutdown_s=5), \
+            _webhooks(temporal_client, config) as receiver:
+        build = await Build.start(temporal_client, config, github_standin)
+        other = await Build.start(temporal_client, config, github_standin)
+        gh.set_check(STANDIN_REPO, build.pr.head_sha, "ci", conclusion="success")  # green before anyone approves
+        await build.reads(4)  # both builds' first look and their watches waiting for a change
+        gh.set_webhook(f"http://127.0.0.1:{receiver.port}{config.github.webhook.path}", SECRET)
+        other_before = len(_scheduled(await other.events(), "watch_pull_request"))
+        gh.add_comment(STANDIN_REPO, build.pr.number, "/approve-merge\nimages checked", user="tester")
+        final: PipelineReport = await asyncio.wait_for(build.handle.result(), 300)  # a hang guard, not a timing
+        (delivery,) = await _delivered(github_standin, "issue_comment")
+        events, other_events = await build.events(), await other.events()
+        await other.handle.terminate("test over")
+
+    assert final.status == "merged" and delivery["status"] == 202
+    (wake,) = [s for s in _signals(events) if s["event"] == "issue_comment"]
+    assert (wake["delivery"], wake["pr_number"]) == (delivery["id"], build.pr.number)
+    signalled = next(e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED)
+    watches, (merge,) = _scheduled(events, "watch_pull_request"), _scheduled(events, "merge_pull_request")
+    assert len([w for w in watches if signalled < w < merge]) == 1, "merged after the wake's watch, not the 120 s poll"
+    # The other build was told the number and ignored it: no watch restarted there.
+    assert [s["pr_number"] for s in _signals(other_events)] == [build.pr.number]
+    assert len(_scheduled(other_events, "watch_pull_request")) == other_before
