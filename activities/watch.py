@@ -641,6 +641,12 @@ class WatchActivities(ActivityGroup):
             else:
                 if page.continue_suggested:
                     break
+                if page.run_id and page.run_id != activity.info().workflow_run_id:
+                    # This activity's run continued as new and a new run's activity watches now; its
+                    # cancellation would reach this one only with a heartbeat reply, seconds later, and two
+                    # watchers read and signal every change twice meanwhile.
+                    activity.logger.info(f"watcher run {page.run_id} has replaced this activity's run; stopping")
+                    break
             empty_polls = empty_polls + 1 if not engine.jobs else 0
             if empty_polls >= 2:
                 break

@@ -128,6 +128,9 @@ class WatchPage(BaseModel):
     watched: int = 0  # jobs watched in all
     adopting: str | None = None  # a previous run whose watch set is not adopted yet
     continue_suggested: bool = False  # the run's history is long: return, the workflow continues as new
+    # The run that answered (the current one). A watch activity of an earlier run (continued as new while it
+    # polled: it learns of its cancellation only on a heartbeat, seconds later) stops when it sees another.
+    run_id: str = ""
 
 
 class AdoptChunk(BaseModel):

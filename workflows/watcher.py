@@ -166,7 +166,7 @@ class IrisWatcherWorkflow:
     def changes(self, req: PageRequest) -> WatchPage:
         """The entries changed after revision ``req.since``, in revision order, cut at ``budget_bytes``."""
         page = WatchPage(next=req.since, watched=len(self._watches), adopting=self._adopting,
-                         continue_suggested=self._continue_due())
+                         continue_suggested=self._continue_due(), run_id=workflow.info().run_id)
         used = taken = 0
         if req.since:  # marker sets that arrived after registrations naming them (few: one per contract)
             for key, rev in self._marker_revs.items():

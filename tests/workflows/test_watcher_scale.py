@@ -11,7 +11,7 @@ import dataclasses
 import datetime
 import uuid
 
-from temporalio import workflow
+from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
@@ -21,7 +21,15 @@ with workflow.unsafe.imports_passed_through():
     from activities.watch import WatchActivities
     from domain.config import PolicySettings, ServiceConfig
     from domain.models import JobProgress
-    from domain.watch import PageRequest, WatcherInput, WatchPage, WatchRequest, watcher_id
+    from domain.watch import (
+        PageRequest,
+        WatchClusterInput,
+        WatchClusterResult,
+        WatcherInput,
+        WatchPage,
+        WatchRequest,
+        watcher_id,
+    )
     from tests.iris.standin_jobs import StandinJobs
     from tests.workflows.receiver import EndReceiver, SizeRecorder
     from workflows.watcher import IrisWatcherWorkflow
@@ -62,8 +70,15 @@ async def test_1500_watches_keep_every_payload_under_512kb_and_an_end_is_deliver
                              known=JobProgress(job_id=j, state="running", terminal=False))
                 for i, j in enumerate(job_ids)]
     watch = WatchActivities(_config(tmp_path, cluster), transport=iris)
+    starts: list[float] = []  # when each watch activity attempt began (a restart rebuilds from the workflow)
+
+    @activity.defn(name="watch_cluster")
+    async def counted_watch_cluster(inp: WatchClusterInput) -> WatchClusterResult:
+        starts.append(asyncio.get_running_loop().time())
+        return await watch.watch_cluster(inp)
+
     async with Worker(client, task_queue=tq, workflows=[IrisWatcherWorkflow, EndReceiver],
-                      activities=[watch.watch_cluster], max_concurrent_activities=10):
+                      activities=[counted_watch_cluster], max_concurrent_activities=10):
         receiver = await client.start_workflow(EndReceiver.run, id=receiver_id, task_queue=tq)
         # A short run (400 events): 1,500 registrations make the watcher continue as new while it watches.
         h = await client.start_workflow(IrisWatcherWorkflow.run, WatcherInput(cluster=cluster, events_per_run=400),
@@ -84,6 +99,7 @@ async def test_1500_watches_keep_every_payload_under_512kb_and_an_end_is_deliver
         page = await _eventually(watched_all, "the watcher continued as new and its new run adopted every watch")
         assert page.more  # the reply is a page, not the whole set
 
+        ended_at = asyncio.get_running_loop().time()
         iris.set_state(ended, "succeeded")
         got = await asyncio.wait_for(receiver.result(), 120)
 
@@ -106,8 +122,11 @@ async def test_1500_watches_keep_every_payload_under_512kb_and_an_end_is_deliver
     # Markers are held once per build contract: a page of hundreds of jobs carries one marker set.
     assert len(page.marker_sets) == 1 and len(page.watches) > 100
     assert all(not w.markers for w in page.watches)
-    # The Iris side: one status request per poll for all jobs, the end read once.
-    assert iris.requests["GetJobState"] >= 1 and iris.requests["GetJobStatus"] <= 1
+    # The Iris side: one status request per poll for all jobs, the end read once — once more only by a watch
+    # activity that started after it (a continue-as-new or a stall under load: it rebuilds from the workflow,
+    # which may not have recorded the end yet; at least once, never per poll).
+    restarted = sum(1 for t in starts if t > ended_at)
+    assert iris.requests["GetJobState"] >= 1 and iris.requests["GetJobStatus"] <= 1 + restarted, (iris.requests, starts)
 
 
 async def _eventually(predicate, what: str, attempts: int = 600, interval: float = 0.2):
