@@ -234,9 +234,11 @@ async def test_an_approve_merge_comment_wakes_only_its_own_build_through_the_web
     gh = github_standin.handle
     async with build_worker(temporal_client, config, graceful_shutdown_s=5), \
             _webhooks(temporal_client, config) as receiver:
+        # Green before either build looks (both build branches start at `feature`): each build's first look
+        # sees green and its watch then waits for a change: exactly 2 reads each, then 120 s of sleep.
+        gh.set_check(STANDIN_REPO, git.Repo(github_standin.bare).commit("feature").hexsha, "ci", conclusion="success")
         build = await Build.start(temporal_client, config, github_standin)
         other = await Build.start(temporal_client, config, github_standin)
-        gh.set_check(STANDIN_REPO, build.pr.head_sha, "ci", conclusion="success")  # green before anyone approves
         await build.reads(4)  # both builds' first look and their watches waiting for a change
         gh.set_webhook(f"http://127.0.0.1:{receiver.port}{config.github.webhook.path}", SECRET)
         other_before = len(_scheduled(await other.events(), "watch_pull_request"))
