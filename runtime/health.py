@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
+
+from runtime.http_thread import BackgroundHTTPServer
 
 _QUEUE_TYPES = {"workflow": TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
                 "activity": TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY}
@@ -115,14 +116,11 @@ class HealthServer:
             def log_message(self, *_args) -> None:  # probes every few seconds would flood the log
                 pass
 
-        self._server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="health", daemon=True)
-        self._thread.start()
+        self._http = BackgroundHTTPServer((host or "0.0.0.0", int(port)), Handler, "health")
 
     @property
     def port(self) -> int:
-        return self._server.server_address[1]
+        return self._http.port
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.close()

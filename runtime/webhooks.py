@@ -26,7 +26,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from temporalio.service import RPCError, RPCStatusCode
@@ -36,6 +36,7 @@ from domain.github_webhook import PullRequestEvent, pull_request_event, signatur
 from domain.models import GitHubWake
 from domain.redact import redact
 from runtime import search_attributes as sa
+from runtime.http_thread import BackgroundHTTPServer
 from runtime.logging import get_logger
 
 SEEN_DELIVERIES = 10_000  # delivery ids remembered (GitHub redelivers by id, days later at most)
@@ -92,20 +93,14 @@ class WebhookReceiver:
         self._inflight: set[str] = set()
         self.log = get_logger("webhooks")
         host, port = split_address(settings.listen)
-        self._server = ThreadingHTTPServer((host, port), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="github-webhooks", daemon=True)
-        self._thread.start()
+        self._http = BackgroundHTTPServer((host, port), _handler(self), "github-webhooks")
 
     @property
     def port(self) -> int:
-        return self._server.server_address[1]
+        return self._http.port
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+        self._http.close()
 
     # -- one delivery (called on the HTTP thread)
 
