@@ -11,10 +11,12 @@ hold no signal, failing the test."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 import logging
 import socket
+import urllib.parse
 import uuid
 
 import git
@@ -178,8 +180,13 @@ async def test_a_check_turning_green_merges_via_the_webhook_not_the_poll_and_a_r
     assert gh.served(CHECK_RUNS) >= 5  # reads: 2 before, 2 on the authorization, 1 after the webhook (+ merge's)
 
     history = b"".join(e.SerializeToString() for e in events)
-    assert SECRET.encode() not in history and SECRET not in str(desc.raw_description)
-    assert SECRET not in logs.getvalue() and "github webhook woke the merge wait" in logs.getvalue()
+    # Raw, URL-encoded and base64 (standard and URL-safe) forms, in history, describe and logs.
+    forms = {SECRET, urllib.parse.quote(SECRET, safe=""), base64.b64encode(SECRET.encode()).decode(),
+             base64.urlsafe_b64encode(SECRET.encode()).decode()}
+    for form in forms:
+        assert form.encode() not in history and form not in str(desc.raw_description), form
+        assert form not in logs.getvalue(), form
+    assert "github webhook woke the merge wait" in logs.getvalue()
 
 
 async def test_a_bad_signature_is_refused_with_401_and_wakes_nothing(
