@@ -12,6 +12,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from clients.child_env import CREDENTIAL_COMMAND, child_env
 from domain.config import CredentialSource
 from domain.redact import register_secret
 
@@ -54,9 +55,9 @@ def _read(source: CredentialSource, *, what: str, timeout_s: float) -> str:
             if not source.argv:
                 raise CredentialError(f"{what}: command source needs 'argv'")
             try:
-                out = subprocess.run(
-                    source.argv, capture_output=True, text=True, timeout=timeout_s, check=False
-                )
+                # The allow-listed environment: a credential command is not handed the other credentials.
+                out = subprocess.run(source.argv, capture_output=True, text=True, timeout=timeout_s, check=False,
+                                     stdin=subprocess.DEVNULL, env=child_env(allow=CREDENTIAL_COMMAND))
             except FileNotFoundError:
                 raise CredentialToolMissing(f"{what}: {source.describe()} failed: `{source.argv[0]}` is not installed on "
                                       "this worker (not on PATH)") from None

@@ -20,6 +20,7 @@ import socket
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from clients.child_env import KUBECTL, child_env
 from clients.iris import Unavailable
 
 
@@ -67,10 +68,11 @@ def pod_facts(pod_name: str, pod: dict | None, events: list[dict], errors: list[
 
 async def _run_bounded(argv: list[str], timeout_s: float) -> tuple[int, bytes, bytes]:
     """Run ``argv`` in its own process group, no stdin; ``(returncode, stdout, stderr)``. Past ``timeout_s``
-    the whole group is killed and reaped, then ``TimeoutError``; ``OSError`` when it cannot start."""
+    the whole group is killed and reaped, then ``TimeoutError``; ``OSError`` when it cannot start.
+    kubectl gets the allow-listed environment (clients/child_env.py), not the worker's credentials."""
     proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                                                start_new_session=True)
+                                                start_new_session=True, env=child_env(allow=KUBECTL))
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
     except TimeoutError:
@@ -204,7 +206,7 @@ class KubectlPortForward:
         self.local_port = self.local_port or _free_local_port()
         self._proc = await asyncio.create_subprocess_exec(
             *self.argv(self.local_port), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+            stderr=asyncio.subprocess.STDOUT, start_new_session=True, env=child_env(allow=KUBECTL))
         try:
             await asyncio.wait_for(self._wait_ready(), self.ready_timeout_s)
         except BaseException:
