@@ -769,6 +769,14 @@ class GitHubStandin:
     def admin_app_stats(self) -> dict[str, Any]:
         return {"minted": self.minted}
 
+    def admin_expire_token(self, body: dict[str, Any]) -> dict[str, Any]:
+        """End a token's life now, as GitHub does when its expiry passes (tests need no wall-clock wait)."""
+        who = self.tokens.get(body["token"])
+        if who is None:
+            raise _HttpError(404, "Not Found")
+        who["expires_at"] = time.time() - 1
+        return {"expired": True}
+
     def rate_headers(self) -> dict[str, str]:
         b = self.budget
         return {"x-ratelimit-limit": str(b["limit"]), "x-ratelimit-remaining": str(max(0, b["limit"] - b["used"])),
@@ -833,6 +841,7 @@ class GitHubStandin:
             ("POST", r"/_admin/app", lambda m: self.admin_app(body), 200, None),
             ("POST", r"/_admin/tokens", lambda m: self.admin_token(body), 200, None),
             ("POST", r"/_admin/app_stats", lambda m: self.admin_app_stats(), 200, None),
+            ("POST", r"/_admin/expire_token", lambda m: self.admin_expire_token(body), 200, None),
             ("GET", r, lambda m: self.get_repo(m["repo"]), 200, None),
             ("GET", r + r"/issues/(?P<n>\d+)", lambda m: self.get_issue(m["repo"], m["n"]), 200, None),
             ("GET", r + r"/pulls", lambda m: self.list_pulls(m["repo"], q), 200, ""),
@@ -1076,6 +1085,10 @@ class GitHubStandinHandle:
 
     def installation_tokens_minted(self) -> int:
         return int(self._admin("app_stats", {})["minted"])
+
+    def expire_token(self, token: str) -> None:
+        """``token`` is refused from now on (401 Bad credentials), as after its expiry at GitHub."""
+        self._admin("expire_token", {"token": token})
 
     def rate_limit_next(self, n: int, status: int = 403) -> None:
         """Make the next ``n`` API requests fail with a primary (403) or secondary (429) rate limit."""

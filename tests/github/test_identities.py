@@ -100,11 +100,14 @@ app = {app_id = "123", installation_id = 45, private_key = {kind = "file", path 
 
 
 async def test_an_installation_token_is_minted_cached_refreshed_and_limited(github_standin, tmp_path):
+    """The provider's clock is the test's: refreshing near expiry is decided by it, not by how long the
+    requests took on a loaded machine (a 2.5 s TTL with a 1 s margin minted a third token under load)."""
     gh = github_standin
     private, public = rsa_key_pair()
-    gh.handle.register_app("4242", public, 77, permissions={**ALL, "checks": "none"}, ttl_s=2.5)
+    gh.handle.register_app("4242", public, 77, permissions={**ALL, "checks": "none"}, ttl_s=120)
     app = GitHubAppSettings(app_id="4242", installation_id=77, private_key=_file(tmp_path, "app.pem", private))
-    provider = InstallationTokenProvider(gh.api_url, app, refresh_margin_s=1.0)
+    now = [time.time()]
+    provider = InstallationTokenProvider(gh.api_url, app, refresh_margin_s=100, clock=lambda: now[0])
     first = provider.current()
     assert first.token.startswith("ghs_") and first.permissions["contents"] == "write"
     assert provider() == first.token and gh.handle.installation_tokens_minted() == 1  # cached
@@ -114,10 +117,12 @@ async def test_an_installation_token_is_minted_cached_refreshed_and_limited(gith
         assert comment.body == "from the App"
         with pytest.raises(Forbidden, match="Resource not accessible by integration"):
             await client.check_runs("main")  # the installation has no checks permission
-        time.sleep(1.7)  # inside the refresh margin: the next request carries a newly minted token
+        assert gh.handle.installation_tokens_minted() == 1  # still cached: far from expiry
+        # Inside the refresh margin (and close enough to GitHub's clock for the App's JWT to be accepted):
+        now[0] = first.expires_at.timestamp() - 99
         assert (await client.repo_permissions())["push"]
     assert gh.handle.installation_tokens_minted() == 2 and provider() != first.token
-    time.sleep(1.0)  # the first token has expired at GitHub
+    gh.handle.expire_token(first.token)  # the first token's life has ended at GitHub
     async with GitHubClient(gh.api_url, first.token, gh.repo) as stale:
         with pytest.raises(Exception, match="401"):
             await stale.repo_permissions()
