@@ -34,11 +34,15 @@ class CredentialSource(_Model):
     # temporal_profile: the api_key of a Temporal client profile (read by runtime.temporal only)
     # token_owner (registry.user only): the GitHub login that owns registry.token, read with that token
     # from ``GET <registry.github_api_url>/user`` — never from another credential.
-    kind: Literal["env", "file", "command", "literal_public", "temporal_profile", "token_owner"]
-    name: str | None = None  # env: variable name; temporal_profile: profile name
-    path: str | None = None  # file: path to a file holding the value; temporal_profile: its config file
-    argv: list[str] | None = None  # command: e.g. ["gh", "auth", "token"]
-    value: str | None = None  # literal_public: non-secret values only (a user name)
+    kind: Literal["env", "file", "command", "literal_public", "temporal_profile", "token_owner"] = Field(
+        description="Where the value is read: `env` (a variable), `file`, `command` (its stdout), `literal_public` "
+                    "(a non-secret value written here), `temporal_profile` (the api_key of a Temporal client "
+                    "profile), `token_owner` (registry.user only: the GitHub login owning registry.token).")
+    name: str | None = Field(None, description="env: the variable's name; temporal_profile: the profile's name.")
+    path: str | None = Field(None, description="file: a file holding the value; temporal_profile: its config file.")
+    argv: list[str] | None = Field(None, description='command: the command to run, e.g. `["gh", "auth", "token"]`.')
+    value: str | None = Field(None, description="literal_public: the value itself; non-secret values only (a user "
+                                                "name).")
 
     def describe(self) -> str:
         """A safe description for plans and errors (never the value of a secret)."""
@@ -97,17 +101,23 @@ class TemporalSettings(_Model):
     """How to reach Temporal. ``runtime.temporal.resolve_config`` layers a Temporal client profile,
     TEMPORAL_* variables and command-line flags over these values; TLS material is named by path."""
 
-    address: str = "localhost:7233"
-    namespace: str = "default"
-    task_queue: str = "gpu-rl-builder"
-    ui_url: str | None = None  # e.g. http://127.0.0.1:8233; used for links in reports and PRs
-    profile: str | None = None  # a profile of the Temporal client config file (temporalio.envconfig)
-    api_key: CredentialSource | None = None
-    tls: bool = False
-    tls_server_ca_cert_path: str | None = None  # private CA of a team server
-    tls_client_cert_path: str | None = None  # mTLS pair (Temporal Cloud certificates, team server)
-    tls_client_key_path: str | None = None
-    tls_server_name: str | None = None  # SNI / certificate name override
+    address: str = Field("localhost:7233", description="The Temporal frontend, HOST:PORT (TEMPORAL_ADDRESS, "
+                                                       "--address override it).")
+    namespace: str = Field("default", description="The Temporal namespace the builds run in.")
+    task_queue: str = Field("gpu-rl-builder", description="The task queue workers poll and builds are started on.")
+    ui_url: str | None = Field(None, description="The Temporal UI, e.g. http://127.0.0.1:8233; used for links in "
+                                                 "reports and PRs.")
+    profile: str | None = Field(None, description="A profile of the Temporal client config file "
+                                                  "(temporalio.envconfig) layered under these values.")
+    api_key: CredentialSource | None = Field(None, description="The API key (Temporal Cloud), read at connect "
+                                                               "time; a credential source.")
+    tls: bool = Field(False, description="Connect with TLS (implied by any tls_* path or server name).")
+    tls_server_ca_cert_path: str | None = Field(None, description="The private CA of a team server (PEM path).")
+    tls_client_cert_path: str | None = Field(None, description="mTLS client certificate (PEM path; Temporal Cloud "
+                                                               "certificates, team server); with tls_client_key_path.")
+    tls_client_key_path: str | None = Field(None, description="mTLS client key (PEM path); with "
+                                                              "tls_client_cert_path.")
+    tls_server_name: str | None = Field(None, description="SNI / certificate name override.")
 
     @model_validator(mode="after")
     def _address(self) -> TemporalSettings:
@@ -125,29 +135,42 @@ class TemporalSettings(_Model):
 
 
 class PortForward(_Model):
-    namespace: str = "iris"
-    service: str = "iris-controller-svc"
-    port: int = 10000
+    """A ``kubectl port-forward`` to the controller's Service, opened by the client itself."""
+
+    namespace: str = Field("iris", description="Kubernetes namespace of the controller's Service.")
+    service: str = Field("iris-controller-svc", description="The controller's Service name.")
+    port: int = Field(10000, description="The Service port the controller listens on.")
 
 
 class ClusterSettings(_Model):
     """How to reach one Iris cluster's controller."""
 
-    controller_url: str | None = None  # direct URL; or ...
-    port_forward: PortForward | None = None  # ... a kubectl port-forward the client opens itself
-    kubeconfig: str | None = None  # also used for pod termination reasons and events
-    kube_context: str | None = None
-    kubectl: str = "kubectl"  # binary used for pod termination reasons and events
+    controller_url: str | None = Field(None, description="The controller's URL, reached directly; or "
+                                                         "port_forward.")
+    port_forward: PortForward | None = Field(None, description="A kubectl port-forward the client opens itself "
+                                                               "(instead of controller_url).")
+    kubeconfig: str | None = Field(None, description="kubeconfig for the port-forward, pod termination reasons "
+                                                     "and events.")
+    kube_context: str | None = Field(None, description="The kubeconfig context of this cluster.")
+    kubectl: str = Field("kubectl", description="The kubectl binary (port-forward, pod termination reasons, "
+                                                "events).")
     # Override only (YYYY-MM-DD). Unset: the build date of the marin-iris the client was tested against
     # (clients/iris_pin.py), which moves with an upgrade instead of expiring here.
-    client_revision_date: str | None = None
-    iris_user: str = "gpu-rl-builder"
+    client_revision_date: str | None = Field(None, description="Override only (YYYY-MM-DD); unset, the client "
+                                                               "sends the build date of the marin-iris it was "
+                                                               "tested against (clients/iris_pin.py).")
+    iris_user: str = Field("gpu-rl-builder", description="The Iris user the jobs are submitted as (the first "
+                                                         "part of their wire name, /<iris_user>/<job>).")
     # A bearer token for controllers that require one (a non-empty trusted_cidrs off-cluster). Read at
     # request time from its source, never persisted. Without it the request is anonymous; note that a
     # controller treats a tokenless request from loopback (kubectl port-forward) as an admin.
-    token: CredentialSource | None = None
-    job_env: dict[str, str] = Field(default_factory=dict)  # extra non-secret env for every job
-    architecture: str | None = None  # declared host architecture when the controller cannot tell
+    token: CredentialSource | None = Field(None, description="A bearer token for a controller that requires one "
+                                                             "(off-cluster), read at request time; unset: "
+                                                             "anonymous.")
+    job_env: dict[str, str] = Field(default_factory=dict, description="Extra non-secret environment for every "
+                                                                      "job on this cluster.")
+    architecture: str | None = Field(None, description="The host architecture (amd64, arm64), declared when the "
+                                                       "controller cannot tell.")
 
     @field_validator("client_revision_date")
     @classmethod
@@ -168,13 +191,19 @@ def safe_name(text: str) -> str:
 
 
 class RepoSettings(_Model):
-    marinskyrl_url: str
-    harbor_url: str
-    marinskyrl_slug: str = "marin-community/MarinSkyRL"
-    harbor_slug: str = "marin-community/harbor"
-    build_branch_prefix: str = "gpu-rl-build/"
-    git_author_name: str = "gpu-rl-builder"
-    git_author_email: str = "gpu-rl-builder@users.noreply.github.com"
+    """The repositories a build reads and writes."""
+
+    marinskyrl_url: str = Field(description="Clone URL of MarinSkyRL (the source built, where the pin commit and "
+                                            "PR go).")
+    harbor_url: str = Field(description="Clone URL of Harbor (the commit baked into every Dockerfile).")
+    marinskyrl_slug: str = Field("marin-community/MarinSkyRL", description="MarinSkyRL's owner/name on GitHub "
+                                                                           "(PRs, checks).")
+    harbor_slug: str = Field("marin-community/harbor", description="Harbor's owner/name on GitHub.")
+    build_branch_prefix: str = Field("gpu-rl-build/", description="Prefix of the branch each build's pin commit "
+                                                                  "and PR live on.")
+    git_author_name: str = Field("gpu-rl-builder", description="Author name of the build and pin commits.")
+    git_author_email: str = Field("gpu-rl-builder@users.noreply.github.com",
+                                  description="Author email of the build and pin commits.")
 
     def build_branch(self, request_id: str) -> str:
         """The branch a build's pin commit and PR live on: one per pipeline workflow id, so a GitHub event
@@ -185,13 +214,16 @@ class RepoSettings(_Model):
 class RegistrySettings(_Model):
     # Required: where images go, and the one host the registry credential is ever sent to (the build
     # script's default repository is repository content and never decides where the token goes).
-    image_repository: str
-    insecure_hosts: list[str] = Field(default_factory=list)  # hosts reached over plain http
+    image_repository: str = Field(description="Where images go, and the one host the registry credential is "
+                                              "ever sent to.")
+    insecure_hosts: list[str] = Field(default_factory=list, description="Registry hosts reached over plain http.")
     # The registry user: an explicit value (literal_public/env/file), or ``{kind = "token_owner"}`` for
     # the GitHub login that owns registry.token (ghcr.io), read with registry.token itself.
-    user: CredentialSource
-    token: CredentialSource
-    github_api_url: str | None = None  # where token_owner asks GET /user (default: github.api_url)
+    user: CredentialSource = Field(description='The registry user: an explicit value (literal_public, env, file) '
+                                               'or `{kind = "token_owner"}` (the login owning registry.token).')
+    token: CredentialSource = Field(description="The registry token (push, and the kaniko job's credential).")
+    github_api_url: str | None = Field(None, description="Where token_owner asks `GET /user` (default: "
+                                                         "github.api_url).")
 
 
 class GitHubAppSettings(_Model):
@@ -200,9 +232,9 @@ class GitHubAppSettings(_Model):
     The worker mints a short-lived installation token from these (clients/github_app.py); only the key
     is a long-lived secret."""
 
-    app_id: str  # the App's numeric id (or client id): the JWT issuer
-    installation_id: int
-    private_key: CredentialSource
+    app_id: str = Field(description="The App's numeric id (or client id): the JWT issuer.")
+    installation_id: int = Field(description="The App's installation on the MarinSkyRL repository.")
+    private_key: CredentialSource = Field(description="The App's private key (PEM), a credential source.")
 
 
 class GitHubWebhookSettings(_Model):
@@ -210,11 +242,14 @@ class GitHubWebhookSettings(_Model):
     reach. A check, status, review or PR event wakes the build's merge wait to read GitHub at once; the
     poll stays the fallback. Off unless configured."""
 
-    listen: str = "0.0.0.0:8090"  # HOST:PORT the worker listens on (behind a Service / ingress)
-    path: str = "/github/webhook"  # the Payload URL's path
+    listen: str = Field("0.0.0.0:8090", description="HOST:PORT the worker listens on (behind a Service or "
+                                                    "ingress).")
+    path: str = Field("/github/webhook", description="The Payload URL's path.")
     # The webhook's secret (GitHub signs each body with it: X-Hub-Signature-256); read at start, never logged.
-    secret: CredentialSource
-    max_body_bytes: int = Field(default=2 * 1024 * 1024, gt=0)  # larger bodies are refused (413) unread
+    secret: CredentialSource = Field(description="The webhook's secret (GitHub signs each body with it); env, "
+                                                 "file or command, read at start, never logged.")
+    max_body_bytes: int = Field(default=2 * 1024 * 1024, gt=0, description="Larger bodies are refused (413) "
+                                                                            "unread.")
 
     @model_validator(mode="after")
     def _listen(self) -> GitHubWebhookSettings:
@@ -227,21 +262,36 @@ class GitHubWebhookSettings(_Model):
 
 
 class GitHubSettings(_Model):
-    api_url: str = "https://api.github.com"
+    """GitHub: the PR with the pin table, issue comments, required checks and the merge."""
+
+    api_url: str = Field("https://api.github.com", description="The GitHub REST API (GitHub Enterprise: "
+                                                               "https://<host>/api/v3).")
     # The host issue and PR links are on (``--issue-url`` must be there); default: api_url's host
     # without ``api.`` (github.com for api.github.com, the host itself for GitHub Enterprise).
-    web_url: str | None = None
-    token: CredentialSource | None = None  # a personal access token (classic or fine-grained); or ...
-    app: GitHubAppSettings | None = None  # ... a GitHub App installation (short-lived tokens)
-    pin_table_path: str = "cloud/iris/gpu_rl_images.py"
-    do_not_touch: list[str] = Field(default_factory=lambda: ["cloud/iris/launch_rl_iris.py"])
-    lint_command: list[str] | None = None
-    tracking_issue_url: str = "https://github.com/marin-community/marin/issues/7920"
+    web_url: str | None = Field(None, description="The host issue and PR links are on (`--issue-url` must be "
+                                                  "there); default: api_url's host without `api.`.")
+    token: CredentialSource | None = Field(None, description="A personal access token (classic or fine-grained); "
+                                                             "exactly one of token and app.")
+    app: GitHubAppSettings | None = Field(None, description="A GitHub App installation (short-lived tokens); "
+                                                            "exactly one of token and app.")
+    pin_table_path: str = Field("cloud/iris/gpu_rl_images.py", description="The file whose pin table the PR "
+                                                                           "updates with the validated digests.")
+    do_not_touch: list[str] = Field(default_factory=lambda: ["cloud/iris/launch_rl_iris.py"],
+                                    description="Paths a build commit must never change (refused if it would).")
+    lint_command: list[str] | None = Field(None, description="Run on the pin commit before it is pushed, e.g. "
+                                                             "the repository's pre-commit.")
+    tracking_issue_url: str = Field("https://github.com/marin-community/marin/issues/7920",
+                                    description="Named in the PR body: the issue tracking the legacy "
+                                                "image path's removal.")
     # The merge gate waits on the base branch's required checks as GitHub states them (branch protection
     # and rulesets). These are used instead, and the report says so, when GitHub cannot tell (the token
     # may not read branch protection: 403) or states none; with neither, every reported check is required.
-    required_checks: list[str] = Field(default_factory=list)
-    webhook: GitHubWebhookSettings | None = None  # off by default: the PR watch polls
+    required_checks: list[str] = Field(default_factory=list, description="Required checks used when GitHub "
+                                                                         "cannot tell (403) or states none; with "
+                                                                         "neither, every reported check is "
+                                                                         "required.")
+    webhook: GitHubWebhookSettings | None = Field(None, description="A webhook receiver that wakes the merge "
+                                                                    "wait; off by default (the PR watch polls).")
 
     @model_validator(mode="after")
     def _one_identity(self) -> GitHubSettings:
@@ -255,8 +305,10 @@ class OperatorSettings(_Model):
     and answer a waiting target (``decide``): GitHub logins and/or teams (``org/team-slug``, membership
     read through the GitHub API). Checked by the worker, never taken from the caller: empty = nobody."""
 
-    logins: list[str] = Field(default_factory=list)
-    teams: list[str] = Field(default_factory=list)
+    logins: list[str] = Field(default_factory=list, description="GitHub logins allowed to authorize a merge and "
+                                                                "decide (case-insensitive).")
+    teams: list[str] = Field(default_factory=list, description="GitHub teams (`org/team-slug`) whose members may; "
+                                                               "membership read through the GitHub API.")
 
     @model_validator(mode="after")
     def _team_form(self) -> OperatorSettings:
@@ -274,18 +326,28 @@ class PolicySettings(_Model):
     """Retry budgets per failure class and timers; the class names are domain.failures classes."""
 
     retry_budget: dict[str, int] = Field(
-        default_factory=lambda: {"preemption": 3, "worker_loss": 2, "registry_transient": 2}
-    )
-    operator_decision_timeout_s: int = 24 * 3600
-    visibility_recheck_interval_s: int = 600
+        default_factory=lambda: {"preemption": 3, "worker_loss": 2, "registry_transient": 2},
+        description="Automatic resubmissions per failure class (domain/failures.py); a class not listed is "
+                    "not retried automatically.")
+    operator_decision_timeout_s: int = Field(24 * 3600, description="How long a target waits for `decide` before "
+                                                                    "it fails.")
+    visibility_recheck_interval_s: int = Field(600, description="A waiting target validates again this often "
+                                                                "without `recheck`.")
     # An inconclusive validation (registry 5xx/429, network) is validated again with backoff for this
     # long before the target fails naming the inconclusive checks; only a ``fail`` verdict fails at once.
-    validation_inconclusive_budget_s: int = Field(default=1800, ge=0)
-    validation_retry_initial_s: float = Field(default=10.0, gt=0)
-    validation_retry_max_s: float = Field(default=120.0, gt=0)
-    poll_min_interval_s: float = 2.0
-    poll_max_interval_s: float = 30.0
-    progress_interval_s: float = 50.0  # legacy per-target monitor_job (workflows started before the watcher)
+    validation_inconclusive_budget_s: int = Field(default=1800, ge=0, description="How long an inconclusive "
+                                                  "validation (registry 5xx/429, network) is repeated before it "
+                                                  "becomes a registry_unreachable wait.")
+    validation_retry_initial_s: float = Field(default=10.0, gt=0, description="First delay between inconclusive "
+                                                                              "validations (doubling).")
+    validation_retry_max_s: float = Field(default=120.0, gt=0, description="Longest delay between inconclusive "
+                                                                           "validations.")
+    poll_min_interval_s: float = Field(2.0, description="Legacy monitor_job: shortest poll of a job's state "
+                                                        "(runs started before the watcher).")
+    poll_max_interval_s: float = Field(30.0, description="Legacy monitor_job: longest poll (backs off while "
+                                                         "nothing changes).")
+    progress_interval_s: float = Field(50.0, description="Legacy per-target monitor_job heartbeat (workflows "
+                                                         "started before the watcher).")
     # The per-cluster watcher (activities/watch.py): one GetJobState per interval for every running job.
     # The cadence adapts within ``watch_status_budget_per_min`` status requests per cluster (a token
     # bucket holding up to ``watch_status_burst``): ``watch_fast_interval_s`` while a job is followed or
@@ -296,24 +358,36 @@ class PolicySettings(_Model):
     # Once the bank is full the watcher polls at the budget's own rate (5 s; never faster than the fast
     # interval), which keeps it full rather than wasting the refill; the 6 s cadence applies while the
     # bank refills. To poll less, lower ``watch_status_budget_per_min``: it caps every cadence.
-    watch_interval_s: float = Field(default=6.0, gt=0)
-    watch_fast_interval_s: float = Field(default=3.0, gt=0)
-    watch_idle_interval_s: float = Field(default=15.0, gt=0)
-    watch_status_budget_per_min: float = Field(default=12.0, gt=0)
-    watch_status_burst: float = Field(default=36.0, ge=1)
-    watch_progress_interval_s: float = 60.0  # pending reasons / preemptions (ListJobs instead of GetJobState)
+    watch_interval_s: float = Field(default=6.0, gt=0, description="The watcher's status cadence while jobs run "
+                                                                   "(per cluster).")
+    watch_fast_interval_s: float = Field(default=3.0, gt=0, description="The cadence while a job is followed or "
+                                                                        "near its end.")
+    watch_idle_interval_s: float = Field(default=15.0, gt=0, description="The cadence while every job is queued.")
+    watch_status_budget_per_min: float = Field(default=12.0, gt=0, description="Status requests per cluster per "
+                                                                               "minute at most; caps every "
+                                                                               "cadence.")
+    watch_status_burst: float = Field(default=36.0, ge=1, description="The token bucket: requests that may be "
+                                                                      "spent above the average.")
+    watch_progress_interval_s: float = Field(60.0, description="Pending reasons and preemptions (ListJobs) this "
+                                                               "often.")
     # One FetchLogs per cluster (prefix of every running job, from the global log cursor) this often.
-    watch_log_interval_s: float = Field(default=30.0, gt=0)
-    watch_follow_interval_s: float = 10.0  # the same while someone follows a job
-    watch_signal_progress_s: float = 900.0  # progress-only wake-ups of a target at most this often
-    monitor_safety_interval_s: float = 1200.0  # a target re-checks its watch when not woken for this long
+    watch_log_interval_s: float = Field(default=30.0, gt=0, description="One log request per cluster (every "
+                                                                        "running job's markers) this often.")
+    watch_follow_interval_s: float = Field(10.0, description="The log cadence while someone follows a job.")
+    watch_signal_progress_s: float = Field(900.0, description="Progress-only wake-ups of a target (history "
+                                                              "events) at most this often.")
+    monitor_safety_interval_s: float = Field(1200.0, description="A target re-checks its watch when not woken "
+                                                                 "for this long.")
     # Planning asks each cluster the plan uses for its live architecture at most this long (all at once).
-    plan_cluster_deadline_s: float = Field(default=1.5, gt=0)
+    plan_cluster_deadline_s: float = Field(default=1.5, gt=0, description="Planning asks each cluster for its "
+                                                                          "live architecture at most this long.")
 
     # The PR watch polls GitHub this often (about 5 requests a poll), and faster while an accepted merge
     # authorization waits for the required checks to turn green (the critical path of approve-at-green).
-    merge_watch_interval_s: float = Field(default=5.0, gt=0)
-    merge_watch_authorized_interval_s: float = Field(default=2.0, gt=0)
+    merge_watch_interval_s: float = Field(default=5.0, gt=0, description="The PR watch polls GitHub this often.")
+    merge_watch_authorized_interval_s: float = Field(default=2.0, gt=0, description="The same once a merge is "
+                                                                                    "authorized and waits for "
+                                                                                    "green checks.")
 
     @model_validator(mode="after")
     def _watch_cadence_order(self) -> PolicySettings:
@@ -330,27 +404,33 @@ class EvidenceSettings(_Model):
     Default: ``<work_dir>/evidence`` on the worker's disk (sandbox). Production: an object store such as
     ``s3://bucket/gpu-rl-builder/evidence`` (needs ``s3fs``; credentials from the environment/IAM, never here)."""
 
-    url: str | None = None
-    storage_options: dict[str, str | int | float | bool] = Field(default_factory=dict)  # non-secret only
+    url: str | None = Field(None, description="An fsspec URL (s3://… needs the `s3` extra); default: "
+                                              "`<work_dir>/evidence`.")
+    storage_options: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="fsspec options, non-secret only (e.g. endpoint_url); credentials come "
+                                          "from the environment/IAM.")
 
 
 class ArchBuildSettings(_Model):
     """How one architecture's build job is launched when the ops doc does not say (it wins when it does)."""
 
-    cluster: str
-    priority: str = "interactive"
-    cpu: float
-    memory: str  # Iris CLI units: "512GB"
-    disk: str
-    gpu: str | None = None  # arm64: one GB200 forces a Grace host
-    max_retries: int = 0
-    timeout_s: int
+    cluster: str = Field(description="The configured cluster (`[clusters.<name>]`) that builds this "
+                                     "architecture.")
+    priority: str = Field("interactive", description="Iris priority band (production, interactive, batch).")
+    cpu: float = Field(description="CPUs of the build job.")
+    memory: str = Field(description='Memory of the build job, in Iris CLI units ("512GB").')
+    disk: str = Field(description='Disk of the build job ("400GB").')
+    gpu: str | None = Field(None, description='GPU request, e.g. "GB200x1" (on arm64 it forces a Grace host).')
+    max_retries: int = Field(0, description="Iris-level task retries of the build job.")
+    timeout_s: int = Field(description="The build job's per-task timeout.")
 
 
 class BoundaryRuleSettings(_Model):
-    glob: str
-    rebuild: bool
-    reaches: str = ""
+    """One rule of the rebuild boundary: does a change under ``glob`` need a new image."""
+
+    glob: str = Field(description="Paths (glob) of the MarinSkyRL repository this rule covers.")
+    rebuild: bool = Field(description="Whether a change there needs a new image.")
+    reaches: str = Field("", description="What the change reaches (shown as the reason).")
 
 
 def _default_architectures() -> dict[str, ArchBuildSettings]:
@@ -382,33 +462,44 @@ class BuildSettings(_Model):
     which one was used (``config:build.<key>``) and reports where prose and configuration differ.
     """
 
-    task_image: str = "docker.io/library/ubuntu:22.04"
-    no_sync: bool = True  # the Ubuntu task image has no uv
-    enable_extra_resources: bool = True
-    job_name: str = "gpurl-kaniko-${ARCH}-${VARIANT}-${SHORT_SHA}"
-    script_env_var: str = "BUILD_B64"
+    task_image: str = Field("docker.io/library/ubuntu:22.04", description="The Iris task image the build script "
+                                                                        "runs in.")
+    no_sync: bool = Field(True, description="Submit with --no-sync (the Ubuntu task image has no uv).")
+    enable_extra_resources: bool = Field(True, description="Submit with --enable-extra-resources.")
+    job_name: str = Field("gpurl-kaniko-${ARCH}-${VARIANT}-${SHORT_SHA}", description="The Iris job name "
+                                                                                    "template.")
+    script_env_var: str = Field("BUILD_B64", description="The variable carrying the build script (base64) into "
+                                                         "the job.")
     command: list[str] = Field(default_factory=lambda: [
-        "bash", "-lc", 'f=$(mktemp) && echo "$BUILD_B64" | base64 -d > "$f" && exec bash "$f"'])
+        "bash", "-lc", 'f=$(mktemp) && echo "$BUILD_B64" | base64 -d > "$f" && exec bash "$f"'],
+        description="The job's command (decodes and runs the script).")
     megatron_env: dict[str, str] = Field(
-        default_factory=lambda: {"INSTALL_MEGATRON": "1", "TAG_PREFIX": "gpu-rl-megatron"})
-    max_layer_bytes: int = 8 * 10**9  # "approximately 8 GB"
-    warn_layer_bytes: int = 4 * 10**9
-    min_layers: int = 20
-    architectures: dict[str, ArchBuildSettings] = Field(default_factory=_default_architectures)
-    deploy_boundary: list[BoundaryRuleSettings] = Field(default_factory=_default_boundary)
+        default_factory=lambda: {"INSTALL_MEGATRON": "1", "TAG_PREFIX": "gpu-rl-megatron"},
+        description="Extra job environment of the megatron variant.")
+    max_layer_bytes: int = Field(8 * 10**9, description='Validation fails a layer above this ("approximately '
+                                                        '8 GB").')
+    warn_layer_bytes: int = Field(4 * 10**9, description="Validation warns about a layer above this.")
+    min_layers: int = Field(20, description="Validation fails an image with fewer layers.")
+    architectures: dict[str, ArchBuildSettings] = Field(default_factory=_default_architectures,
+                                                        description="Job shape per architecture (`[build."
+                                                                    "architectures.<arch>]`).")
+    deploy_boundary: list[BoundaryRuleSettings] = Field(default_factory=_default_boundary,
+                                                        description="The rebuild boundary of scheduled checks, "
+                                                                    "first matching rule wins.")
 
 
 class ServiceConfig(_Model):
-    work_dir: str  # worktrees, bundles and mirrors (scratch: may be lost with the worker)
-    temporal: TemporalSettings = TemporalSettings()
-    repos: RepoSettings
-    clusters: dict[str, ClusterSettings]
-    registry: RegistrySettings
-    github: GitHubSettings | None = None
-    operators: OperatorSettings = OperatorSettings()
-    policy: PolicySettings = PolicySettings()
-    evidence: EvidenceSettings = EvidenceSettings()
-    build: BuildSettings = BuildSettings()
+    work_dir: str = Field(description="Worktrees, bundles and mirrors (scratch: may be lost with the worker).")
+    temporal: TemporalSettings = Field(TemporalSettings(), description="How to reach Temporal.")
+    repos: RepoSettings = Field(description="The repositories a build reads and writes.")
+    clusters: dict[str, ClusterSettings] = Field(description="The Iris clusters, by name (`[clusters.<name>]`).")
+    registry: RegistrySettings = Field(description="The image registry.")
+    github: GitHubSettings | None = Field(None, description="GitHub: the PR with the pin table, issue comments, "
+                                                            "required checks, the merge.")
+    operators: OperatorSettings = Field(OperatorSettings(), description="Who may authorize a merge and decide.")
+    policy: PolicySettings = Field(PolicySettings(), description="Retry budgets and timers.")
+    evidence: EvidenceSettings = Field(EvidenceSettings(), description="Where logs and diagnostics are kept.")
+    build: BuildSettings = Field(BuildSettings(), description="Fallbacks for what the ops doc does not state.")
 
     def evidence_url(self) -> str:
         """The evidence store's root URL (``[evidence] url``, else ``<work_dir>/evidence``)."""
