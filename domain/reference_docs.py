@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from domain.config_reference import configuration_markdown
+from domain.troubleshooting import troubleshooting_markdown
 
 GENERATED: dict[str, Callable[[], str]] = {
     "docs/configuration.md": configuration_markdown,
+    "docs/troubleshooting.md": troubleshooting_markdown,
 }

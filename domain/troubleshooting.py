@@ -1,0 +1,249 @@
+"""The operators' troubleshooting page (docs/troubleshooting.md): every failure class, wait and stage
+the service reports, what it means, whether the service retries it, and the exact next step.
+
+Why here and generated: the classes live in code (domain/failures.py, domain/outcome.py, the
+workflows); the page takes the retry behaviour from ``decide_retry`` and the default budget, the
+hints from ``failures.HINTS``, the boundary next steps from ``outcome.BOUNDARY_FAILURES`` and the
+commands from ``outcome``'s command builders, so it says what the code does. A class, wait kind or
+stage without an entry fails tests/docs/test_reference_docs.py.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+
+from domain import failures, outcome
+from domain.config import PolicySettings
+from domain.models import Stage, WaitingReason
+
+WID, TARGET = "WID", "TARGET"
+
+
+def _cmd(text: str) -> str:
+    """A command from outcome's builders, with placeholders for the workflow id and target."""
+    return f"`{text.replace(WID, '<workflow-id>').replace(TARGET, '<target>')}`"
+
+
+DECIDE_RETRY = _cmd(outcome.decide_command(WID, TARGET, "retry"))
+DECIDE_ABORT = _cmd(outcome.decide_command(WID, TARGET, "abort"))
+RECHECK = _cmd(outcome.recheck_command(WID, TARGET))
+RESUME = _cmd(outcome.resume_command(WID))
+APPROVE = _cmd(outcome.approve_command(WID))
+LOGS = f"`{outcome.STARTER} logs <workflow-id> <target>`"
+REPORT = f"`{outcome.STARTER} report <workflow-id>`"
+BUILD_AGAIN = "the `build` command the report's next step prints"
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    meaning: str
+    next_step: str
+    retried: str = ""  # what the service does by itself, if anything
+
+
+def _retry_text(cls: failures.FailureClass) -> str:
+    """What ``decide_retry`` does with a first failure of ``cls`` under the default budget."""
+    budget = PolicySettings().retry_budget
+    c = failures.Classification(failure_class=cls, reasons=[], retryable_by_default=cls in failures.RETRYABLE,
+                                operator_hint="")
+    match failures.decide_retry(c, {}, budget):
+        case "retry" if cls is failures.FailureClass.CONTROLLER_BLIP:
+            return "not a failure: the job is observed again, no budget used"
+        case "retry":
+            return (f"resubmitted automatically up to {budget[str(cls)]} times (`policy.retry_budget.{cls}`); "
+                    "then the target fails")
+        case "ask_operator":
+            return "the target waits for an operator's decision (`operator_decision` below)"
+        case _:
+            return "never retried: the target fails at once"
+
+
+# Target failure classes (domain/failures.py): the job's own outcome, classified from Iris, Kubernetes
+# and the log. The hint is the one reports and `follow` show.
+_TARGET_NEXT = {
+    failures.FailureClass.PREEMPTION: f"nothing while the budget lasts; after it, build again (the cache is kept) "
+                                      f"or {RESUME}",
+    failures.FailureClass.WORKER_LOSS: f"nothing while the budget lasts; after it, read the captured pod events "
+                                       f"({LOGS}), then {RESUME}",
+    failures.FailureClass.OOM: f"raise the job's memory (`build.architectures.<arch>.memory` or the ops doc), run "
+                               f"{DECIDE_ABORT}, then build again; {DECIDE_RETRY} only if the cause was passing",
+    failures.FailureClass.REGISTRY_TRANSIENT: f"nothing while the budget lasts; after it, check the registry, "
+                                              f"then {RESUME}",
+    failures.FailureClass.INPUT_ERROR: f"read the failing line ({LOGS}), fix the variable, pin, wheel or MANIFEST "
+                                       f"it names in MarinSkyRL at the build commit, then run {BUILD_AGAIN}",
+    failures.FailureClass.ASSERTION_FAILURE: f"read the failing step ({LOGS}); fix the pins or extras upstream, "
+                                             f"then run {BUILD_AGAIN}",
+    failures.FailureClass.TIMEOUT: f"a job: check its last marker in {LOGS}; if it was still progressing raise "
+                                   f"`build.architectures.<arch>.timeout_s` (or the ops doc's), then "
+                                   f"{DECIDE_ABORT} and build again, else {DECIDE_RETRY}. A service step: read the "
+                                   f"failed step's event in the history (Temporal UI), then {RESUME}",
+    failures.FailureClass.UNSCHEDULABLE: f"compare the request (cpu, memory, gpu, architecture) with the cluster's "
+                                         f"capacity and queue; {DECIDE_RETRY} once capacity is there, or "
+                                         f"{DECIDE_ABORT}",
+    failures.FailureClass.CONTROLLER_BLIP: "nothing; if `follow` keeps showing `controller unreachable`, check the "
+                                           "cluster's `controller_url` or port-forward (`kubeconfig`, `kube_context`)",
+    failures.FailureClass.UNKNOWN: f"read the log and the evidence ({LOGS}, "
+                                   f"`{outcome.STARTER} evidence <workflow-id>`), then {DECIDE_RETRY} or "
+                                   f"{DECIDE_ABORT}",
+}
+_TARGET_MEANING = {
+    failures.FailureClass.TIMEOUT: "The job's per-task timeout expired (Iris: `Execution timeout exceeded`); "
+                                   "also the class of a service step that exceeded its Temporal timeout.",
+}
+
+
+def _boundary(error_type: str, meaning: str, then: str) -> Entry:
+    failure_class, what_to_do = outcome.BOUNDARY_FAILURES[error_type]
+    return Entry(failure_class, f"{meaning} (`{error_type}`).", f"{what_to_do}; then {then}",
+                 "never retried: stopped at once" if failure_class != "unreachable" else
+                 "retried with backoff for the step's budget (about 30 minutes; 2 hours for the merge wait)")
+
+
+_AGAIN = f"{RESUME} (validated targets are adopted) or {BUILD_AGAIN}"
+
+# Failure classes of the pipeline and of a target's own steps and waits (domain/outcome.py, the workflows).
+SERVICE_CLASSES = [
+    Entry("input", "The request or the build contract was refused before anything was submitted: a flag, a "
+                   "configuration key, or a file at the build commit (`InputError`, `ContractError`, ...). "
+                   "Exit code 2.",
+          f"the next step names the `file:line`, configuration key or flag: fix it, then run {BUILD_AGAIN}",
+          "never retried"),
+    _boundary("AuthenticationFailed", "A credential was refused", _AGAIN),
+    _boundary("PermissionDenied", "A credential lacks a permission", _AGAIN),
+    _boundary("NotFound", "A repository, branch, package or file the step needs does not exist or is not "
+                          "visible to the credential", _AGAIN),
+    _boundary("MissingTool", "An executable the worker runs is missing", _AGAIN),
+    _boundary("Conflict", "A branch or work directory holds something else", _AGAIN),
+    _boundary("NotAuthorized", "The caller of an operator command is not a configured operator",
+              "run the command again"),
+    _boundary("Transient", "A service (Iris, the registry, GitHub, git) stayed unreachable for the whole retry "
+                           "budget; exit code 3", _AGAIN),
+    Entry("internal", "A step failed with an error the service does not classify (an unexpected answer or a "
+                      "bug).",
+          f"read the failed step's event in the workflow's history (Temporal UI); fix the cause, then {_AGAIN}",
+          "retried by the step's retry policy first (bounded); this is its final error"),
+    Entry("cancelled", "An operator cancelled the build; its own Iris jobs were terminated (exact ids, nothing "
+                       "else).", f"nothing to clean up; to build again run {BUILD_AGAIN}"),
+    Entry("terminated", "The workflow was terminated outside the service (e.g. `temporal workflow terminate`).",
+          RESUME),
+    Entry("timed_out", "The workflow hit a Temporal execution timeout set outside the service.", RESUME),
+    Entry("visibility", "The image is built and valid but its package is private (the anonymous-pull gate); "
+                        "the target waits, it is never rebuilt.",
+          f"make the package public (GitHub → Packages → Package settings → Change visibility → Public), then "
+          f"{RECHECK}", "validated again every `policy.visibility_recheck_interval_s`"),
+    Entry("validation_inconclusive", "The registry gave no verdict on a check (5xx, 429, network): the target "
+                                     "waits (`registry_inconclusive`, then `registry_unreachable`).",
+          f"nothing while it retries; once the registry answers, {RECHECK}",
+          "validated again with backoff for `policy.validation_inconclusive_budget_s`, then every "
+          "`policy.visibility_recheck_interval_s`"),
+    Entry("validation", "A validation check failed (digest, platform, layer count or size, anonymous pull, OCI "
+                        "labels, log markers): the image is not recorded.",
+          f"read the failing check in {REPORT} (validation table), fix its cause upstream, then run {BUILD_AGAIN}",
+          "never retried"),
+]
+
+WAITS = {
+    "operator_decision": Entry("operator_decision", "A target's job failed in a way only an operator can judge "
+                                                    "(`unknown`, `oom`, `timeout`, `unschedulable`).",
+                               f"{DECIDE_RETRY} (resubmit) or {DECIDE_ABORT} (fail the target)",
+                               "fails after `policy.operator_decision_timeout_s`"),
+    "package_visibility": Entry("package_visibility", "Class `visibility`: the package is private.",
+                                f"make it public, then {RECHECK}"),
+    "registry_inconclusive": Entry("registry_inconclusive", "Class `validation_inconclusive`: validating again "
+                                                            "with backoff.", f"nothing; or {RECHECK}"),
+    "registry_unreachable": Entry("registry_unreachable", "The registry stayed silent past "
+                                                          "`policy.validation_inconclusive_budget_s`; the image is "
+                                                          "built and is not rebuilt.",
+                                  f"once the registry answers, {RECHECK}"),
+    "merge_checks": Entry("merge_checks", "The PR's required checks are not green yet (or changes are requested).",
+                          f"wait, or authorize now: {APPROVE} merges once they are green; `--override-check NAME "
+                          "--reason ...` merges past a check you judge not blocking"),
+    "merge_authorization": Entry("merge_authorization", "The PR is green and waits for a configured operator.",
+                                 f"{APPROVE} (or an `/approve-merge` comment, or an approving review)"),
+    "step_retrying": Entry("step_retrying", "A step failed and Temporal retries it with backoff; `follow` shows "
+                                            "the attempt and the last error.",
+                           "fix the cause the error names (a credential, a service); the retry is bounded and "
+                           "then the build fails with it"),
+}
+
+STAGES = {
+    Stage.QUEUED: "started, no worker has run it yet (`follow` says when no worker polls the task queue)",
+    Stage.LOADING: "reading the configuration and the last state",
+    Stage.PREPARING_SOURCE: "making the build commit (Harbor pin baked into every Dockerfile)",
+    Stage.PLANNING: "reading the build contract at the build commit and rehearsing the plan",
+    Stage.PLANNED: f"end of a `--plan`: nothing submitted; {REPORT} prints the plan",
+    Stage.SUBMITTING: "submitting the target's Iris job (a retried submit attaches to the same job)",
+    Stage.RUNNING: "the Iris job runs; `follow` shows its state and last marker",
+    Stage.CAPTURING: "the job failed: capturing its log, pod events and diagnostics, then classifying",
+    Stage.WAITING: "waiting for an operator or a service; the wait and its command are below",
+    Stage.VALIDATING: "validating the pushed image",
+    Stage.RECORDING: "writing the pin table commit, the PR and the issue comment",
+    Stage.AWAITING_MERGE: "the PR waits for green required checks and an operator's authorization",
+    Stage.MERGING: "merging the PR",
+    Stage.DONE: "end: every image validated and recorded (the PR merged); nothing to do",
+    Stage.FAILED: f"end: the failure class says why and the report gives the next step ({REPORT})",
+    Stage.CANCELLED: "end: cancelled by an operator (class `cancelled`)",
+}
+
+EXIT_CODES = [(0, "success, or the build runs (without `--follow`)"), (1, "the build or the command failed"),
+              (2, "bad input: a flag, the configuration, or a request the build contract refuses"),
+              (3, "a service (Temporal, Iris, the registry, GitHub) is unreachable")]
+
+
+def target_classes() -> list[Entry]:
+    return [Entry(str(c), _TARGET_MEANING.get(c, failures.HINTS[c]), _TARGET_NEXT[c], _retry_text(c))
+            for c in failures.FailureClass]
+
+
+def failure_classes() -> list[Entry]:
+    """Every BuildFailureClass value with its entry (a target's class, then the service's)."""
+    return target_classes() + SERVICE_CLASSES
+
+
+def wait_kinds() -> list[str]:
+    return list(typing.get_args(WaitingReason.model_fields["kind"].annotation))
+
+
+def troubleshooting_markdown() -> str:
+    out = [
+        "# Troubleshooting",
+        "",
+        "<!-- Generated by scripts/gen-docs from domain/troubleshooting.py (classes from domain/failures.py, "
+        "next steps and commands from domain/outcome.py); do not edit by hand. -->",
+        "",
+        "Where to look: `python starter.py follow <workflow-id>` (live), `python starter.py report <workflow-id>` "
+        "(how it ended: class, message, next step), `python starter.py logs <workflow-id> [target]` (the failing "
+        "line), `python starter.py evidence <workflow-id>`, and the Temporal UI's *Current Details*. "
+        "`python starter.py status --query \"BuildStage = 'waiting'\"` lists what waits for you.",
+        "",
+        "## Exit codes",
+        "",
+        "| Code | Meaning |",
+        "|---|---|",
+        *[f"| {code} | {text} |" for code, text in EXIT_CODES],
+        "",
+        "## Failure classes",
+        "",
+        "The `BuildFailureClass` search attribute, the report's `failure_class` and `follow`'s `[class]`.",
+    ]
+    for title, entries in (("A target's job", target_classes()), ("The service and its steps", SERVICE_CLASSES)):
+        out += ["", f"### {title}", ""]
+        for e in entries:
+            out += [f"#### `{e.name}`", "", e.meaning, ""]
+            if e.retried:
+                out += [f"- **The service:** {e.retried}."]
+            out += [f"- **Next step:** {e.next_step}.", ""]
+    out += ["## Waits", "", "A waiting build shows `waiting` and, in `follow`, the report and the UI, the exact "
+            "command that unblocks it.", ""]
+    for kind in wait_kinds():
+        e = WAITS[kind]
+        out += [f"### `{kind}`", "", e.meaning, ""]
+        if e.retried:
+            out += [f"- **The service:** {e.retried}."]
+        out += [f"- **Next step:** {e.next_step}.", ""]
+    out += ["## Stages", "", "The `BuildStage` search attribute (pipeline and targets).", "",
+            "| Stage | Meaning |", "|---|---|"]
+    out += [f"| `{s.value}` | {STAGES[s]} |" for s in Stage]
+    return "\n".join(out) + "\n"
