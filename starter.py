@@ -743,16 +743,29 @@ def decide(ctx, workflow_id, target, action, by, note):
 @click.argument("target")
 @click.pass_context
 def recheck(ctx, workflow_id, target):
-    """Re-run validation of TARGET now (e.g. after making the package public). No rebuild."""
+    """Re-run validation of TARGET now (e.g. after making the package public). No rebuild.
+
+    Refused (exit 2, nothing sent) when TARGET is unknown, finished, or waits for something else."""
     config = _config(ctx)
 
     async def go():
+        from temporalio.client import WorkflowExecutionStatus
         from temporalio.service import RPCError
 
+        from domain.outcome import recheck_refusal
         from runtime import operator_client as oc
+        from runtime import search_attributes as sa
         from workflows.target import TargetBuildWorkflow
 
-        handle = await oc.target(await _client(config), workflow_id, target, running=True)
+        client = await _client(config)
+        handle = await oc.target(client, workflow_id, target)
+        desc = await oc.describe(client, handle.id)
+        attrs = desc.typed_search_attributes
+        refusal = recheck_refusal(workflow_id, target, running=desc.status == WorkflowExecutionStatus.RUNNING,
+                                  status=desc.status.name.lower() if desc.status else "unknown",
+                                  stage=attrs.get(sa.STAGE), failure_class=attrs.get(sa.FAILURE_CLASS))
+        if refusal:
+            _fail(printable(refusal), EXIT_USAGE)
         try:
             await handle.signal(TargetBuildWorkflow.recheck)
         except RPCError as e:

@@ -70,6 +70,29 @@ def recheck_command(workflow_id: str, key: str) -> str:
     return f"{STARTER} recheck {q(workflow_id)} {q(key)}"
 
 
+# The BuildFailureClass a target shows while a re-check can end its wait (workflows/target.py: a private
+# package, an inconclusive or unreachable registry). Any other wait, or none, has nothing to re-check.
+RECHECK_WAITS = frozenset({"visibility", "validation_inconclusive"})
+
+
+def recheck_refusal(workflow_id: str, key: str, *, running: bool, status: str, stage: str | None,
+                    failure_class: str | None) -> str | None:
+    """Why ``recheck`` cannot help ``key`` now (None: it can), read from the target's own state (its
+    execution status and search attributes: no worker needed), with what to do instead."""
+    if not running:
+        return (f"{key} has already finished ({status}{f', stage {stage}' if stage else ''}); nothing to re-check "
+                f"(`{STARTER} report {q(workflow_id)}`)")
+    if stage == Stage.WAITING.value and failure_class in RECHECK_WAITS:
+        return None
+    if stage == Stage.WAITING.value:
+        return (f"{key} is not waiting for package visibility or the registry but for an operator decision "
+                f"({failure_class or 'unknown'} failure); nothing sent — run `{decide_command(workflow_id, key)}` "
+                f"or `{decide_command(workflow_id, key, 'abort')}`")
+    return (f"{key} is not waiting for a re-check (stage {stage or 'unknown'}); nothing sent — a re-check "
+            f"applies while it waits for package visibility or the registry (`{STARTER} follow {q(workflow_id)}` "
+            "shows when)")
+
+
 def resume_command(workflow_id: str) -> str:
     """Run the failed build again as it was requested: every target already validated is adopted."""
     return f"{STARTER} resume {q(workflow_id)}"
