@@ -39,8 +39,11 @@ from domain.rehearsal import (
     StandinCall,
     evaluate,
     expected_build_args,
+    find_placeholder,
+    placeholder_forms,
     read_record,
     refusal,
+    rehearsal_placeholders,
     rehearsal_plan,
 )
 
@@ -50,8 +53,10 @@ STDERR_LINES = 12
 PATH = "/.rehearsal/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Records "<rc>\t<source>:<line>" for every bash process that exits: the DEBUG trap keeps the last
 # statement (skipping the trap's own firings while the EXIT trap runs, which report line 1).
+# __RH_LINES (exported) is the chain of calling lines down to this statement, read by the stand-ins.
 LINE_TRAP = r"""set -o functrace
-trap '[[ $LINENO == 1 && $BASH_COMMAND == "${__rh_cmd-}" ]] || { __rh_cmd=$BASH_COMMAND; __rh_line="${BASH_SOURCE[0]:-}:$LINENO"; }' DEBUG
+__rh_outer=${__RH_LINES:+$__RH_LINES|}
+trap '[[ $LINENO == 1 && $BASH_COMMAND == "${__rh_cmd-}" ]] || { __rh_cmd=$BASH_COMMAND; __rh_line="${BASH_SOURCE[0]:-}:$LINENO"; export __RH_LINES="$__rh_outer$__rh_line"; }' DEBUG
 trap '__rh_rc=$?; printf "%s\t%s\n" "$__rh_rc" "${__rh_line-}" > "$(mktemp /.rehearsal/exits/$$.XXXXXX)"' EXIT
 """
 
@@ -136,6 +141,9 @@ class Rehearsal:
         self.exit_code, self.stderr, self.calls, self.exits = exit_code, stderr, calls, exits
         self.unrehearsable, self.seconds, self.timed_out = unrehearsable, seconds, timed_out
 
+    context: list[str] = []  # the build context's paths after the run ("dir/" for directories)
+    leaks: list[tuple[str, str]] = []  # (file, placeholder form) found in the build context
+
     def kaniko_calls(self) -> list[StandinCall]:
         return [c for c in self.calls if c.tool == "executor"]
 
@@ -160,22 +168,47 @@ def run(plan: RehearsalPlan, bundle_zip: Path, *, timeout_s: float = TIMEOUT_S) 
             os.killpg(proc.pid, signal.SIGKILL)
             _, err = proc.communicate()
         calls: list[StandinCall] = []
-        unrehearsable: list[str] = []
+        unrehearsable: list[StandinCall] = []
         for f in sorted((top / "rehearsal" / "records").iterdir()):
             rec = read_record(f.read_bytes())
             if rec is None:
                 continue
-            if f.name.endswith(".unrehearsable"):
-                unrehearsable.append(" ".join(rec.argv))
-            else:
-                calls.append(rec)
+            (unrehearsable if f.name.endswith(".unrehearsable") else calls).append(rec)
         exits: list[tuple[int, str]] = []
         for f in sorted((top / "rehearsal" / "exits").iterdir()):
             rc, _, where = f.read_text().strip().partition("\t")
             if rc.isdigit():
                 exits.append((int(rc), where))
-    return Rehearsal(proc.returncode, err.decode("utf-8", "replace"), calls, exits, unrehearsable,
-                     time.monotonic() - started, timed_out)
+        # The build context as kaniko sees it (before the temp dir goes): its paths, and any placeholder in it.
+        context, leaks = read_context(top / "app", placeholder_forms(rehearsal_placeholders(plan.env)))
+    r = Rehearsal(proc.returncode, err.decode("utf-8", "replace"), calls, exits, unrehearsable,
+                  time.monotonic() - started, timed_out)
+    r.context, r.leaks = context, leaks
+    return r
+
+
+def read_context(root: Path, forms: list[tuple[bytes, str]]) -> tuple[list[str], list[tuple[str, str]]]:
+    """Every path under ``root`` (directories with a trailing "/"), and (file, what) for each regular
+    file holding one of ``forms``. Links are listed, never followed."""
+    paths: list[str] = []
+    leaks: list[tuple[str, str]] = []
+    for d, dirs, files in os.walk(root):
+        rel = os.path.relpath(d, root)
+        prefix = "" if rel == "." else rel + "/"
+        paths += [f"{prefix}{x}/" for x in dirs]
+        for name in files:
+            paths.append(prefix + name)
+            full = os.path.join(d, name)
+            if os.path.islink(full) or not os.path.isfile(full):
+                continue
+            try:
+                with open(full, "rb") as fh:
+                    what = find_placeholder(fh.read(), forms)
+            except OSError:
+                continue
+            if what is not None:
+                leaks.append((prefix + name, what))
+    return sorted(paths), leaks
 
 
 def script_b64(text: str) -> str:
@@ -209,5 +242,6 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
             expected_args=expected_build_args(t, harbor_commit=harbor_commit, build_commit=contract.commit,
                                               wheel_source_var=contract.script.wheel_source_var,
                                               megatron=variant_env(contract, t.variant)),
-            dockerfile_defaults=dict(df.global_args) if df else {})
+            dockerfile_defaults=dict(df.global_args) if df else {}, dockerfiles=contract.dockerfiles,
+            context=r.context, leaks=r.leaks, script_text=script_text)
     return refusal(targets)

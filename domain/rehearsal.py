@@ -10,12 +10,19 @@ mean (the failing script line, every difference between the kaniko argv and the 
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
+import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
+from domain.redact import encoded_forms
+
 if TYPE_CHECKING:
     from domain.buildset import TargetSpec
+    from domain.contract.models import DockerfileContract, Stage
 
 # What a credential becomes in the rehearsal: never a real value, recognizable in any record.
 PLACEHOLDER = "rehearsal-placeholder-{secret}"
@@ -30,6 +37,9 @@ class StandinCall(BaseModel):
     tool: str
     cwd: str
     argv: list[str]
+    # "source:line" of the statement that ran the tool in every bash process above it, outermost first
+    # (the BASH_ENV trap exports it), so a call and a failure name the build script's own line.
+    lines: list[str] = Field(default_factory=list)
 
 
 class KanikoCall(BaseModel):
@@ -43,6 +53,8 @@ class KanikoCall(BaseModel):
     context: str | None = None
     platform: str | None = None  # --custom-platform (None: kaniko builds for its host)
     target: str | None = None
+    skip_unused_stages: bool = False
+    line: str | None = None  # the build script's file:line that ran it
 
 
 class Difference(BaseModel):
@@ -50,10 +62,15 @@ class Difference(BaseModel):
     planned: str
     script: str
     planned_source: str = ""
+    script_source: str = ""  # the script's file:line that asked for it
+    text: str = ""  # a difference that is not "the plan has X, the script Y" says itself
 
     def describe(self) -> str:
+        if self.text:
+            return self.text
         src = f" ({self.planned_source})" if self.planned_source else ""
-        return f"{self.field}: the plan has {self.planned}{src}, the script asked kaniko for {self.script}"
+        at = f" at {self.script_source}" if self.script_source else ""
+        return f"{self.field}: the plan has {self.planned}{src}, the script asked kaniko for {self.script}{at}"
 
 
 class RehearsalResult(BaseModel):
@@ -86,6 +103,7 @@ class RehearsalPlan(BaseModel):
     uname_m: str
     script_path: str  # repo path of the build script (for naming the failing line)
     script_env_var: str | None = None
+    script_text: str = ""  # the build script (to name a continued statement by its first line)
 
 
 def rehearsal_plan(target: TargetSpec, *, bundle_sha256: str, script_b64: str | None,
@@ -110,7 +128,6 @@ def rehearsal_plan(target: TargetSpec, *, bundle_sha256: str, script_b64: str | 
 
 # ----------------------------------------------------------------------------- reading the records
 
-_MULTI = {"destination", "build-arg"}
 _VALUED = {"destination", "build-arg", "cache-repo", "dockerfile", "context", "custom-platform", "target",
            "digest-file", "cache-dir", "cache-ttl", "image-name-with-digest-file", "label", "registry-mirror",
            "insecure-registry", "snapshot-mode", "verbosity", "push-retry", "image-fs-extract-retry",
@@ -130,7 +147,7 @@ def parse_kaniko_argv(argv: list[str]) -> KanikoCall:
             if name in _VALUED and i < len(argv):
                 value = argv[i]
                 i += 1
-            elif name == "cache":
+            elif name in ("cache", "skip-unused-stages"):
                 value = "true"
             else:
                 continue
@@ -151,16 +168,20 @@ def parse_kaniko_argv(argv: list[str]) -> KanikoCall:
             call.platform = value
         elif name == "target":
             call.target = value
+        elif name == "skip-unused-stages":
+            call.skip_unused_stages = value.lower() != "false"
     return call
 
 
 def read_record(data: bytes) -> StandinCall | None:
+    """A stand-in record: tool, cwd, the calling lines ("|"-joined), then the argv, NUL-separated."""
     parts = data.decode("utf-8", "replace").split("\0")
     if parts and parts[-1] == "":
         parts.pop()
-    if len(parts) < 2:
+    if len(parts) < 3:
         return None
-    return StandinCall(tool=parts[0], cwd=parts[1], argv=parts[2:])
+    lines = [x for x in parts[2].split("|") if x.rpartition(":")[0]]
+    return StandinCall(tool=parts[0], cwd=parts[1], lines=lines, argv=parts[3:])
 
 
 def _context_dir(context: str | None) -> str:
@@ -229,9 +250,22 @@ def expected_build_args(target: TargetSpec, *, harbor_commit: str, build_commit:
     return out
 
 
+def _statement_start(text: str, line: str) -> str:
+    """bash's LINENO of a command continued over lines (`cmd \\`) is not always its first line: walk back."""
+    if not text or not line.isdigit():
+        return line
+    lines, n = text.splitlines(), int(line)
+    while 1 < n <= len(lines) + 1 and lines[n - 2].rstrip().endswith("\\"):
+        n -= 1
+    return str(n)
+
+
 def script_line(source: str, line: str, plan: RehearsalPlan) -> str:
     """The repo file:line for a bash source path inside the rehearsal root."""
     prefix = IRIS_WORKDIR + "/"
+    own = source == prefix + plan.script_path or (plan.script_env_var and not source.startswith(prefix))
+    if own:
+        line = _statement_start(plan.script_text, line)
     if source.startswith(prefix):
         return f"{source[len(prefix):]}:{line}"
     if plan.script_env_var:  # the script decoded from its env carrier into a scratch file
@@ -270,27 +304,359 @@ def _script_exit(plan: RehearsalPlan, exits: list[tuple[int, str]]) -> tuple[int
     return (failed or own)[-1] if own else None
 
 
+def call_line(call: StandinCall, plan: RehearsalPlan) -> str | None:
+    """The build script's file:line that ran ``call`` (through any function or child process), else the
+    innermost line recorded."""
+    own = f"{IRIS_WORKDIR}/{plan.script_path}"
+    for where in call.lines:
+        source, _, line = where.rpartition(":")
+        if source == own or (plan.script_env_var and not source.startswith(IRIS_WORKDIR + "/")):
+            return script_line(source, line, plan)
+    if call.lines:
+        source, _, line = call.lines[-1].rpartition(":")
+        return script_line(source, line, plan)
+    return None
+
+
+# ----------------------------------------------------------------------------- every step compared
+
+_EXECUTOR_IMAGE = re.compile(r"(^|/)kaniko-project/executor([:@]|$)|/kaniko/executor([:@]|$)")
+# crane verbs that only ask whether an image exists (the stand-in says yes): a later read of what a probe
+# found is the script's own check, not a guess.
+_CRANE_PROBES = {"digest", "manifest", "config", "ls", "validate"}
+_CRANE_READS = {"export", "pull", "copy", "cp", "tag", "flatten", "append", "rebase", "mutate", "blob"}
+_CRANE_VALUED = {"--platform", "-t", "--tag", "--new_tag", "-b", "--base", "-f", "--new_layer", "--format",
+                 "-o", "--output", "--old_base", "--new_base", "--remote", "--tarball", "--annotation",
+                 "-a", "--label", "-l", "--entrypoint", "--cmd", "--env", "-e", "--user", "--workdir"}
+
+
+def _repository(ref: str) -> str:
+    ref = ref.partition("@")[0]
+    head, colon, tag = ref.rpartition(":")
+    return head if colon and "/" not in tag else ref
+
+
+def _same_image(a: str, b: str) -> bool:
+    def norm(r: str) -> str:
+        return r if "@" in r or ":" in r.rpartition("/")[2] else r + ":latest"
+    return norm(a) == norm(b) or ("@" in a and _repository(a) == _repository(b))
+
+
+def crane_images(argv: list[str]) -> tuple[str, list[str], list[str]]:
+    """(verb, images it reads, images it writes) of a crane command line."""
+    if not argv:
+        return "", [], []
+    verb, words, flags = argv[0], [], {}
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        i += 1
+        if a.startswith("-"):
+            name, eq, value = a.partition("=")
+            if not eq and name in _CRANE_VALUED and i < len(argv):
+                value = argv[i]
+                i += 1
+            flags.setdefault(name, []).append(value)
+            continue
+        words.append(a)
+    reads: list[str] = []
+    writes: list[str] = []
+    if verb in ("export", "digest", "manifest", "config", "ls", "flatten", "mutate", "tag", "blob", "rebase"):
+        reads += words[:1]
+    elif verb == "pull":
+        reads += words[:-1]
+    elif verb in ("copy", "cp"):
+        reads += words[:1]
+        writes += words[1:2]
+    elif verb == "push":
+        writes += words[1:2]
+    elif verb == "append":
+        reads += flags.get("-b", []) + flags.get("--base", [])
+    elif verb == "validate":
+        reads += flags.get("--remote", [])
+    if verb == "tag" and len(words) >= 2:
+        writes.append(f"{_repository(words[0])}:{words[1]}")
+    for f in ("-t", "--tag", "--new_tag"):
+        writes += flags.get(f, []) if verb in ("append", "flatten", "mutate", "rebase") else []
+    return verb, reads, writes
+
+
+def _substitute(text: str, values: dict[str, str | None]) -> str | None:
+    """``text`` with $X / ${X} replaced from ``values``; None when a variable has no value."""
+    missing = False
+
+    def one(m: re.Match) -> str:
+        nonlocal missing
+        v = values.get(m.group(1) or m.group(2))
+        if v is None:
+            missing = True
+            return ""
+        return v
+    out = re.sub(r"\$\{(\w+)\}|\$(\w+)", one, text)
+    return None if missing else out
+
+
+def _global_values(df: DockerfileContract, build_args: dict[str, str]) -> dict[str, str | None]:
+    return {**df.global_args, **{k: v for k, v in build_args.items() if k in df.global_args}}
+
+
+def _stage_of(df: DockerfileContract, ref: str) -> int | None:
+    for i, st in enumerate(df.stages):
+        if st.name == ref or str(i) == ref:
+            return i
+    return None
+
+
+def used_stages(df: DockerfileContract, call: KanikoCall) -> list[tuple[Stage, str | None]]:
+    """The stages a kaniko call builds (with --skip-unused-stages: what the target derives from or copies
+    from; else every stage up to the target), each with its resolved base (None when it is a stage)."""
+    values = _global_values(df, call.build_args)
+    target = _stage_of(df, call.target) if call.target else len(df.stages) - 1
+    if target is None:
+        return []
+
+    def base(i: int) -> str | None:
+        return _substitute(df.stages[i].base, values)
+
+    if call.skip_unused_stages:
+        want, todo = set(), [target]
+        while todo:
+            i = todo.pop()
+            if i in want:
+                continue
+            want.add(i)
+            deps = [base(i)] + [c.from_ for c in df.stages[i].copies if c.from_]
+            todo += [j for d in deps if d is not None and (j := _stage_of(df, d)) is not None and j < i]
+        order = sorted(want)
+    else:
+        order = list(range(target + 1))
+    out = []
+    for i in order:
+        b = base(i)
+        out.append((df.stages[i], None if b is not None and _stage_of(df, b) is not None else b))
+    return out
+
+
+def _known_images(dockerfiles: dict[str, DockerfileContract]) -> set[str]:
+    """Images the plan knows without a push: every base a Dockerfile names by its own defaults."""
+    known: set[str] = set()
+    for df in dockerfiles.values():
+        values = dict(df.global_args)
+        for st in df.stages:
+            b = _substitute(st.base, values)
+            if b and _stage_of(df, b) is None and b != "scratch":
+                known.add(b)
+            for c in st.copies:
+                if c.from_ and _stage_of(df, c.from_) is None:
+                    known.add(c.from_)
+    return known
+
+
+def _missing_sources(df: DockerfileContract, call: KanikoCall, context: Iterable[str]) -> list[Difference]:
+    """COPY/ADD sources of the stages this call builds that are not in the build context (one difference
+    per instruction)."""
+    paths = set(context)
+    dirs = {p.rstrip("/") for p in paths if p.endswith("/")}
+    files = {p for p in paths if not p.endswith("/")}
+    ctx = _context_dir(call.context)
+    out: list[Difference] = []
+    globals_ = _global_values(df, call.build_args)
+    for st, _ in used_stages(df, call):
+        values = {**globals_, **{k: call.build_args.get(k, v if v is not None else globals_.get(k))
+                                 for k, v in st.args.items()}}
+        for c in st.copies:
+            if c.from_:
+                continue
+            missing = []
+            for src in c.sources:
+                resolved = _substitute(src, values)
+                if resolved is None or re.match(r"^(https?|git)://|^git@", resolved):
+                    continue
+                rel = resolved.strip("/")
+                while rel.startswith("./"):
+                    rel = rel[2:]
+                if rel in ("", "."):
+                    continue
+                if any(ch in rel for ch in "*?["):
+                    found = any(fnmatch.fnmatchcase(p, rel) for p in files | dirs)
+                else:
+                    found = rel in files or rel in dirs
+                if not found:
+                    missing.append(src)
+            if missing:
+                what = ", ".join(missing)
+                out.append(Difference(
+                    field="COPY source", planned=f"{df.path}:{c.line}", script=what, script_source=call.line or "",
+                    text=f"{df.path}:{c.line}: `{c.instruction}` of {what}: not in the build context ({ctx} as the "
+                         f"script leaves it for the kaniko call at {call.line or 'an unknown line'}); kaniko fails "
+                         "there after the job started: commit the path (the bundle holds what git tracks) or fix it"))
+    return out
+
+
+def _nearest(ref: str, pushed: dict[str, str | None]) -> tuple[str, str | None] | None:
+    if not pushed:
+        return None
+    same = [p for p in pushed if _repository(p) == _repository(ref)] or list(pushed)
+    best = difflib.get_close_matches(ref, same, n=1, cutoff=0) or same[:1]
+    return best[0], pushed[best[0]]
+
+
+def compare_steps(calls: list[StandinCall], plan: RehearsalPlan, target: TargetSpec, *,
+                  expected_args: dict[str, tuple[str, str]], dockerfiles: dict[str, DockerfileContract],
+                  context: Iterable[str] | None) -> list[Difference]:
+    """Every kaniko and crane call in order, not only the final build: each build arg against the plan or
+    the Dockerfile pin, each platform against the plan, each image read against what an earlier step
+    pushed (or a probe found, or the plan knows), each COPY source against the build context."""
+    out: list[Difference] = []
+    pushed: dict[str, str | None] = {}  # image -> the line that pushed it
+    probed: set[str] = set()
+    known = _known_images(dockerfiles)
+    context = list(context) if context is not None else None
+    host = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}.get(plan.uname_m, plan.uname_m)
+    final = next((c for c in reversed(calls) if c.tool == "executor" and parse_kaniko_argv(c.argv).target is None),
+                 None)
+
+    def check_read(image: str, what: str, line: str | None, via: str = "") -> None:
+        if (_EXECUTOR_IMAGE.search(_repository(image)) or image in known
+                or any(_same_image(image, p) for p in [*pushed, *probed])):
+            return
+        near = _nearest(image, pushed)
+        earlier = (f"; the nearest earlier push is {near[0]}" + (f" (at {near[1]})" if near[1] else "")
+                   if near else "; no earlier step pushed any image")
+        out.append(Difference(
+            field="image read", planned=near[0] if near else "none", script=image, script_source=line or "",
+            text=f"{what} at {line or 'an unknown line'}{via} reads {image}, which no earlier step of the job pushed "
+                 f"and the plan does not know{earlier}: on the cluster it fails there, after every step before it "
+                 "(hours of compile) ran"))
+
+    for c in calls:
+        line = call_line(c, plan)
+        if c.tool == "crane":
+            verb, reads, writes = crane_images(c.argv)
+            for image in reads:
+                if verb in _CRANE_PROBES:
+                    probed.add(image)
+                else:
+                    check_read(image, f"`crane {verb}`", line)
+            for image in writes:
+                pushed.setdefault(image, line)
+            continue
+        if c.tool != "executor":
+            continue
+        k = parse_kaniko_argv(c.argv)
+        k.line = line
+        at = line or ""
+        earlier = c is not final  # the final call's planned values are compare_kaniko's
+        for name, value in k.build_args.items():
+            if name in expected_args:
+                if earlier and value != expected_args[name][0]:
+                    out.append(Difference(field=f"--build-arg {name}", planned=expected_args[name][0], script=value,
+                                          planned_source=expected_args[name][1], script_source=at))
+                continue
+            df = dockerfiles.get(_relative_dockerfile(k) or "")
+            if df is not None and name in df.pins and value != df.pins[name]:
+                out.append(Difference(
+                    field=f"--build-arg {name}", planned=df.pins[name], script=value, script_source=at,
+                    planned_source=f"{df.path}:{df.pin_lines.get(name, 0)}, the pin the PR records"))
+        if earlier and k.platform is not None and k.platform != target.kaniko_platform:
+            out.append(Difference(field="platform", planned=target.kaniko_platform, script=k.platform,
+                                  planned_source=target.provenance.get("kaniko_platform", ""), script_source=at))
+        elif earlier and k.platform is None and host != target.kaniko_platform:
+            out.append(Difference(field="platform", planned=target.kaniko_platform, script=f"{host} (its host)",
+                                  planned_source=target.provenance.get("kaniko_platform", ""), script_source=at))
+        df = dockerfiles.get(_relative_dockerfile(k) or "")
+        if df is not None:
+            for st, base in used_stages(df, k):
+                if base is not None and base != "scratch":
+                    check_read(base, "the kaniko call", line, via=f" (FROM at {df.path}:{st.line})")
+                for cp in st.copies:
+                    if cp.from_ and _stage_of(df, cp.from_) is None:
+                        check_read(cp.from_, "the kaniko call", line, via=f" (COPY --from at {df.path}:{cp.line})")
+            if context is not None:
+                out += _missing_sources(df, k, context)
+        for d in k.destinations:
+            pushed.setdefault(d, line)
+    kept: list[Difference] = []
+    for d in out:  # a COPY that two kaniko calls build is named once
+        if d.field != "COPY source" or not any((k.field, k.planned) == (d.field, d.planned) for k in kept):
+            kept.append(d)
+    return kept
+
+
+# ----------------------------------------------------------------------------- credentials in the context
+
+def placeholder_forms(placeholders: Iterable[str]) -> list[tuple[bytes, str]]:
+    """Every form a placeholder can take in a file (raw, URL-encoded, base64 at any alignment (redact's own
+    encoder list), hex), each with what it is: a build context holding any of them bakes the credential."""
+    out: list[tuple[bytes, str]] = []
+    for p in placeholders:
+        for f in encoded_forms(p):
+            kind = "raw" if f == p else "URL-encoded" if "%" in f else "base64"
+            out.append((f.encode(), f"{p} ({kind})"))
+        out += [(p.encode().hex().encode(), f"{p} (hex)"), (p.encode().hex().upper().encode(), f"{p} (hex)")]
+    return sorted(out, key=lambda x: len(x[0]), reverse=True)
+
+
+def find_placeholder(data: bytes, forms: list[tuple[bytes, str]]) -> str | None:
+    return next((what for form, what in forms if form in data), None)
+
+
+def rehearsal_placeholders(env: dict[str, str]) -> list[str]:
+    prefix = PLACEHOLDER.partition("{")[0]
+    return sorted({v for v in env.values() if v.startswith(prefix)})
+
+
+# ----------------------------------------------------------------------------- the verdict
+
+def _unrehearsable_here(unrehearsable: list, failing: str | None) -> str | None:
+    """What the failing statement could not have (a stood-in download at that very line), else None."""
+    for u in unrehearsable:
+        if isinstance(u, str):  # a record without lines: cannot be matched to the failing statement
+            continue
+        if failing is not None and failing in u.lines:
+            return " ".join(u.argv)
+    return None
+
+
 def evaluate(plan: RehearsalPlan, target: TargetSpec, *, exit_code: int, stderr: str, calls: list[StandinCall],
-             exits: list[tuple[int, str]], unrehearsable: list[str], seconds: float, timed_out: bool,
+             exits: list[tuple[int, str]], unrehearsable: list, seconds: float, timed_out: bool,
              timeout_s: float, expected_args: dict[str, tuple[str, str]],
-             dockerfile_defaults: dict[str, str | None]) -> RehearsalResult:
-    """One rehearsal's verdict from what the run recorded."""
-    tail = [s for s in stderr.splitlines() if "__rh_" not in s][-12:]
+             dockerfile_defaults: dict[str, str | None], dockerfiles: dict[str, DockerfileContract] | None = None,
+             context: Iterable[str] | None = None, leaks: list[tuple[str, str]] | None = None,
+             script_text: str = "") -> RehearsalResult:
+    """One rehearsal's verdict from what the run recorded.
+
+    ``unrehearsable``: stood-in downloads (StandinCall records); the run is "skipped" only when the
+    failing statement is one of them. ``context``: the build context's paths after the run (directories
+    end with "/"); ``leaks``: (file, what) for every credential placeholder found in it."""
+    if script_text:
+        plan = plan.model_copy(update={"script_text": script_text})
+    tail = [s for s in stderr.splitlines() if "__rh_" not in s and "__RH_" not in s][-12:]
     tools = summarize_tools(calls)
     kaniko = [c for c in calls if c.tool == "executor"]
     if timed_out:
         return RehearsalResult(status="failed", seconds=seconds, stderr_tail=tail, tools=tools,
                                reason=f"the script did not finish within {timeout_s:.0f} s with every network "
                                       "tool stood in (it waits for something the job would wait for too)")
-    final = next((parse_kaniko_argv(c.argv) for c in reversed(kaniko) if parse_kaniko_argv(c.argv).target is None),
-                 None)
+    final_call = next((c for c in reversed(kaniko) if parse_kaniko_argv(c.argv).target is None), None)
+    final = parse_kaniko_argv(final_call.argv) if final_call else None
+    if final is not None and final_call is not None:
+        final.line = call_line(final_call, plan)
+    if leaks:
+        ctx = _context_dir(final.context if final else None)
+        return RehearsalResult(
+            status="failed", seconds=seconds, exit_code=exit_code, stderr_tail=tail, tools=tools, kaniko=final,
+            reason="the script leaves a credential in the build context, which the image bakes (COPY): "
+                   + "; ".join(f"{ctx}/{f} holds {what}" for f, what in leaks)
+                   + " — write credentials outside the context (e.g. /kaniko/.docker)")
     if exit_code != 0:
         rec = _script_exit(plan, exits)
         line = script_line(rec[1], rec[2], plan) if rec else None
-        if unrehearsable:
+        needs = _unrehearsable_here(unrehearsable, f"{rec[1]}:{rec[2]}" if rec else None)
+        if needs is not None:
             return RehearsalResult(status="skipped", seconds=seconds, line=line, exit_code=exit_code,
                                    stderr_tail=tail, tools=tools,
-                                   reason=f"the script needs {unrehearsable[0]}" + (f" at {line}" if line else "")
+                                   reason=f"the script needs {needs}" + (f" at {line}" if line else "")
                                    + "; the steps after it were not rehearsed")
         return RehearsalResult(status="failed", seconds=seconds, line=line, exit_code=exit_code, stderr_tail=tail,
                                tools=tools, kaniko=final, reason=failure_reason(line, exit_code, tail))
@@ -299,6 +665,10 @@ def evaluate(plan: RehearsalPlan, target: TargetSpec, *, exit_code: int, stderr:
                                reason=f"the script exits 0 without running the kaniko executor ({KANIKO_EXECUTOR})")
     diffs = compare_kaniko(final, target, uname_m=plan.uname_m, expected_build_args=expected_args,
                            dockerfile_defaults=dockerfile_defaults)
+    for d in diffs:
+        d.script_source = d.script_source or final.line or ""
+    diffs += compare_steps(calls, plan, target, expected_args=expected_args, dockerfiles=dockerfiles or {},
+                           context=context)
     if diffs:
         return RehearsalResult(status="failed", seconds=seconds, exit_code=0, tools=tools, kaniko=final,
                                differences=diffs, reason="; ".join(d.describe() for d in diffs))

@@ -19,6 +19,7 @@ import pytest
 
 from domain.config import load_config
 from sandbox.git_remotes import seed_tree_remote
+from tests.contract.real import add_upstream_rest
 from worker import build_worker
 
 # ../shared beside the checkout (also from a worktree under /work/wt/<name>: the nearest ancestor holding it).
@@ -40,6 +41,7 @@ async def real_tree_service(stack, era: str, tag: str, *,
     """``stack`` (a ServiceStack from ``service_config``) re-pointed at a remote seeded from ``era``."""
     tree = stack.state_dir / f"tree-{era}"
     shutil.copytree(real_tree(era), tree)
+    add_upstream_rest(tree)  # what the real Dockerfiles COPY from a full checkout
     for rel, edit in (edits or {}).items():
         f = tree / rel
         if edit is None:

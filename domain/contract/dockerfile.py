@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import dockerfile as bk
 
 from domain.contract.errors import ContractError
-from domain.contract.models import ArchSpec, DockerfileContract, EchoLine, ScriptContract, Stage
+from domain.contract.models import ArchSpec, CopyStep, DockerfileContract, EchoLine, ScriptContract, Stage
 from domain.contract.shell import parse_bash, printed_lines, statements
 
 _LAYER = {"RUN", "COPY", "ADD"}
@@ -82,6 +82,8 @@ def parse_dockerfile(text: str, path: str) -> DockerfileContract:
                 stage.labels[key] = _unquote(value)
         elif ins in _LAYER:
             stage.layer_steps += 1
+            if ins in {"COPY", "ADD"}:
+                stage.copies.append(_copy_step(ins, c))
             if ins == "RUN" and not c.json:
                 scripts = [h.content for h in c.heredocs] if c.heredocs else [" ".join(c.value)]
                 for script in scripts:
@@ -89,6 +91,12 @@ def parse_dockerfile(text: str, path: str) -> DockerfileContract:
     if not stages:
         raise ContractError(path, 0, "at least one `FROM ...`")
     return DockerfileContract(path=path, pins=pins, pin_lines=pin_lines, global_args=global_args, stages=stages)
+
+
+def _copy_step(ins: str, c) -> CopyStep:
+    frm = next((f.partition("=")[2] for f in c.flags if f.startswith("--from=")), None)
+    words = [w for w in list(c.value)[:-1] if not w.startswith("<<")]  # the last word is the destination
+    return CopyStep(instruction=ins, sources=[_unquote(w) for w in words], from_=frm or None, line=c.start_line)
 
 
 def _run_markers(command: str, start: int, end: int, lines: list[str], stage: str, path: str) -> list[EchoLine]:

@@ -249,6 +249,16 @@ class EchoLine(BaseModel):
     source_text: str | None = None  # as written in the file (what a kaniko cache-hit line quotes)
 
 
+class CopyStep(BaseModel):
+    """A COPY/ADD: its sources (as written, may hold $VARS) and where they come from (the build context, or
+    ``from_`` a stage or image). Why kept: a source missing from the context fails kaniko after submission."""
+
+    instruction: str  # COPY | ADD
+    sources: list[str]
+    from_: str | None = None  # --from=<stage, index or image>
+    line: int
+
+
 class Stage(BaseModel):
     name: str
     base: str  # an image reference or another stage's name
@@ -258,6 +268,7 @@ class Stage(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)  # raw templates
     layer_steps: int = 0  # RUN / COPY / ADD instructions
     echoes: list[EchoLine] = Field(default_factory=list)
+    copies: list[CopyStep] = Field(default_factory=list)
 
 
 class DockerfileContract(BaseModel):

@@ -31,10 +31,14 @@ def real_tree(era: str) -> Path:
     return path
 
 
-def commit_tree(tmp_path: Path, era: str, edits: dict[str, Callable[[str], str]] | None = None) -> tuple[git.Repo, str]:
-    """Copy ``era`` into a fresh repository, apply ``edits`` (path -> text edit; None deletes), commit."""
+def commit_tree(tmp_path: Path, era: str, edits: dict[str, Callable[[str], str]] | None = None, *,
+                rest: bool = False) -> tuple[git.Repo, str]:
+    """Copy ``era`` into a fresh repository (``rest``: with UPSTREAM_REST beside it), apply ``edits`` (path ->
+    text edit; None deletes), commit."""
     dest = tmp_path / f"marinskyrl-{era}"
     shutil.copytree(real_tree(era), dest)
+    if rest:
+        add_upstream_rest(dest)
     for path, edit in (edits or {}).items():
         f = dest / path
         if edit is None:
@@ -68,3 +72,29 @@ def line_in(era: str, path: str, needle: str) -> int:
         if needle in text:
             return i
     raise AssertionError(f"{needle!r} not in {era}/{path}")
+
+
+# The rest of the upstream MarinSkyRL tree that the real Dockerfiles COPY (the shared copies keep only the
+# build-contract files): stand-in content at the upstream paths, so a rehearsal's build context holds what
+# a real checkout's bundle holds. Listed by hand from the upstream repository, not read from the Dockerfiles.
+UPSTREAM_REST = {
+    "pyproject.toml": '[project]\nname = "marinskyrl"\nversion = "0.0.0"\n',
+    "uv.lock": "version = 1\n",
+    "README.md": "# MarinSkyRL\n",
+    "LICENSE": "Apache License 2.0\n",
+    "chat_templates/README.md": "templates\n",
+    "cloud/__init__.py": "",
+    "cloud/iris/__init__.py": "",
+    "skyrl-train/pyproject.toml": '[project]\nname = "skyrl-train"\n',
+    "skyrl-gym/pyproject.toml": '[project]\nname = "skyrl-gym"\n',
+    "docker/sync_gpu_rl_env.sh": "#!/usr/bin/env bash\n",
+    "docker/validate_harbor_artifact_writer.py": "",
+    "docker/validate_gpu_rl_pip_check.sh": "#!/usr/bin/env bash\n",
+}
+
+
+def add_upstream_rest(dest: Path, skip: set[str] | frozenset[str] = frozenset()) -> None:
+    for rel, text in UPSTREAM_REST.items():
+        if rel not in skip and not (dest / rel).exists():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).write_text(text)

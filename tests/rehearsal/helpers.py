@@ -32,7 +32,7 @@ def planned(tmp_path: Path, era: str, edits=None, arches: list[str] | None = Non
         finally:
             real.REAL = saved
     else:
-        repo, sha = commit_tree(tmp_path, era, edits)
+        repo, sha = commit_tree(tmp_path, era, edits, rest=True)
     files = files_at(repo, sha)
     contract = load_contract(files, sha)
     harbor = next(iter(contract.dockerfiles.values())).pins["HARBOR_COMMIT"]
