@@ -260,6 +260,20 @@ class SourceActivities(ActivityGroup):
 
     @activity.defn
     async def plan_targets(self, inp: PlanTargetsInput) -> list[TargetSpec]:
+        try:
+            return await self._plan_targets(inp)
+        finally:
+            if inp.plan_only:  # nothing else reads them: the plan's answer is its report
+                await asyncio.to_thread(self._discard_plan_files, inp)
+
+    def _discard_plan_files(self, inp: PlanTargetsInput) -> None:
+        """A --plan's worktrees (prepared and rehearsal) and bundles; a retry re-creates them (same commit)."""
+        rid = inp.request_id or f"plan-{inp.build_commit[:12]}"
+        for path in (self.paths.worktree(rid), self.paths.worktree(f"{rid}-rehearsal"),
+                     self.paths.bundle(rid, inp.build_commit).parent):
+            shutil.rmtree(path, ignore_errors=True)
+
+    async def _plan_targets(self, inp: PlanTargetsInput) -> list[TargetSpec]:
         contract, lines_at = await asyncio.to_thread(self._contract_at_build_commit, inp)
         for arch, cluster in inp.request.clusters.items():
             if cluster not in self.config.clusters:

@@ -181,6 +181,8 @@ class PlanTargetsInput(BaseModel):
     # How to re-create the (not yet pushed) build commit on a worker that lacks the worktree.
     request_id: str = ""
     base_commit: str = ""
+    # A --plan: its worktree and bundles are removed when planning ends (a plan leaves nothing on disk).
+    plan_only: bool = False
 
 
 class PreflightInput(BaseModel):

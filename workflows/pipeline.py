@@ -242,7 +242,7 @@ class BuildPipelineWorkflow:
             SourceActivities.plan_targets,
             PlanTargetsInput(request=inp.request, build_commit=source.build_commit,
                              harbor_commit=source.harbor_commit, request_id=inp.request_id,
-                             base_commit=state.base_commit),
+                             base_commit=state.base_commit, plan_only=inp.plan_only),
             **options.PLAN_TARGETS,
             summary="resolve clusters and job specs for every (architecture, variant) from the build contract")
         self._refresh()
