@@ -156,6 +156,7 @@ def run(plan: RehearsalPlan, bundle_zip: Path, *, timeout_s: float = TIMEOUT_S) 
     with tempfile.TemporaryDirectory(prefix="gpu-rl-rehearsal-") as tmp:
         top = Path(tmp)
         _layout(top, bundle_zip, plan.uname_m)
+        unpacked = _stats(top / "app")  # the bundle as unpacked: the scan below reads only what the script wrote
         env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **plan.env, "BASH_ENV": "/.rehearsal/bash_env"}
         timed_out = False
         proc = subprocess.Popen([exe, *_root_args(top), "--", *plan.argv], stdin=subprocess.DEVNULL,
@@ -180,16 +181,28 @@ def run(plan: RehearsalPlan, bundle_zip: Path, *, timeout_s: float = TIMEOUT_S) 
             if rc.isdigit():
                 exits.append((int(rc), where))
         # The build context as kaniko sees it (before the temp dir goes): its paths, and any placeholder in it.
-        context, leaks = read_context(top / "app", placeholder_forms(rehearsal_placeholders(plan.env)))
+        context, leaks = read_context(top / "app", placeholder_forms(rehearsal_placeholders(plan.env)), unpacked)
     r = Rehearsal(proc.returncode, err.decode("utf-8", "replace"), calls, exits, unrehearsable,
                   time.monotonic() - started, timed_out)
     r.context, r.leaks = context, leaks
     return r
 
 
-def read_context(root: Path, forms: list[tuple[bytes, str]]) -> tuple[list[str], list[tuple[str, str]]]:
+def _stats(root: Path) -> dict[str, tuple[int, int]]:
+    out = {}
+    for d, _, files in os.walk(root):
+        for name in files:
+            st = os.lstat(os.path.join(d, name))
+            out[os.path.join(d, name)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def read_context(root: Path, forms: list[tuple[bytes, str]], unchanged: dict[str, tuple[int, int]] | None = None
+                 ) -> tuple[list[str], list[tuple[str, str]]]:
     """Every path under ``root`` (directories with a trailing "/"), and (file, what) for each regular
-    file holding one of ``forms``. Links are listed, never followed."""
+    file holding one of ``forms``; a file still as ``unchanged`` records it (the bundle from git) is not
+    read. Links are listed, never followed."""
+    unchanged = unchanged or {}
     paths: list[str] = []
     leaks: list[tuple[str, str]] = []
     for d, dirs, files in os.walk(root):
@@ -200,6 +213,9 @@ def read_context(root: Path, forms: list[tuple[bytes, str]]) -> tuple[list[str],
             paths.append(prefix + name)
             full = os.path.join(d, name)
             if os.path.islink(full) or not os.path.isfile(full):
+                continue
+            st = os.stat(full)
+            if unchanged.get(full) == (st.st_size, st.st_mtime_ns):
                 continue
             try:
                 with open(full, "rb") as fh:

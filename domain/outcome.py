@@ -20,6 +20,7 @@ from domain.models import (
     TargetBrief,
     WaitingReason,
 )
+from domain.rehearsal import PIN_OVERRIDE
 
 STARTER = "python starter.py"
 
@@ -146,6 +147,10 @@ def input_failure(error_type: str, message: str, request: BuildRequest, *, plan:
         step = (f"the upstream file is probably fine: gpu-rl-builder's parser ({parser.group(1)}) cannot read "
                 f"{f'`{loc}`' if loc else 'it'} yet — file an issue against gpu-rl-builder quoting this message "
                 f"(or build a commit it reads); {again}")
+    elif "rehearsal" in message and PIN_OVERRIDE in message:
+        step = ("the script overrides a Dockerfile pin with --build-arg (the image would bake another value than "
+                "the PR records): drop the override from the script, or change the pin in the Dockerfile and commit "
+                f"it, in the MarinSkyRL repository; {again}")
     elif "rehearsal" in message and "the script asked kaniko for" in message:
         step = ("the plan and what the script asks kaniko for differ: if the script is right, the service "
                 "misread it — file an issue against gpu-rl-builder (domain/contract/script.py) quoting this "

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 PLACEHOLDER = "rehearsal-placeholder-{secret}"
 IRIS_WORKDIR = "/app"  # where Iris unpacks the workspace bundle (reference/iris.md §5)
 KANIKO_EXECUTOR = "/kaniko/executor"
+PIN_OVERRIDE = "the pin the PR records"  # how a build arg overriding a Dockerfile pin is named (outcome.py)
 STANDIN_TOOLS = ("apt-get", "apt", "curl", "wget", "crane", "uv", "pip", "pip3", "python3", "python", "git", "hf",
                  "huggingface-cli", "aws", "gsutil", "uname")
 _UNAME = {"amd64": "x86_64", "arm64": "aarch64"}
@@ -557,7 +558,7 @@ def compare_steps(calls: list[StandinCall], plan: RehearsalPlan, target: TargetS
             if df is not None and name in df.pins and value != df.pins[name]:
                 out.append(Difference(
                     field=f"--build-arg {name}", planned=df.pins[name], script=value, script_source=at,
-                    planned_source=f"{df.path}:{df.pin_lines.get(name, 0)}, the pin the PR records"))
+                    planned_source=f"{df.path}:{df.pin_lines.get(name, 0)}, {PIN_OVERRIDE}"))
         if earlier and k.platform is not None and k.platform != target.kaniko_platform:
             out.append(Difference(field="platform", planned=target.kaniko_platform, script=k.platform,
                                   planned_source=target.provenance.get("kaniko_platform", ""), script_source=at))
@@ -572,7 +573,7 @@ def compare_steps(calls: list[StandinCall], plan: RehearsalPlan, target: TargetS
                 for cp in st.copies:
                     if cp.from_ and _stage_of(df, cp.from_) is None:
                         check_read(cp.from_, "the kaniko call", line, via=f" (COPY --from at {df.path}:{cp.line})")
-            if context is not None:
+            if context is not None and _context_dir(k.context) == IRIS_WORKDIR:  # the context the run kept
                 out += _missing_sources(df, k, context)
         for d in k.destinations:
             pushed.setdefault(d, line)

@@ -8,6 +8,8 @@ import base64
 
 import pytest
 
+from domain.buildset import BuildRequest, CompatibilityRequest
+from domain.outcome import input_failure
 from domain.rehearsal import crane_images, find_placeholder, placeholder_forms
 from tests.contract.real import line_in
 from tests.rehearsal.helpers import need_isolation, planned, rehearse
@@ -49,6 +51,10 @@ def test_a_pinned_arg_overridden_in_the_final_kaniko_call_refuses_naming_the_pin
         assert d.script_source == _line("exec /kaniko/executor")
         assert f"the plan has 2.11.0 ({d.planned_source}), the script asked kaniko for 2.10.0 at {d.script_source}" \
             in refusal
+    request = BuildRequest(architectures=["amd64", "arm64"],
+                           compatibility_request=CompatibilityRequest(requested_by="t", reason="r"))
+    assert input_failure("InputError", refusal, request).next_step.startswith(
+        "the script overrides a Dockerfile pin with --build-arg")
 
 
 def test_a_pinned_arg_overridden_in_the_earlier_wheel_call_refuses_naming_that_call(tmp_path):
