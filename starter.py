@@ -605,7 +605,7 @@ def status(ctx, query, all_kinds, limit, as_json):
         elif not rows:
             click.echo(f"no matching workflows ({full_query})")
         else:
-            tables.render(listing.STATUS_HEADERS, listing.status_table(rows))
+            tables.render(listing.STATUS_HEADERS, listing.status_table(rows), drop=listing.STATUS_DROP)
 
     _run(go())
 
@@ -950,7 +950,7 @@ def schedule_list(ctx, as_json):
         elif not rows:
             click.echo("no schedules (create one with `python starter.py schedule create ...`)")
         else:
-            tables.render(listing.SCHEDULE_HEADERS, listing.schedule_table(rows))
+            tables.render(listing.SCHEDULE_HEADERS, listing.schedule_table(rows), drop=listing.SCHEDULE_DROP)
 
     _run(go())
 

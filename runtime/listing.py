@@ -23,6 +23,9 @@ ALL_KINDS_QUERY = "WorkflowType IN ('BuildPipelineWorkflow', 'RebuildCheckWorkfl
 STATUS_HEADERS = ("workflow", "kind", "status", "stage", "failure class", "started (UTC)", "ended (UTC)",
                   "duration")
 SCHEDULE_HEADERS = ("schedule", "state", "runs", "next run (UTC)", "last run (UTC)", "last check", "note")
+# On a narrow terminal these columns go first, in this order, so the id (first column) is never cut.
+STATUS_DROP = ("kind", "ended (UTC)", "duration", "started (UTC)", "failure class", "status", "stage")
+SCHEDULE_DROP = ("note", "last run (UTC)", "runs", "next run (UTC)", "last check", "state")
 # (the last check's full decision and reasons: `schedule describe`, `report <check id>`)
 
 

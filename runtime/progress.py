@@ -18,6 +18,8 @@ from domain.terminal_text import printable, shorten
 HEARTBEAT_S = 45.0  # plain mode prints at least this often, even when nothing changes (promise: 60 s)
 JOB_ID_WIDTH = 30  # a longer job id is shortened in the middle; its state is never cut
 LIVE_MIN_REDRAW_S = 1.0  # the live table redraws on change only, at most once a second
+LIVE_HEADERS = ("target", "stage", "job", "elapsed", "last marker", "waiting for")
+LIVE_TABLE = {"show_edge": False, "pad_edge": False}  # four more columns of text on an 80-column terminal
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,29 @@ def rows(rep: PipelineReport | None, statuses: dict[str, TargetStatus | None]) -
     return out
 
 
+def live_layout(table: list[Row], width: int) -> tuple[list[str], list[list[str]]]:
+    """The live table's columns and cells at ``width``: the first layout that fits with the target uncut and
+    no word split (``tables.fit_columns``). All six columns; else without ``waiting for`` (the WAITING
+    lines under the table say it in full, with the command); else, for 80 columns, three columns whose
+    cells stack the rest (stage / elapsed, job / last marker). Nothing is dropped but the repeated wait."""
+    from runtime.tables import fit_columns
+
+    def job(r: Row) -> str:  # id and state on their own lines: a narrow column wraps between them
+        return r.job.replace(" ", "\n", 1)
+
+    layouts = [
+        (list(LIVE_HEADERS), [[r.target, r.stage, job(r), r.elapsed, r.marker, r.waiting] for r in table]),
+        (list(LIVE_HEADERS[:5]), [[r.target, r.stage, job(r), r.elapsed, r.marker] for r in table]),
+        (["target", "stage · elapsed", "job · last marker"],
+         [[r.target, f"{r.stage.replace(' [', chr(10) + '[')}\n{r.elapsed}", f"{job(r)}\n{r.marker}"]
+          for r in table]),
+    ]
+    for headers, cells in layouts:
+        if fit_columns(headers, cells, width, foldable=("waiting for",), **LIVE_TABLE) is not None:
+            return headers, cells
+    return layouts[-1]  # narrower still: rich folds what must be folded
+
+
 def shorten_middle(text: str, width: int) -> str:
     """``text`` at most ``width`` characters, cut in the middle (an ellipsis marks the cut)."""
     text = printable(text)
@@ -92,14 +117,52 @@ def retrying(pending: Iterable, target: str | None = None) -> list[WaitingReason
     return out
 
 
-def wait_lines(reasons: list[WaitingReason]) -> list[str]:
+def wait_lines(reasons: list[WaitingReason], width: int | None = None) -> list[str]:
+    """What each wait needs and the command that unblocks it. With ``width`` (a terminal) a command longer
+    than a line is split between arguments with shell continuations (`` \\``), so it pastes and runs as
+    it is and no id is ever broken; without (a log), one line each."""
     out = []
     for w in reasons:
         who = f"{w.target}: " if w.target else ""
         out.append(f"WAITING {who}{shorten(w.detail, 160)}")
-        if w.command:
-            out.append(f"  run: {printable(w.command)}")
+        if not w.command:
+            continue
+        command = printable(w.command)
+        if width is None or len(command) + 7 <= width:
+            out.append(f"  run: {command}")
+        else:
+            out += ["  run:", *(f"    {line}" for line in shell_lines(command, width - 4))]
     return out
+
+
+def shell_lines(command: str, width: int) -> list[str]:
+    """``command`` as lines of at most ``width`` characters joined by `` \\`` continuations, broken only
+    between shell words: a quoted argument with spaces (``'it'"'"'s a reason'``) stays whole, as
+    ``shlex.split`` decides (a run of space-separated pieces is one word once it splits as one)."""
+    import shlex
+
+    words: list[str] = []
+    piece = ""
+    for part in command.split(" "):
+        piece = f"{piece} {part}" if piece else part
+        try:
+            whole = len(shlex.split(piece)) <= 1
+        except ValueError:  # an open quote: the word goes on
+            whole = False
+        if whole and piece:
+            words.append(piece)
+            piece = ""
+    if piece:
+        words.append(piece)
+    lines: list[str] = []
+    line = ""
+    for word in words:
+        if line and len(line) + 1 + len(word) + 2 > width:
+            lines.append(line + " \\")
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return [*lines, line]
 
 
 class PlainView:
@@ -165,19 +228,18 @@ class LiveView:
         self.redraws = 0
 
     def render(self, wid: str, stage: str, table: list[Row], reasons: list[WaitingReason]):
+        """The build id on its own line (never inside the table, whose width could fold it), the table fitted
+        to the terminal (``live_layout``), then each wait with its command."""
         from rich.console import Group
-        from rich.table import Table
         from rich.text import Text
 
-        t = Table(title=Text(f"{wid} — {stage}  (changed {time.strftime('%H:%M:%S')})"), title_justify="left",
-                  expand=False)
-        for col in ("target", "stage", "job", "elapsed", "last marker", "waiting for"):
-            t.add_column(col, overflow="fold")
-        for r in table:
-            # job id and state on their own lines: a narrow terminal wraps the id, never splits the state
-            job = r.job.replace(" ", "\n", 1) if " " in r.job else r.job
-            t.add_row(Text(r.target), Text(r.stage), Text(job), Text(r.elapsed), Text(r.marker), Text(r.waiting))
-        return Group(t, *(Text(line) for line in wait_lines(reasons)))
+        from runtime.tables import rich_table
+
+        width = self.console.width
+        headers, cells = live_layout(table, width)
+        t = rich_table(headers, cells, **LIVE_TABLE)
+        head = Text(f"{wid} — {stage}  (changed {time.strftime('%H:%M:%S')})")
+        return Group(head, t, *(Text(line) for line in wait_lines(reasons, width)))
 
     def note(self, line: str) -> None:
         self.live.console.print(line, markup=False, highlight=False)
