@@ -55,6 +55,7 @@ class KanikoCall(BaseModel):
     platform: str | None = None  # --custom-platform (None: kaniko builds for its host)
     target: str | None = None
     skip_unused_stages: bool = False
+    no_push: bool = False  # --no-push: builds, pushes nothing
     line: str | None = None  # the build script's file:line that ran it
 
 
@@ -148,7 +149,7 @@ def parse_kaniko_argv(argv: list[str]) -> KanikoCall:
             if name in _VALUED and i < len(argv):
                 value = argv[i]
                 i += 1
-            elif name in ("cache", "skip-unused-stages"):
+            elif name in ("cache", "skip-unused-stages", "no-push"):
                 value = "true"
             else:
                 continue
@@ -171,6 +172,8 @@ def parse_kaniko_argv(argv: list[str]) -> KanikoCall:
             call.target = value
         elif name == "skip-unused-stages":
             call.skip_unused_stages = value.lower() != "false"
+        elif name == "no-push":
+            call.no_push = value.lower() != "false"
     return call
 
 
@@ -209,6 +212,9 @@ def compare_kaniko(call: KanikoCall, target: TargetSpec, *, uname_m: str,
     planned = [f"{target.image_repository}:{target.tag}"]
     if target.floating_tag:
         planned.append(f"{target.image_repository}:{target.floating_tag}")
+    if call.no_push:
+        out.append(Difference(field="push", planned=", ".join(planned), script="--no-push (nothing is pushed)",
+                              planned_source=p.get("tag", "")))
     if sorted(call.destinations) != sorted(planned):
         src = ", ".join(x for x in (p.get("tag"), p.get("floating_tag")) if x)
         out.append(Difference(field="destinations", planned=", ".join(planned),
@@ -575,7 +581,7 @@ def compare_steps(calls: list[StandinCall], plan: RehearsalPlan, target: TargetS
                         check_read(cp.from_, "the kaniko call", line, via=f" (COPY --from at {df.path}:{cp.line})")
             if context is not None and _context_dir(k.context) == IRIS_WORKDIR:  # the context the run kept
                 out += _missing_sources(df, k, context)
-        for d in k.destinations:
+        for d in [] if k.no_push else k.destinations:
             pushed.setdefault(d, line)
     kept: list[Difference] = []
     for d in out:  # a COPY that two kaniko calls build is named once

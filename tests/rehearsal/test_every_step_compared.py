@@ -168,3 +168,12 @@ def test_crane_reads_and_writes():
     assert crane_images(["copy", "r/a:1", "r/b:2"]) == ("copy", ["r/a:1"], ["r/b:2"])
     assert crane_images(["tag", "r/a:1", "two"]) == ("tag", ["r/a:1"], ["r/a:two"])
     assert crane_images(["digest", "r/a:1"]) == ("digest", ["r/a:1"], [])
+
+
+def test_no_push_pushes_nothing_for_a_later_read(tmp_path):
+    """An earlier kaniko call with --no-push: the wheel image crane reads next was never pushed."""
+    refusal, (t, *_), _ = _refused(tmp_path, {SCRIPT: _edit(WHEEL_GITSHA, WHEEL_GITSHA.replace(
+        '"$GITSHA" \\', '"$GITSHA" --no-push \\'))})
+    (d,) = t.rehearsal.differences
+    assert d.field == "image read" and d.script_source == _line('crane export --platform "$KANIKO_PLATFORM" "$WHEEL_IMAGE"')
+    assert "no earlier step pushed any image" in refusal
