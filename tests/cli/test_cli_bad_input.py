@@ -4,7 +4,6 @@ traceback, the right exit code (2 bad input, 1 refused/failed, 3 unreachable), a
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import json
 import os
@@ -18,6 +17,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from domain.models import PipelineInput, RebuildCheckInput
 from tests.cli.starter_cli import starter, starters
 from tests.cli.test_cli_attach import PipelineStandin, _idle_queue_config, _queue_of
+from tests.visibility import workflows_started_on
 from tests.workflows.standins import request
 from workflows.pipeline import BuildPipelineWorkflow
 from workflows.rebuild import RebuildCheckWorkflow
@@ -35,11 +35,6 @@ def one_line_error(ran, code: int, *needles: str) -> None:
     assert "Traceback" not in ran.text
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
-
-
-async def _workflows_on(client, queue: str) -> list[str]:
-    await asyncio.sleep(1.0)  # visibility is eventually consistent: give a wrong start time to show up
-    return [wf.id async for wf in client.list_workflows(f"TaskQueue = '{queue}'")]
 
 
 def _branches(url: str) -> set[str]:
@@ -71,7 +66,7 @@ async def test_bad_operator_text_is_refused_before_anything_is_started(service_c
     ran = await starters(cfg, *(args for args, _ in cases))  # independent: side by side, checked one by one
     for (_, needle), result in zip(cases, ran, strict=True):
         one_line_error(result, 2, needle)
-    assert await _workflows_on(s.client, s.task_queue) == []
+    assert await workflows_started_on(s.client, s.task_queue) == []
     assert [sc async for sc in await s.client.list_schedules() if sc.id == "s-bad"] == []
 
 
@@ -165,8 +160,7 @@ async def test_unknown_architecture_exits_2_with_or_without_follow_and_submits_n
     assert _branches(s.remotes.marinskyrl_url) == before  # no build branch pushed
     # Every sandbox cluster declares its architecture, so the configuration alone refuses riscv64: no
     # pipeline was started (test_cli_plan_unreachable covers the refusal planning makes).
-    await asyncio.sleep(1.0)  # visibility is eventually consistent: give a wrong start time to show up
-    started = [wf.id async for wf in s.client.list_workflows(f"TaskQueue = '{s.task_queue}' AND StartTime >= '{since}'")]
+    started = await workflows_started_on(s.client, s.task_queue, since=since)
     assert started == [], started
 
 

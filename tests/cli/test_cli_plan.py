@@ -6,7 +6,6 @@ no branch on the remote. Secrets appear only as names.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 
@@ -15,6 +14,7 @@ import pytest
 from clients.iris import IrisClient
 from domain.models import PipelineReport
 from tests.cli.starter_cli import starter
+from tests.visibility import workflows_started_on
 
 pytestmark = pytest.mark.stack
 
@@ -24,18 +24,13 @@ def _refs(url: str) -> set[str]:
     return set(out.splitlines())
 
 
-async def _workflows_on(client, queue: str) -> list[str]:
-    return [wf.id async for wf in client.list_workflows(f"TaskQueue = '{queue}'")]
-
-
 async def test_build_without_request_flags_is_refused_and_starts_nothing(service_stack):
     s = service_stack
     refused = await starter(s.config_path, "build", "--arch", "amd64", "--variant", "standard")
     assert refused.code == 2
     assert "--requested-by" in refused.err and "--reason" in refused.err
     assert "workflow:" not in refused.out
-    await asyncio.sleep(1.0)  # visibility is eventually consistent; give a wrong start time to show up
-    assert await _workflows_on(s.client, s.task_queue) == []
+    assert await workflows_started_on(s.client, s.task_queue) == []
 
 
 async def test_plan_uses_the_new_build_commit_and_submits_nothing(service_stack):
@@ -74,7 +69,7 @@ async def test_plan_uses_the_new_build_commit_and_submits_nothing(service_stack)
         for t in rep.plan:
             assert await iris.list_jobs(prefix=f"/gpu-rl-builder/{t.job.job_name}") == []
     assert _refs(s.remotes.marinskyrl_url) == refs_before
-    assert await _workflows_on(s.client, s.task_queue) == [rep.workflow_id]
+    assert await workflows_started_on(s.client, s.task_queue) == [rep.workflow_id]
 
 
 async def _terminate_running(client, queue: str) -> None:
