@@ -121,7 +121,16 @@ class GateReader:
         approval = None
         if not pull.merged and pull.state == "open":
             approval = await self._github_approval(number, pull.head_sha, latest)
+        closed_by, branch_deleted = None, False
+        if not pull.merged:
+            # Someone else may have ended the wait: deleting the head branch closes the PR on GitHub (so a
+            # missing branch is asked about only once it is closed), and only the issue names who closed it.
+            if pull.state == "closed":
+                closed_by = (await gh.issue(number)).get("closed_by")
+                branch_deleted = not await gh.branch_exists(pull.head_ref)
         return ReviewState(
+            state=pull.state, head_ref=pull.head_ref, merged_by=pull.merged_by, closed_by=closed_by,
+            closed_at=pull.closed_at, branch_deleted=branch_deleted,
             head_sha=pull.head_sha, checks=v.state, failing_checks=v.failing, pending_checks=v.pending,
             optional_failing=v.optional_failing, overridden=v.overridden,
             required_checks=sorted(reported) if required.all_reported else required.names,

@@ -14,11 +14,13 @@ import time
 from datetime import UTC, datetime
 
 import git
+import httpx
 from temporalio import activity
 
 from activities.common import ActivityGroup, Heartbeater, input_error
 from activities.merge_gate import gate_reader, verify_operator
 from clients.child_env import child_env
+from clients.credentials import CredentialError, fetch_secret
 from clients.git_source import (
     DirtyWorktree,
     DivergedWorktree,
@@ -39,12 +41,31 @@ from clients.github import (
     RateLimited,
     comment_marker,
 )
-from clients.identity import github_auth
+from clients.identity import github_auth, registry_user
+from clients.image_validator import probe_anonymous_pull
+from clients.registry import (
+    Denied,
+    RegistryClient,
+    RegistryError,
+    scheme_for,
+    split_image_repository,
+)
+from clients.registry import NotFound as RegistryNotFound
+from clients.registry import Unauthorized as RegistryUnauthorized
 from domain.config import GitHubSettings
 from domain.contract import ContractError, load_contract
 from domain.github_pace import watch_pace
 from domain.issue_ref import parse_issue_ref
-from domain.models import MergeInput, PullRequestInfo, RecordInput, ReviewState, WatchInput
+from domain.models import (
+    MergeInput,
+    PinnedImage,
+    PullRequestInfo,
+    RecordInput,
+    RegistryDrift,
+    ReviewState,
+    WatchInput,
+)
+from domain.outcome import drift_markdown, pinned_images, registry_drift
 from domain.pins import PinEntry, PinTableError, update_pin_table
 from domain.redact import redact, redact_obj
 from domain.render import inert_markdown
@@ -83,7 +104,10 @@ class RecordActivities(ActivityGroup):
             raise input_error(f"refusing to pin targets without a validated digest: {', '.join(bad)}")
         async with Heartbeater():
             pin_commit, base_branch = await asyncio.to_thread(self._commit_pins, inp, gh_settings)
-        body = self._pr_body(inp)
+            # A tag moved (or a package made private) since validation: the pin stays the validated digest,
+            # and the PR says what the registry serves now (the merge wait holds the merge until it is fixed).
+            drift = await self.registry_drift(pinned_images(inp.targets)) or []
+        body = self._pr_body(inp, drift)
         title = f"Pin GPU-RL images built from {src.build_commit[:12]} (Harbor {src.harbor_commit[:12]})"
         async with gh:
             pull = await gh.ensure_pull(src.branch, base_branch, title, body)
@@ -169,7 +193,7 @@ class RecordActivities(ActivityGroup):
         except (ContractError, GitSourceError):
             return []
 
-    def _pr_body(self, inp: RecordInput) -> str:
+    def _pr_body(self, inp: RecordInput, drift: list[RegistryDrift] | None = None) -> str:
         src, req = inp.source, inp.request
         url = workflow_ui_url(self.config, inp.request_id)
         lines = ["Automated GPU-RL image build by gpu-rl-builder.", ""]
@@ -182,6 +206,8 @@ class RecordActivities(ActivityGroup):
                   f"- legacy image path, tracked for removal in {self.config.github.tracking_issue_url}"
                   if self.config.github else "", ""]
         lines += target_rows(inp.targets) + [""]
+        if drift:
+            lines += drift_markdown(drift) + [""]
         for t in inp.targets:
             v = t.validation
             if v:
@@ -196,6 +222,61 @@ class RecordActivities(ActivityGroup):
             # Upstream text: rendered inert like operator text (no HTML, mentions, closing keywords, links).
             lines += [f"- {inert_markdown(x)}" for x in src.harbor_diff.lines] or ["- no dependency change"]
         return "\n".join(lines)
+
+    # ------------------------------------------------------------------ the registry, as someone else left it
+    def _registry_credentials(self, image_repository: str) -> tuple[str, str] | None:
+        bound = self.config.registry.image_repository.partition("/")[0].lower()
+        if image_repository.partition("/")[0].lower() != bound:
+            return None  # the registry token is never sent to another host
+        try:
+            token = fetch_secret(self.config.registry.token, what="registry.token")
+            return registry_user(self.config, token), token
+        except CredentialError as e:
+            activity.logger.warning(f"checking pinned images without registry credentials: {e}")
+            return None
+
+    async def registry_drift(self, images: list[PinnedImage]) -> list[RegistryDrift] | None:
+        """What someone else changed in the registry since validation: each pinned tag still at its validated
+        digest, and that digest still anonymously pullable. None when the registry gave no clear answer (5xx,
+        429, network): the caller keeps what it knew, so a registry blip neither holds nor releases a merge."""
+        out: list[RegistryDrift] = []
+        for img in images:
+            try:
+                host, repo = split_image_repository(img.image_repository)
+            except ValueError:
+                continue
+            scheme = scheme_for(host, tuple(self.config.registry.insecure_hosts))
+            creds = await asyncio.to_thread(self._registry_credentials, img.image_repository)
+            at_tag: str | None = img.digest
+            anonymous, why = None, ""
+            try:
+                async with RegistryClient(host, scheme=scheme, credentials=creds, max_retries=1) as client:
+                    try:
+                        at_tag = (await client.head_manifest(repo, img.tag)).digest
+                    except RegistryNotFound:
+                        at_tag = None
+            except (RegistryUnauthorized, Denied) as e:
+                anonymous, why = False, str(e)  # our own read refused: the package is private to us too
+            except (RegistryError, httpx.HTTPError) as e:
+                activity.logger.warning(f"registry check of {img.image_repository}:{img.tag}: no answer ({e})")
+                return None
+            if anonymous is None and at_tag == img.digest:
+                probe = await probe_anonymous_pull(host, repo, img.digest, scheme=scheme, max_retries=1)
+                if probe.verdict == "inconclusive":
+                    return None
+                anonymous, why = probe.verdict == "pullable", probe.detail
+            if d := registry_drift(img, at_tag=at_tag, anonymous=anonymous, anonymous_detail=why):
+                out.append(d)
+        return out
+
+    async def _report_drift(self, gh: GitHubClient, inp: WatchInput, drift: list[RegistryDrift]) -> None:
+        """One PR comment per build about registry drift, edited as it changes (resolved: says so)."""
+        if not inp.request_id:
+            return
+        body = "\n".join(drift_markdown(drift)) if drift else (
+            "**Registry changed since validation**: resolved — the registry serves every pinned image as "
+            "validated again; the merge is no longer held by it.")
+        await gh.upsert_comment(inp.pr_number, comment_marker(f"registry-drift-{inp.request_id}"), body)
 
     # ------------------------------------------------------------------ watch + merge
     @activity.defn
@@ -213,10 +294,21 @@ class RecordActivities(ActivityGroup):
         every = policy.merge_watch_authorized_interval_s if inp.authorized else policy.merge_watch_interval_s
         started = time.monotonic()
         slowed: float | None = None  # when the watch last logged that it slowed down (monotonic)
+        drift = list(inp.last.registry_drift) if inp.last else []
+        looked: float | None = None  # when the registry was last asked (monotonic)
         async with gh:
             reader = gate_reader(gh, self.config)
             while True:
                 before = (gh.requests, gh.not_modified)
+                if inp.images and (looked is None or time.monotonic() - looked >= policy.merge_watch_registry_interval_s):
+                    # Pinned tags and visibility, as someone else may have left them (cheap HEADs, less often).
+                    looked = time.monotonic()
+                    seen = await self.registry_drift(inp.images)
+                    if seen is not None and seen != drift:
+                        activity.logger.warning(f"PR watch #{inp.pr_number}: registry drift now "
+                                                f"{[d.detail for d in seen] or 'resolved'}")
+                        await self._report_drift(gh, inp, seen)
+                    drift = drift if seen is None else seen
                 try:
                     state = await reader.state(inp.pr_number, inp.overrides)
                 except RateLimited as e:
@@ -228,6 +320,8 @@ class RecordActivities(ActivityGroup):
                     activity.heartbeat({"pr": inp.pr_number, "github": {"rate_limited_wait_s": round(wait)}})
                     await asyncio.sleep(wait)
                     continue
+                if drift:
+                    state = state.model_copy(update={"registry_drift": drift})
                 counted = (gh.requests - before[0]) - (gh.not_modified - before[1])
                 rate = gh.rate
                 pace = watch_pace(every, limit=rate and rate.limit, remaining=rate and rate.remaining,
@@ -268,6 +362,10 @@ class RecordActivities(ActivityGroup):
                 activity.logger.warning(f"merge of #{inp.pr_number} refused: "
                                         f"{auth.by if auth else 'nobody'} is not a configured operator")
                 return await reader.state(inp.pr_number, overrides)
+            # Once more right before merging: a tag moved since the watch last looked holds the merge.
+            if inp.images and (drift := await self.registry_drift(inp.images)):
+                activity.logger.warning(f"merge of #{inp.pr_number} held: {[d.detail for d in drift]}")
+                return (await reader.state(inp.pr_number, overrides)).model_copy(update={"registry_drift": drift})
             try:
                 await gh.merge_pull(inp.pr_number, inp.head_sha)
             except (HeadMoved, NotMergeable) as e:

@@ -113,6 +113,8 @@ class Pull(_Model):
     merged: bool = False
     mergeable: bool | None = None  # None while GitHub is still computing it
     merge_commit_sha: str | None = None
+    merged_by: str | None = None  # ``merged_by.login``: who merged it (GitHub names the person or the App's bot)
+    closed_at: str | None = None
 
     @classmethod
     def from_api(cls, d: dict[str, Any]) -> Pull:
@@ -128,6 +130,8 @@ class Pull(_Model):
             merged=bool(d.get("merged") or d.get("merged_at")),
             mergeable=d.get("mergeable"),
             merge_commit_sha=d.get("merge_commit_sha"),
+            merged_by=(d.get("merged_by") or {}).get("login"),
+            closed_at=d.get("closed_at"),
         )
 
 
@@ -660,9 +664,19 @@ class GitHubClient:
 
     async def issue(self, number: int) -> dict[str, Any]:
         """``GET /repos/{o}/{r}/issues/{n}``: number, state and ``locked`` (a locked issue takes comments
-        only from collaborators with push access)."""
+        only from collaborators with push access), and ``closed_by`` (a PR is an issue too: GitHub names
+        who closed it only here, not on the pull object)."""
         data = await self._json("GET", f"{self._r}/issues/{number}")
-        return {"number": data.get("number"), "state": data.get("state"), "locked": bool(data.get("locked"))}
+        return {"number": data.get("number"), "state": data.get("state"), "locked": bool(data.get("locked")),
+                "closed_by": (data.get("closed_by") or {}).get("login")}
+
+    async def branch_exists(self, branch: str) -> bool:
+        """``GET /repos/{o}/{r}/branches/{branch}``: 200 it exists, 404 ("Branch not found") it does not."""
+        try:
+            await self._json("GET", f"{self._r}/branches/{quote(branch, safe='')}")
+        except NotFound:
+            return False
+        return True
 
     # -- issue comments
 

@@ -388,6 +388,10 @@ class PolicySettings(_Model):
     merge_watch_authorized_interval_s: float = Field(default=2.0, gt=0, description="The same once a merge is "
                                                                                     "authorized and waits for "
                                                                                     "green checks.")
+    merge_watch_registry_interval_s: float = Field(
+        default=60.0, gt=0, description="While a PR waits for its merge, every pinned tag is checked this often "
+                                        "(still at the validated digest, still anonymously pullable): a tag moved "
+                                        "or deleted, or a package made private, by someone else holds the merge.")
 
     @model_validator(mode="after")
     def _watch_cadence_order(self) -> PolicySettings:

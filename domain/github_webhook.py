@@ -16,8 +16,10 @@ from pydantic import BaseModel, Field
 
 from domain.merge_gate import is_approve_command
 
-# The events that can change what the merge gate reads (checks, statuses, reviews, the PR and its head).
-WAKING_EVENTS = ("check_run", "check_suite", "status", "pull_request", "pull_request_review", "issue_comment")
+# The events that can change what the merge gate reads (checks, statuses, reviews, the PR and its head), or
+# end the wait from outside: ``pull_request`` closed (by hand, or merged) and ``delete`` of the build branch.
+WAKING_EVENTS = ("check_run", "check_suite", "status", "pull_request", "pull_request_review", "issue_comment",
+                 "delete")
 SIGNATURE_HEADER = "X-Hub-Signature-256"
 
 
@@ -68,10 +70,17 @@ def _str(value: Any) -> str | None:
 def pull_request_event(event: str, payload: dict[str, Any]) -> PullRequestEvent | None:
     """The PRs/branches a ``check_run``, ``check_suite``, ``status``, ``pull_request`` or
     ``pull_request_review`` payload is about (GitHub's shapes), or the PR an ``/approve-merge`` comment
-    was written on (``issue_comment``: its number only, a comment names no branch); None for any other
+    was written on (``issue_comment``: its number only, a comment names no branch), or the branch a
+    ``delete`` event deleted (``ref_type`` branch; a deleted tag wakes nothing); None for any other
     event or comment."""
     if event not in WAKING_EVENTS:
         return None
+    if event == "delete":  # a branch (or tag) deleted: the build whose branch it was reads GitHub now
+        ref = _str(payload.get("ref"))
+        if payload.get("ref_type") != "branch" or ref is None:
+            return None
+        repo = _str((payload.get("repository") or {}).get("full_name")) or ""
+        return PullRequestEvent(event=event, repo=repo, branches=[ref])
     if event == "issue_comment":
         issue, comment = payload.get("issue") or {}, payload.get("comment") or {}
         number = issue.get("number")

@@ -50,7 +50,7 @@ class WaitingReason(BaseModel):
     """What a build waits for and the exact operator command that unblocks it (None: nothing to run)."""
 
     kind: Literal["operator_decision", "package_visibility", "registry_inconclusive", "registry_unreachable",
-                  "merge_checks", "merge_authorization", "step_retrying"]
+                  "merge_checks", "merge_authorization", "step_retrying", "registry_drift"]
     target: str | None = None  # target key, or None for the pipeline itself
     detail: str  # one short sentence: what is needed
     command: str | None = None  # e.g. ``python starter.py recheck <wid> amd64-standard``
@@ -434,6 +434,7 @@ class PullRequestInfo(BaseModel):
     state: str = "open"
     merged: bool = False
     merge_commit: str | None = None
+    merged_by: str | None = None  # the GitHub login that merged it (by hand on GitHub, or the service's)
     pin_commit: str | None = None
     issue_comment_url: str | None = None
 
@@ -445,6 +446,26 @@ class GitHubApproval(BaseModel):
     via: Literal["review", "comment"]
     url: str | None = None
     verified: str  # how the login was found to be an operator: "config:operators.logins" or "team org/slug"
+
+
+class PinnedImage(BaseModel):
+    """A validated image the PR pins: the merge wait checks the registry still serves it as validated."""
+
+    key: str
+    image_repository: str
+    tag: str
+    digest: str
+
+
+class RegistryDrift(BaseModel):
+    """Someone else changed a pinned image in the registry after validation (domain/outcome.registry_drift)."""
+
+    key: str
+    image: str  # repository:tag
+    validated: str  # the digest the PR pins
+    kind: Literal["moved", "gone", "private"]
+    now: str | None = None  # the digest the tag points at now ("moved")
+    detail: str = ""
 
 
 class ReviewState(BaseModel):
@@ -465,6 +486,14 @@ class ReviewState(BaseModel):
     blocking_reviewers: list[str] = Field(default_factory=list)  # CHANGES_REQUESTED with write access
     ignored_reviewers: list[str] = Field(default_factory=list)  # CHANGES_REQUESTED without write access
     github_approval: GitHubApproval | None = None
+    # What someone else did outside the service (defaults: states recorded before these were read).
+    state: Literal["open", "closed"] = "open"
+    head_ref: str | None = None  # the PR's head branch (the build branch)
+    merged_by: str | None = None  # login that merged it, when GitHub says
+    closed_by: str | None = None  # login that closed it, when GitHub says (the issue's closed_by)
+    closed_at: str | None = None
+    branch_deleted: bool = False  # the head branch no longer exists
+    registry_drift: list[RegistryDrift] = Field(default_factory=list)  # pinned images changed since validation
 
 
 class WatchInput(BaseModel):
@@ -473,6 +502,8 @@ class WatchInput(BaseModel):
     last: ReviewState | None = None
     overrides: list[str] = Field(default_factory=list)  # required checks an operator overrode
     authorized: bool = False  # an authorization waits for green: poll at the faster cadence
+    images: list[PinnedImage] = Field(default_factory=list)  # checked in the registry while the PR waits
+    request_id: str = ""  # names the PR comment that reports registry drift
 
 
 class GitHubWake(BaseModel):
@@ -505,6 +536,7 @@ class MergeInput(BaseModel):
     pr_number: int
     head_sha: str
     authorization: MergeAuthorization | None = None  # re-verified by the merge activity (None: older runs)
+    images: list[PinnedImage] = Field(default_factory=list)  # checked once more right before merging
 
 
 class AuthorizeInput(BaseModel):

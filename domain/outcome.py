@@ -14,8 +14,11 @@ from domain.buildset import BuildRequest
 from domain.models import (
     FailureInfo,
     FailureRecord,
+    PinnedImage,
     PullRequestInfo,
     RebuildCheckResult,
+    RegistryDrift,
+    ReviewState,
     Stage,
     TargetBrief,
     WaitingReason,
@@ -239,6 +242,118 @@ def cancelled(request: BuildRequest) -> FailureInfo:
                        next_step=f"nothing to clean up; to build again run `{build_command(request)}`")
 
 
+# ----------------------------------------------------------------------------- done by someone else
+# Ways a build ends because someone outside the service ended what it waited for: they read as cancelled
+# (a person's decision, not an error), and the Temporal run fails so that `resume` may run it again.
+CLOSED_OUTSIDE_CLASSES = frozenset({"pr_closed", "branch_deleted"})
+
+
+def is_cancelled(failure: FailureInfo | None) -> bool:
+    return failure is not None and (failure.failure_class == "cancelled"
+                                    or failure.failure_class in CLOSED_OUTSIDE_CLASSES)
+
+
+def _by(login: str | None, at: str | None = None) -> str:
+    return (f" by {login}" if login else "") + (f" at {at}" if at else "")
+
+
+def closed_outside(rev: ReviewState, pr: PullRequestInfo, workflow_id: str) -> FailureInfo:
+    """The PR was closed unmerged, or its head (the build branch) deleted, by someone on GitHub while the
+    build waited for the merge. What an operator expects: the build stops at once saying who and when
+    (GitHub's ``closed_by``), merges nothing, and says how to take it up again if that was a mistake —
+    ``resume`` adopts the validated images (nothing is rebuilt), pushes the build branch again if it is
+    gone, and waits on the re-opened PR (or opens a new one)."""
+    resume = f"`{resume_command(workflow_id)}`"
+    keep = "otherwise nothing to clean up: the validated images stay in the registry, unpinned"
+    if rev.branch_deleted:
+        branch = rev.head_ref or "the build branch"
+        return FailureInfo(
+            failure_class="branch_deleted", error_type="BranchDeleted",
+            message=f"the build branch {branch} was deleted on GitHub outside the service, so GitHub closed "
+                    f"PR #{pr.number} unmerged{_by(rev.closed_by, rev.closed_at)}; nothing was merged",
+            next_step=f"if it should merge: run {resume} — it pushes {branch} again (the same commits), adopts "
+                      f"the validated images (nothing is rebuilt) and opens a PR again; {keep}")
+    return FailureInfo(
+        failure_class="pr_closed", error_type="PullRequestClosed",
+        message=f"PR #{pr.number} ({pr.url}) was closed unmerged on GitHub{_by(rev.closed_by, rev.closed_at)}, "
+                "outside the service; nothing was merged",
+        next_step=f"if it should merge: re-open PR #{pr.number} on GitHub, then run {resume} (the validated "
+                  f"images are adopted, nothing is rebuilt, and the build waits on the re-opened PR); {keep}")
+
+
+def merged_outside_message(pr: PullRequestInfo, rev: ReviewState) -> str:
+    """A PR merged by a person on GitHub (not by the service): the build is done, recording the merge."""
+    return (f"PR #{pr.number} was merged on GitHub{_by(rev.merged_by)}, outside the service, as "
+            f"{rev.merge_commit or 'an unreported merge commit'}; the pin table it merged holds the validated digests")
+
+
+def pinned_images(targets) -> list[PinnedImage]:
+    """What the PR pins: each validated target's repository, tag and digest."""
+    return [PinnedImage(key=t.key, image_repository=t.image_ref.rpartition(":")[0] if t.image_ref else "",
+                        tag=t.tag, digest=t.digest) for t in targets if t.status == "validated" and t.digest]
+
+
+def registry_drift(image: PinnedImage, *, at_tag: str | None, anonymous: bool | None,
+                   anonymous_detail: str = "") -> RegistryDrift | None:
+    """How the registry differs from what was validated: the tag gone (``at_tag`` None) or moved to another
+    digest, or the image no longer anonymously pullable (``anonymous`` False; None = not known)."""
+    ref = f"{image.image_repository}:{image.tag}"
+    if at_tag is None:
+        return RegistryDrift(key=image.key, image=ref, validated=image.digest, kind="gone",
+                             detail=f"{ref} no longer exists (the tag was deleted)")
+    if at_tag != image.digest:
+        return RegistryDrift(key=image.key, image=ref, validated=image.digest, kind="moved", now=at_tag,
+                             detail=f"{ref} now points at {at_tag}, not the validated {image.digest}")
+    if anonymous is False:
+        return RegistryDrift(key=image.key, image=ref, validated=image.digest, kind="private",
+                             detail=f"{ref} is no longer anonymously pullable ({anonymous_detail or 'private'})")
+    return None
+
+
+def drift_class(drift: list[RegistryDrift]) -> str | None:
+    """BuildFailureClass while the merge is held: ``tag_moved`` (moved or deleted), else ``visibility``."""
+    if not drift:
+        return None
+    return "tag_moved" if any(d.kind in ("moved", "gone") for d in drift) else "visibility"
+
+
+def drift_blocking(drift: list[RegistryDrift]) -> str:
+    """The merge gate's words for it (one clause, joined with the other blockers)."""
+    return "; ".join(f"registry changed since validation: {d.detail}" for d in drift)
+
+
+def drift_waiting(drift: list[RegistryDrift], pr: PullRequestInfo, workflow_id: str) -> WaitingReason:
+    """Why the merge is held and what unblocks it. Why hold rather than merge: the pin table names each
+    image by tag and digest; a tag moved (or deleted) by someone else would be merged as a lie about what
+    that tag serves, and an image no longer public breaks everyone who pulls the pin. The PR still pins
+    the validated digest. Why hold rather than end: restoring the tag (or the visibility) is one command,
+    after which the merge proceeds by itself; a move that was meant needs a rebuild, which ``resume``
+    after ``cancel`` does (the moved target is no longer adopted)."""
+    fixes = []
+    for d in drift:
+        if d.kind in ("moved", "gone"):
+            repo = d.image.rpartition(":")[0]
+            fixes.append(f"restore it: `skopeo copy --all docker://{repo}@{d.validated} docker://{d.image}`")
+        else:
+            fixes.append(f"make {d.image.rpartition(':')[0]} public again (GitHub → Packages → Package settings → "
+                         "Change visibility → Public)")
+    detail = (f"merge of PR #{pr.number} held: {'; '.join(d.detail for d in drift)}; the PR still pins the "
+              f"validated digest(s). To merge: {'; '.join(dict.fromkeys(fixes))} — the merge then proceeds by itself. "
+              f"If the change was meant: `{STARTER} cancel {q(workflow_id)}`, then `{resume_command(workflow_id)}` "
+              "rebuilds the changed target(s)")
+    return WaitingReason(kind="registry_drift", detail=detail)
+
+
+def drift_markdown(drift: list[RegistryDrift]) -> list[str]:
+    """The PR (body or comment) section about it: what changed, and that the pin is the validated digest."""
+    if not drift:
+        return []
+    out = ["**Registry changed since validation** (by someone outside the service). This PR pins the validated "
+           "digests; the merge is held until the registry serves them as validated again:", ""]
+    out += [f"- {d.key}: {d.detail}" for d in drift]
+    return out
+
+
 def waiting_line(w: WaitingReason) -> str:
     """One line: what is awaited and the command that unblocks it."""
     who = f"{w.target}: " if w.target else ""
@@ -259,6 +374,8 @@ def details_markdown(*, title: str, stage: Stage, targets: list[TargetBrief] | N
     if pull_request:
         merged = (f" — merged as `{pull_request.merge_commit}`" if pull_request.merge_commit
                   else " — merged" if pull_request.merged else "")
+        if pull_request.merged and pull_request.merged_by:
+            merged += f" by {pull_request.merged_by}"
         out += ["", f"**PR** [#{pull_request.number}]({pull_request.url}){merged}"]
     if targets:
         digest_col = bool(digests)
@@ -269,7 +386,7 @@ def details_markdown(*, title: str, stage: Stage, targets: list[TargetBrief] | N
     for w in waiting or []:
         out += ["", f"**Waiting** — {waiting_line(w)}"]
     if failure:
-        out += ["", f"**{'Cancelled' if failure.failure_class == 'cancelled' else 'Failed'}** "
+        out += ["", f"**{'Cancelled' if is_cancelled(failure) else 'Failed'}** "
                     f"({failure.failure_class}, {failure.error_type}"
                     + (f", `{failure.location}`" if failure.location else "") + f"): {failure.message}",
                 "", f"**Next step:** {failure.next_step}"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from domain.buildset import TargetSpec
 from domain.models import FileRef, PipelineReport, TargetResult
-from domain.outcome import waiting_line
+from domain.outcome import is_cancelled, waiting_line
 from domain.render import inert_markdown
 
 
@@ -93,7 +93,7 @@ def report_markdown(rep: PipelineReport) -> str:
     out = [f"# GPU-RL build `{rep.workflow_id}` — {rep.status}", ""]
     if rep.failure:
         f = rep.failure
-        out += [f"**{'Cancelled' if f.failure_class == 'cancelled' else 'Failed'}** ({f.failure_class}, "
+        out += [f"**{'Cancelled' if is_cancelled(f) else 'Failed'}** ({f.failure_class}, "
                 f"{f.error_type}" + (f", `{f.location}`" if f.location else "") + f"): {f.message}", "",
                 f"**Next step:** {f.next_step}", ""]
     elif rep.message:

@@ -1,4 +1,4 @@
-"""GitHub webhook receiver: a check, status, review or PR event wakes the build waiting on that PR.
+"""GitHub webhook receiver: a check, status, review, PR or branch-deletion event wakes the build on that PR.
 
 Why: the merge wait's PR watch polls GitHub (``policy.merge_watch_interval_s``, 2 s while an
 authorization waits for green); where GitHub can reach the worker, a delivery makes the watch read

@@ -26,12 +26,17 @@ refuses installation tokens as GitHub does. Tokens live in memory only, never in
 
 Webhooks as GitHub delivers them (``set_webhook``): a changed check run (``check_run``), commit status
 (``status``), review (``pull_request_review``), comment (``issue_comment``) or PR (``pull_request``: opened,
-edited, closed) is POSTed
-to the configured URL, in the background and in order, with GitHub's headers (``X-GitHub-Event``,
+edited, closed,
+reopened) or a deleted branch (``delete``) is POSTed to the configured URL, in the background and in order, with GitHub's headers (``X-GitHub-Event``,
 ``X-GitHub-Delivery``, ``X-Hub-Signature-256`` = HMAC-SHA256 of the body with the webhook secret) and
 payload shapes (the PRs a check or review belongs to, the branches a status's commit heads).
 ``webhook_deliveries`` lists each with the answer's status; ``redeliver`` sends one again with the same
 delivery id, as GitHub's "Redeliver" does. A moved head (a push) sends nothing: the poll sees it.
+
+Done by someone else, as on GitHub: who closed or merged a PR is the token's owner (the PR's
+``merged_by``, the issue's ``closed_by``); deleting a PR's head branch (``DELETE /git/refs/heads/..``,
+or a ``git push --delete`` seen on the next read) closes the PR unmerged and sends ``delete`` and
+``pull_request`` ``closed``; ``GET /branches/{b}`` answers 404 "Branch not found" for a missing branch.
 """
 
 from __future__ import annotations
@@ -74,6 +79,8 @@ _PERMISSIONS: list[tuple[str, str, str, str]] = [
     ("POST", r"/issues/\d+/comments", "issues", "write"),
     ("PATCH", r"/issues/comments/\d+", "issues", "write"),
     ("GET", r"/pulls(/\d+(/reviews)?)?", "pull_requests", "read"),
+    ("GET", r"/branches/[^/]+", "contents", "read"),
+    ("DELETE", r"/git/refs/.+", "contents", "write"),
     ("POST", r"/pulls", "pull_requests", "write"),
     ("PATCH", r"/pulls/\d+", "pull_requests", "write"),
     ("PUT", r"/pulls/\d+/merge", "contents", "write"),
@@ -216,6 +223,8 @@ class GitHubStandin:
 
     def _pull_json(self, repo: str, p: dict[str, Any]) -> dict[str, Any]:
         owner = repo.split("/")[0]
+        if p["state"] == "open" and self._branch_sha(repo, p["head"]) is None:
+            self._head_deleted(repo, p, None)  # deleted by a git push: GitHub closes the PR as it sees it
         head_sha = self._branch_sha(repo, p["head"]) or p["head_sha"]
         base_sha = self._branch_sha(repo, p["base"]) or p["base_sha"]
         if p["state"] == "open":
@@ -231,6 +240,7 @@ class GitHubStandin:
             "created_at": p["created_at"], "updated_at": p["updated_at"],
             "closed_at": p.get("closed_at"), "merged_at": p.get("merged_at"),
             "merged": p["merged"], "mergeable": mergeable,
+            "merged_by": {"login": p["merged_by"], "type": "User"} if p.get("merged_by") else None,
             "mergeable_state": "unknown" if mergeable is None else ("clean" if mergeable else "dirty"),
             "merge_commit_sha": p.get("merge_commit_sha"),
             "head": {"label": f"{owner}:{p['head']}", "ref": p["head"], "sha": head_sha,
@@ -301,22 +311,60 @@ class GitHubStandin:
         self._hook("pull_request", repo, {"action": "opened", "number": number, "pull_request": out})
         return out
 
-    def update_pull(self, repo: str, number: str, body: dict[str, Any]) -> dict[str, Any]:
+    def update_pull(self, repo: str, number: str, body: dict[str, Any], who: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
         p = self._pull(repo, number)
         for key in ("title", "body"):
             if key in body and body[key] is not None:
                 p[key] = body[key]
+        if body.get("state") == "open" and p["state"] == "closed" and not p["merged"] \
+                and self._branch_sha(repo, p["head"]) is None:
+            raise _HttpError(422, "Validation Failed", errors=[{  # GitHub: restore the branch first
+                "resource": "PullRequest", "code": "custom", "message": "state cannot be changed. The "
+                f"{p['head']} branch has been deleted."}])
         if body.get("state") in ("open", "closed") and not p["merged"]:
             p["state"] = body["state"]
             p["closed_at"] = _now() if body["state"] == "closed" else None
+            p["closed_by"] = _login(who) if body["state"] == "closed" else None
         p["updated_at"] = _now()
         self._save()
         out = self._pull_json(repo, p)
         action = "closed" if body.get("state") == "closed" else "reopened" if body.get("state") == "open" else "edited"
-        self._hook("pull_request", repo, {"action": action, "number": p["number"], "pull_request": out})
+        self._hook("pull_request", repo, {"action": action, "number": p["number"], "pull_request": out}, who)
         return out
 
-    def merge_pull(self, repo: str, number: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _head_deleted(self, repo: str, p: dict[str, Any], who: dict[str, Any] | None) -> None:
+        """Its head branch is gone: GitHub closes the PR unmerged (closed by whoever deleted the branch)."""
+        p.update(state="closed", closed_at=_now(), updated_at=_now(), closed_by=_login(who) if who else None)
+        self._save()
+        self._hook("pull_request", repo, {"action": "closed", "number": p["number"],
+                                          "pull_request": self._pull_json(repo, p)}, who)
+
+    def get_branch(self, repo: str, branch: str) -> dict[str, Any]:
+        sha = self._branch_sha(repo, branch)
+        if sha is None:
+            raise _HttpError(404, "Branch not found")
+        return {"name": branch, "commit": {"sha": sha}, "protected": branch in self.store.protection.get(repo, {})}
+
+    def delete_ref(self, repo: str, ref: str, who: dict[str, Any]) -> None:
+        """``DELETE /repos/{o}/{r}/git/refs/{ref}`` (204; 422 "Reference does not exist"). A deleted branch
+        closes the open PRs whose head it was and sends ``delete`` (then ``pull_request`` closed)."""
+        g = self._git(repo)
+        try:
+            g.git.rev_parse("--verify", "--quiet", f"refs/{ref}")
+        except git.GitCommandError:
+            raise _HttpError(422, "Reference does not exist") from None
+        g.git.update_ref("-d", f"refs/{ref}")
+        kind, _, name = ref.partition("/")
+        self._hook("delete", repo, {"ref": name, "ref_type": "branch" if kind == "heads" else "tag",
+                                    "pusher_type": "user"}, who)
+        if kind == "heads":
+            for p in self.store.pulls.get(repo, {}).values():
+                if p["state"] == "open" and p["head"] == name:
+                    self._head_deleted(repo, p, who)
+
+    def merge_pull(self, repo: str, number: str, body: dict[str, Any], who: dict[str, Any] | None = None
+                   ) -> dict[str, Any]:
         p = self._pull(repo, number)
         if p["state"] != "open":
             raise _HttpError(405, "Pull Request is not mergeable")
@@ -339,10 +387,11 @@ class GitHubStandin:
         message = title + "\n\n" + (body.get("commit_message") or p["title"])
         merge_sha = self._merge_in_clone(repo, p["base"], head_sha, method, message)
         p.update(state="closed", merged=True, merge_commit_sha=merge_sha, merged_at=_now(), closed_at=_now(),
-                 head_sha=head_sha, base_sha=merge_sha, updated_at=_now())
+                 head_sha=head_sha, base_sha=merge_sha, updated_at=_now(), merged_by=_login(who),
+                 closed_by=_login(who))
         self._save()
         self._hook("pull_request", repo, {"action": "closed", "number": p["number"],
-                                          "pull_request": self._pull_json(repo, p)})
+                                          "pull_request": self._pull_json(repo, p)}, who)
         return {"sha": merge_sha, "merged": True, "message": "Pull Request successfully merged"}
 
     def _merge_in_clone(self, repo: str, base: str, head_sha: str, method: str, message: str) -> str:
@@ -577,13 +626,13 @@ class GitHubStandin:
         out = self._git(repo).git.for_each_ref("--points-at", sha, "--format=%(refname:short)", "refs/heads")
         return sorted(b for b in out.splitlines() if b)
 
-    def _hook(self, event: str, repo: str, payload: dict[str, Any]) -> None:
+    def _hook(self, event: str, repo: str, payload: dict[str, Any], who: dict[str, Any] | None = None) -> None:
         """Queue a delivery of ``event`` (sent in the background, in order) if a webhook is configured."""
         if self.webhook is None:
             return
         owner, name = repo.split("/")
         body = json.dumps({**payload, "repository": {"full_name": repo, "name": name, "owner": {"login": owner}},
-                           "sender": {"login": DEFAULT_LOGIN}}).encode()
+                           "sender": {"login": _login(who) if who else DEFAULT_LOGIN}}).encode()
         d = {"id": str(uuid.uuid4()), "event": event, "status": None, "attempts": 0, "body": body,
              "url": self.webhook["url"], "secret": self.webhook["secret"]}
         self.deliveries.append(d)
@@ -674,8 +723,17 @@ class GitHubStandin:
                 "html_url": f"{self.base_url}/{repo}", "permissions": perms}
 
     def get_issue(self, repo: str, number: str) -> dict[str, Any]:
-        """Every issue number exists (open, unlocked) unless an admin call said otherwise."""
+        """Every issue number exists (open, unlocked) unless an admin call said otherwise. A PR is an issue
+        too, with its state and ``closed_by`` (only here: GitHub's pull object does not name the closer)."""
         self._git(repo)
+        p = self.store.pulls.get(repo, {}).get(str(number))
+        if p is not None:
+            self._pull_json(repo, p)  # a head deleted by a push closes it first, as on GitHub
+            return {"number": int(number), "state": p["state"], "locked": False,
+                    "html_url": f"{self.base_url}/{repo}/pull/{number}", "closed_at": p.get("closed_at"),
+                    "closed_by": {"login": p["closed_by"], "type": "User"} if p.get("closed_by") else None,
+                    "pull_request": {"url": f"{self.base_url}/repos/{repo}/pulls/{number}",
+                                     "merged_at": p.get("merged_at")}}
         known = self.store.issues.get(repo, {}).get(str(number), {"state": "open", "locked": False})
         if known.get("missing"):
             raise _HttpError(404, "Not Found")
@@ -848,8 +906,12 @@ class GitHubStandin:
             ("POST", r + r"/pulls", lambda m: self.create_pull(m["repo"], body), 201, None),
             ("GET", r + r"/pulls/(?P<n>\d+)", lambda m: self._pull_json(m["repo"], self._pull(m["repo"], m["n"])),
              200, None),
-            ("PATCH", r + r"/pulls/(?P<n>\d+)", lambda m: self.update_pull(m["repo"], m["n"], body), 200, None),
-            ("PUT", r + r"/pulls/(?P<n>\d+)/merge", lambda m: self.merge_pull(m["repo"], m["n"], body), 200, None),
+            ("PATCH", r + r"/pulls/(?P<n>\d+)", lambda m: self.update_pull(m["repo"], m["n"], body, who), 200, None),
+            ("PUT", r + r"/pulls/(?P<n>\d+)/merge", lambda m: self.merge_pull(m["repo"], m["n"], body, who),
+             200, None),
+            ("GET", r + r"/branches/(?P<b>[^/]+)", lambda m: self.get_branch(m["repo"], unquote(m["b"])), 200, None),
+            ("DELETE", r + r"/git/refs/(?P<ref>(?:heads|tags)/.+)",
+             lambda m: self.delete_ref(m["repo"], unquote(m["ref"]), who), 204, None),
             ("GET", r + r"/pulls/(?P<n>\d+)/reviews", lambda m: self.reviews(m["repo"], m["n"]), 200, ""),
             ("GET", r + r"/issues/(?P<n>\d+)/comments", lambda m: self.list_comments(m["repo"], m["n"]), 200, ""),
             ("POST", r + r"/issues/(?P<n>\d+)/comments", lambda m: self.add_comment(m["repo"], m["n"], body),
@@ -895,6 +957,11 @@ class GitHubStandin:
         raise _HttpError(404, "Not Found")
 
 
+def _login(who: dict[str, Any] | None) -> str:
+    """Who GitHub names for an action: the token's owner, or an App installation's bot."""
+    return (who or {}).get("login") or "gpu-rl-builder[bot]"
+
+
 def _etag(authorization: str, data: bytes) -> str:
     return 'W/"' + hashlib.sha256(hashlib.sha256(authorization.encode()).digest() + data).hexdigest()[:40] + '"'
 
@@ -930,6 +997,12 @@ def _make_handler(app: GitHubStandin) -> type[BaseHTTPRequestHandler]:
             pass
 
         def _send(self, status: int, payload: Any, headers: dict[str, str], *, data: bytes | None = None) -> None:
+            if status == 204:  # No Content (e.g. a deleted ref): no body at all
+                self.send_response(204)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                return
             if status == 304:  # no body, no Content-Length: the client keeps the one it has
                 self.send_response(304)
                 for k, v in headers.items():
@@ -1109,6 +1182,21 @@ class GitHubStandinHandle:
     def served(self, pattern: str) -> int:
         """API requests answered so far whose ``"METHOD /path"`` matches the regex ``pattern``."""
         return int(self._admin("served", {"pattern": pattern})["n"])
+
+    def api(self, method: str, path: str, payload: dict[str, Any] | None = None, *, token: str | None = None
+            ) -> tuple[int, Any]:
+        """Call the REST API as a person would (``token``: theirs, from ``add_token``): (status, JSON or None)."""
+        req = urllib.request.Request(
+            f"{self.api_url}{path}", data=json.dumps(payload).encode() if payload is not None else None,
+            method=method, headers={"Authorization": f"Bearer {token or self.token}",
+                                    "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                data = resp.read()
+                return resp.status, json.loads(data) if data else None
+        except urllib.error.HTTPError as exc:
+            data = exc.read()
+            return exc.code, json.loads(data) if data else None
 
     def set_webhook(self, url: str | None, secret: str = "") -> None:
         """Deliver webhooks to ``url`` signed with ``secret`` (None: stop), as a repository webhook does."""

@@ -50,3 +50,7 @@ TARGET_STEP_FAILURE = "target-step-failure-result"
 # validation budget) continue as new once a run's history or age is long; a re-check that changes nothing
 # upserts and signals nothing; the registry past the budget is waited for (recheck), not failed.
 BOUNDED_WAITS = "bounded-target-waits"
+
+# BuildPipelineWorkflow's merge wait ends when someone else ends what it waits for on GitHub: the PR closed
+# unmerged, or its build branch deleted (runs started before kept waiting on a closed PR).
+CLOSED_OUTSIDE = "merge-wait-closed-outside"

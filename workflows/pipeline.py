@@ -83,6 +83,8 @@ class BuildPipelineWorkflow:
         self._gate = False  # this run's merge wait follows patches.MERGE_GATE (set when the wait begins)
         self._auth_seq = 0  # bumped by every accepted authorization: the PR watch wakes and re-reads
         self._github_seq = 0  # bumped by a GitHub webhook about this PR: the PR watch reads again now
+        self._drift_class: str | None = None  # BuildFailureClass upserted while registry drift holds the merge
+        self._merged_outside = False  # the PR was merged by a person on GitHub, not by this service
 
     @workflow.signal
     def target_changed(self, brief: TargetBrief) -> None:
@@ -368,7 +370,8 @@ class BuildPipelineWorkflow:
             watch = asyncio.ensure_future(workflow.execute_activity_method(
                 RecordActivities.watch_pull_request,
                 WatchInput(pr_number=pr.number, last=None if reread else self._review, return_after_s=WATCH_RETURN_S,
-                           overrides=auth.override_checks if auth else [], authorized=auth is not None),
+                           overrides=auth.override_checks if auth else [], authorized=auth is not None,
+                           images=outcome.pinned_images(rep.targets), request_id=inp.request_id),
                 **options.watch_pull_request(WATCH_RETURN_S), summary=f"watch checks and reviews on PR #{pr.number}"))
             reread, seq, github_seq = False, self._auth_seq, self._github_seq
             woken = asyncio.ensure_future(workflow.wait_condition(
@@ -385,7 +388,12 @@ class BuildPipelineWorkflow:
             self._review = rep.review = await watch
             watch_cancelled = False
             if self._review.merged:  # merged by a human outside the service
+                self._merged_outside = True
                 break
+            if (self._review.state == "closed" or self._review.branch_deleted) and workflow.patched(
+                    patches.CLOSED_OUTSIDE):
+                await self._closed_outside(pr)  # closed unmerged or branch deleted by someone else: ends here
+            self._show_drift()
             if self._merge_auth is None and self._review.github_approval:
                 a = self._review.github_approval
                 self._merge_auth = MergeAuthorization(by=a.login, via=f"github-{a.via}", verified=a.verified,
@@ -399,12 +407,18 @@ class BuildPipelineWorkflow:
             await self._set_stage(Stage.MERGING)
             merged = await workflow.execute_activity_method(
                 RecordActivities.merge_pull_request,
-                MergeInput(pr_number=pr.number, head_sha=self._review.head_sha, authorization=auth),
+                MergeInput(pr_number=pr.number, head_sha=self._review.head_sha, authorization=auth,
+                           images=outcome.pinned_images(rep.targets)),
                 **options.MERGE,
                 summary=f"merge PR #{pr.number} at {self._review.head_sha[:12]} (authorized by {auth.by})")
             self._review = rep.review = merged
             if merged.merged:
                 break
+            if merged.registry_drift:  # held, not refused: the authorization stands for when it is fixed
+                self._show_drift()
+                await self._set_stage(Stage.AWAITING_MERGE)
+                self._show_merge_wait()
+                continue
             self._merge_auth = None  # refused (head moved, conflicts, operator no longer listed): ask again
             await self._set_stage(Stage.AWAITING_MERGE)
             self._show_merge_wait()
@@ -415,16 +429,41 @@ class BuildPipelineWorkflow:
         rep.merge_authorization = self._merge_auth
         pr.merged = True
         pr.merge_commit = self._review.merge_commit
+        pr.merged_by = self._review.merged_by
         rep.merge_commit = self._review.merge_commit
         rep.status = "merged"
         rep.waiting = []
-        rep.message = f"merged PR #{pr.number} as {rep.merge_commit}" + (
-            f" (authorized by {self._merge_auth.by}, {self._merge_auth.verified})"
-            if self._merge_auth and self._merge_auth.verified else "")
+        if self._merged_outside:  # an operator merged it on GitHub: done, recording their merge commit
+            rep.message = outcome.merged_outside_message(pr, self._review)
+        else:
+            rep.message = f"merged PR #{pr.number} as {rep.merge_commit}" + (
+                f" (authorized by {self._merge_auth.by}, {self._merge_auth.verified})"
+                if self._merge_auth and self._merge_auth.verified else "")
+        if self._review.registry_drift:
+            rep.message += f"; note: {outcome.drift_blocking(self._review.registry_drift)}"
         await self._set_stage(Stage.DONE)
         workflow.upsert_search_attributes([sa.FAILURE_CLASS.value_unset()])
         self._refresh()
         return rep
+
+    async def _closed_outside(self, pr: PullRequestInfo) -> None:
+        """Someone closed the PR unmerged or deleted the build branch: nothing is left to wait for. The build
+        ends cancelled, naming who and when and how to take it up again; the run fails (so ``resume`` may
+        start it again), with the report as the failure's details like every other end."""
+        pr.state = "closed"
+        failure = outcome.closed_outside(self._review, pr, workflow.info().workflow_id)
+        await self._finish(Stage.CANCELLED, "cancelled", failure)
+        raise ApplicationError(f"{failure.message} — next step: {failure.next_step}", self._report,
+                               type="BuildFailed", non_retryable=True)
+
+    def _show_drift(self) -> None:
+        """BuildFailureClass says what holds the merge while someone else's registry change does
+        (``tag_moved``, ``visibility``); cleared once the registry serves the validated images again."""
+        cls = outcome.drift_class(self._review.registry_drift if self._review else [])
+        if cls != self._drift_class:
+            self._drift_class = cls
+            workflow.upsert_search_attributes([sa.FAILURE_CLASS.value_set(cls) if cls
+                                               else sa.FAILURE_CLASS.value_unset()])
 
     @staticmethod
     def _history_is_long(inp: PipelineInput) -> bool:
@@ -460,6 +499,7 @@ class BuildPipelineWorkflow:
             return
         optional = f" (optional, not blocking: {', '.join(rev.optional_failing)})" if rev.optional_failing else ""
         source = f"; required checks from {rev.required_source}" if rev.required_source else ""
+        drift = [outcome.drift_waiting(rev.registry_drift, pr, wid)] if rev.registry_drift else []
         if auth is not None:
             blocking = _blocking(rev, auth.override_checks)
             over = f"; overridden: {', '.join(auth.override_checks)}" if auth.override_checks else ""
@@ -467,12 +507,12 @@ class BuildPipelineWorkflow:
                 kind="merge_checks", detail=f"merge of PR #{pr.number} authorized by {auth.by}"
                 + (f" ({auth.verified})" if auth.verified else "")
                 + (f"; waiting for {blocking}" if blocking else f"; merging at {rev.head_sha[:12]}")
-                + over + optional + source)]
+                + over + optional + source)] + drift
         elif blocking := _blocking(rev):
             then = ("approve-merge is accepted now and merges once they are green" if self._gate else
                     "approve-merge is refused until checks are green and no changes are requested")
             self._report.waiting = [WaitingReason(
-                kind="merge_checks", detail=f"PR #{pr.number} ({pr.url}): {blocking}{optional}; {then}{source}")]
+                kind="merge_checks", detail=f"PR #{pr.number} ({pr.url}): {blocking}{optional}; {then}{source}")] + drift
         else:
             self._report.waiting = [WaitingReason(
                 kind="merge_authorization", detail=f"PR #{pr.number} ({pr.url}) is green{optional}: an operator "
@@ -585,6 +625,8 @@ def _blocking(rev: ReviewState, overrides: list[str] | tuple[str, ...] = ()) -> 
         parts.append(f"required checks {rev.checks}" + (" (none reported yet)" if rev.checks == "pending" else ""))
     if rev.changes_requested:
         parts.append(f"changes requested by {', '.join(rev.blocking_reviewers) or 'a reviewer'}")
+    if rev.registry_drift:  # someone else's tag move or visibility change: no override merges over it
+        parts.append(outcome.drift_blocking(rev.registry_drift))
     return "; ".join(parts)
 
 

@@ -134,6 +134,11 @@ def test_events_map_to_their_prs_and_head_branches():
     assert pull_request_event("issue_comment", comment("looks good")) is None  # not a command: wakes nothing
     assert pull_request_event("issue_comment", comment("/approve-merge", pr=False)) is None  # an issue, not a PR
     assert pull_request_event("issue_comment", comment("/approve-merge", action="deleted")) is None
+    # A deleted branch wakes the build whose branch it was (someone else ended its wait); a deleted tag nothing.
+    deleted = pull_request_event("delete", {"ref": "gpu-rl-build/x", "ref_type": "branch", "pusher_type": "user",
+                                            "repository": {"full_name": "o/r"}})
+    assert (deleted.repo, deleted.pr_numbers, deleted.branches) == ("o/r", [], ["gpu-rl-build/x"])
+    assert pull_request_event("delete", {"ref": "v1", "ref_type": "tag", "repository": {"full_name": "o/r"}}) is None
 
 
 async def test_unsigned_bad_signature_and_oversized_bodies_are_refused_and_wake_nothing(receiver):
