@@ -101,3 +101,35 @@ async def test_an_operator_is_a_listed_login_or_an_active_team_member(github_sta
         assert await gh.team_membership("acme/other", "carol") is None
         assert await gh.collaborator_permission("acme") == "admin"  # the owner
         assert await gh.collaborator_permission("someone") == "read"
+
+
+async def test_the_gate_reads_who_closed_or_merged_a_pr_and_whether_its_branch_is_gone(github_standin):
+    """What someone else did, as GitHub reports it: ``merged_by`` on the pull, ``closed_by`` only on the issue,
+    and a deleted head branch (404 "Branch not found"), which closes its PR; re-opening it is refused."""
+    h, repo = github_standin.handle, github_standin.repo
+    h.add_token("bob-token", "bob")
+    git = github_standin.work.git
+    git.push("origin", "feature:refs/heads/by-push", "feature:refs/heads/by-api")
+    async with github_standin.client() as gh:
+        open_one = await gh.ensure_pull("by-api", "main", "pins", "body")
+        st = await GateReader(gh, OPS, []).state(open_one.number)
+        assert (st.state, st.closed_by, st.branch_deleted, st.head_ref) == ("open", None, False, "by-api")
+
+        assert h.api("DELETE", f"/repos/{repo}/git/refs/heads/by-api", token="bob-token")[0] == 204
+        assert h.api("DELETE", f"/repos/{repo}/git/refs/heads/by-api", token="bob-token") == (
+            422, {"message": "Reference does not exist", "documentation_url": "https://docs.github.com/rest"})
+        assert h.api("GET", f"/repos/{repo}/branches/by-api")[1]["message"] == "Branch not found"
+        st = await GateReader(gh, OPS, []).state(open_one.number)
+        assert (st.state, st.closed_by, st.branch_deleted, st.merged) == ("closed", "bob", True, False)
+        status, refused = h.api("PATCH", f"/repos/{repo}/pulls/{open_one.number}", {"state": "open"})
+        assert status == 422 and "by-api branch has been deleted" in refused["errors"][0]["message"]
+
+        pushed = await gh.ensure_pull("by-push", "main", "pins", "body")
+        git.push("origin", "--delete", "by-push")  # a git push, not the API: GitHub closes the PR all the same
+        st = await GateReader(gh, OPS, []).state(pushed.number)
+        assert (st.state, st.branch_deleted) == ("closed", True)
+
+        merged = await gh.ensure_pull("feature", "main", "pins", "body")
+        status, _ = h.api("PUT", f"/repos/{repo}/pulls/{merged.number}/merge", {}, token="bob-token")
+        st = await GateReader(gh, OPS, []).state(merged.number)
+        assert status == 200 and (st.merged, st.merged_by, st.branch_deleted) == (True, "bob", False)
