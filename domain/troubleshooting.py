@@ -130,9 +130,26 @@ SERVICE_CLASSES = [
           RESUME),
     Entry("timed_out", "The workflow hit a Temporal execution timeout set outside the service.", RESUME),
     Entry("visibility", "The image is built and valid but its package is private (the anonymous-pull gate); "
-                        "the target waits, it is never rebuilt.",
+                        "the target waits, it is never rebuilt. Also while a PR waits for its merge: someone "
+                        "made a pinned package private after validation; the merge is held (`registry_drift`).",
           f"make the package public (GitHub → Packages → Package settings → Change visibility → Public), then "
-          f"{RECHECK}", "validated again every `policy.visibility_recheck_interval_s`"),
+          f"{RECHECK} (a held merge proceeds by itself)",
+          "validated again every `policy.visibility_recheck_interval_s`; a held merge re-checks every "
+          "`policy.merge_watch_registry_interval_s`"),
+    Entry("pr_closed", "Someone closed the build's PR unmerged on GitHub while it waited for the merge; the build "
+                       "ended cancelled (the report names who and when); nothing was merged.",
+          f"if it should merge: re-open the PR on GitHub, then {RESUME} (validated images adopted, nothing "
+          "rebuilt); otherwise nothing to clean up"),
+    Entry("branch_deleted", "Someone deleted the build branch on GitHub (which closes its PR) while the build "
+                            "waited for the merge; the build ended cancelled; nothing was merged.",
+          f"if it should merge: {RESUME} (pushes the branch again, adopts the validated images, opens a PR "
+          "again); otherwise nothing to clean up"),
+    Entry("tag_moved", "While the PR waits for its merge, someone moved or deleted a pinned tag in the registry: "
+                       "the PR still pins the validated digest, and the merge is held (`registry_drift`) because "
+                       "the tag no longer serves it.",
+          f"restore the tag (the wait prints the exact `skopeo copy`; the merge then proceeds by itself), or, if "
+          f"the move was meant, `{outcome.STARTER} cancel <workflow-id>` then {RESUME} (the moved target is "
+          "rebuilt)", "re-checked every `policy.merge_watch_registry_interval_s` and right before merging"),
     Entry("validation_inconclusive", "The registry gave no verdict on a check (5xx, 429, network): the target "
                                      "waits (`registry_inconclusive`, then `registry_unreachable`).",
           f"nothing while it retries; once the registry answers, {RECHECK}",
@@ -162,6 +179,10 @@ WAITS = {
                           "--reason ...` merges past a check you judge not blocking"),
     "merge_authorization": Entry("merge_authorization", "The PR is green and waits for a configured operator.",
                                  f"{APPROVE} (or an `/approve-merge` comment, or an approving review)"),
+    "registry_drift": Entry("registry_drift", "Class `tag_moved` or `visibility`: a pinned image changed in the "
+                                              "registry after validation (by someone else); the merge is held.",
+                            "restore the tag (the exact `skopeo copy` is printed) or make the package public "
+                            "again; the merge then proceeds by itself"),
     "step_retrying": Entry("step_retrying", "A step failed and Temporal retries it with backoff; `follow` shows "
                                             "the attempt and the last error.",
                            "fix the cause the error names (a credential, a service); the retry is bounded and "
@@ -184,7 +205,8 @@ STAGES = {
     Stage.MERGING: "merging the PR",
     Stage.DONE: "end: every image validated and recorded (the PR merged); nothing to do",
     Stage.FAILED: f"end: the failure class says why and the report gives the next step ({REPORT})",
-    Stage.CANCELLED: "end: cancelled by an operator (class `cancelled`)",
+    Stage.CANCELLED: "end: cancelled by an operator (class `cancelled`), or its PR closed or build branch deleted "
+                     "on GitHub by someone (`pr_closed`, `branch_deleted`)",
 }
 
 EXIT_CODES = [(0, "success, or the build runs (without `--follow`)"), (1, "the build or the command failed"),
