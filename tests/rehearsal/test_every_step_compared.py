@@ -177,3 +177,19 @@ def test_no_push_pushes_nothing_for_a_later_read(tmp_path):
     (d,) = t.rehearsal.differences
     assert d.field == "image read" and d.script_source == _line('crane export --platform "$KANIKO_PLATFORM" "$WHEEL_IMAGE"')
     assert "no earlier step pushed any image" in refusal
+
+
+def test_era_b_pin_override_in_the_decoded_script_names_the_repo_line(tmp_path):
+    """Era B runs a decoded copy (/tmp/...): the refusal still names the repository file:line."""
+    need_isolation()
+    contract, targets, bundle, script, harbor = planned(tmp_path, "era-b", {SCRIPT: _edit(
+        FINAL_GITSHA, FINAL_GITSHA.replace('"$GITSHA" \\', '"$GITSHA" --build-arg TORCH_VERSION=2.10.0 \\'))},
+        arches=["amd64"])
+    refusal = rehearse(contract, targets, bundle, script, harbor)
+    call = f"{SCRIPT}:{line_in('era-b', SCRIPT, 'exec /kaniko/executor')} (run as /tmp/"
+    pin = f"{DF_AMD}:{line_in('era-b', DF_AMD, 'ARG TORCH_VERSION=2.11.0')}"
+    for t in targets:
+        (d,) = t.rehearsal.differences
+        assert d.field == "--build-arg TORCH_VERSION" and d.script_source.startswith(call), d
+        assert d.planned_source.startswith(pin)
+    assert refusal and pin in refusal and call in refusal
