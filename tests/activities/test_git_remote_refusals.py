@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -59,36 +58,34 @@ def _with(remotes, **urls):
     return remotes.model_copy(update=urls)
 
 
-async def _load(tmp_path, remotes) -> tuple[BaseException, float]:
+async def _load(tmp_path, remotes) -> BaseException:
+    """The refusal of one load (a credential prompt would hang here until the test's timeout)."""
     acts = SourceActivities(_config(tmp_path, remotes))
-    started = time.monotonic()
     with pytest.raises(ApplicationError) as info:
         await ActivityEnvironment().run(acts.load_build_state, LoadStateInput(request_id="r", harbor_ref="main"))
-    return info.value, time.monotonic() - started
+    return info.value
 
 
 async def test_a_deleted_remote_is_not_found_at_once_naming_it(tmp_path):
     remotes = seed_remotes(tmp_path / "remotes")
     shutil.rmtree(remotes.marinskyrl_url.removeprefix("file://"))
-    err, took = await _load(tmp_path, remotes)
+    err = await _load(tmp_path, remotes)
     assert err.type == "NotFound" and err.non_retryable and err.type in options.IO_RETRY.non_retryable_error_types
     assert "marinskyrl.git" in err.message and "does not exist" in err.message
-    assert took < 5
 
 
 async def test_a_refused_credential_is_authentication_failed_naming_the_remote_not_the_token(tmp_path, http_remote):
     remotes, served = http_remote
-    err, took = await _load(tmp_path, _with(remotes, marinskyrl_url=served.url("marinskyrl.git", "alice", "wrong-"
+    err = await _load(tmp_path, _with(remotes, marinskyrl_url=served.url("marinskyrl.git", "alice", "wrong-"
                                                                                 + TOKEN)))
     assert err.type == "AuthenticationFailed" and err.non_retryable
     assert f"127.0.0.1:{served.server.server_address[1]}/marinskyrl.git" in err.message
     assert TOKEN not in err.message and "wrong-" not in err.message
-    assert took < 5
 
 
 async def test_a_repository_the_host_does_not_have_is_not_found(tmp_path, http_remote):
     remotes, served = http_remote
-    err, _ = await _load(tmp_path, _with(remotes, harbor_url=served.url("no-such-harbor.git", "alice", TOKEN)))
+    err = await _load(tmp_path, _with(remotes, harbor_url=served.url("no-such-harbor.git", "alice", TOKEN)))
     assert err.type == "NotFound" and "no-such-harbor.git" in err.message and TOKEN not in err.message
 
 
@@ -106,7 +103,7 @@ async def test_a_read_only_credential_cannot_push_permission_denied(tmp_path, ht
 
 async def test_network_level_failures_stay_transient(tmp_path):
     remotes = seed_remotes(tmp_path / "remotes")
-    err, _ = await _load(tmp_path, _with(remotes, marinskyrl_url="http://127.0.0.1:1/marinskyrl.git"))
+    err = await _load(tmp_path, _with(remotes, marinskyrl_url="http://127.0.0.1:1/marinskyrl.git"))
     assert err.type == "Transient" and not err.non_retryable
     for stderr in ("fatal: unable to access 'https://h/x.git/': Could not resolve host: h",
                    "fatal: unable to access 'https://h/x.git/': The requested URL returned error: 502",
@@ -127,12 +124,10 @@ async def test_under_temporal_the_refusal_is_one_attempt_and_ends_the_step_in_se
     tq, wid = f"git-refusal-{uuid.uuid4().hex[:8]}", f"git-refusal-{kind}-{uuid.uuid4().hex[:8]}"
     acts = SourceActivities(_config(tmp_path, remotes))
     async with Worker(client, task_queue=tq, workflows=[LoadOnce], activities=[acts.load_build_state]):
-        started = time.monotonic()
         with pytest.raises(WorkflowFailureError) as info:
             await asyncio.wait_for(client.execute_workflow(
                 LoadOnce.run, LoadStateInput(request_id="r", harbor_ref="main"), id=wid, task_queue=tq,
                 execution_timeout=timedelta(minutes=2)), 60)
-        took = time.monotonic() - started
     cause = info.value.cause
     assert isinstance(cause, ActivityError) and cause.retry_state is not None
     app = cause.cause
@@ -142,4 +137,3 @@ async def test_under_temporal_the_refusal_is_one_attempt_and_ends_the_step_in_se
     attempts = [e for e in (await client.get_workflow_handle(wid).fetch_history()).events
                 if e.HasField("activity_task_started_event_attributes")]
     assert [e.activity_task_started_event_attributes.attempt for e in attempts] == [1]
-    assert took < 5
