@@ -69,9 +69,25 @@ def _text(renderable, width: int) -> str:
 
 
 def fits(text: str, width: int, whole: Sequence[str]) -> bool:
-    """No line wider than ``width`` and every ``whole`` value printed uncut on one line."""
-    lines = text.splitlines()
-    return all(len(line) <= width for line in lines) and all(any(w in line for line in lines) for w in whole)
+    """No line wider than ``width`` and every ``whole`` value printed uncut on one line (a value has no
+    line break, so finding it in the text finds it within one line)."""
+    return all(len(line) <= width for line in text.splitlines()) and all(w in text for w in whole)
+
+
+def _widest(rows: Sequence[Sequence[str]]) -> list[Sequence[str]]:
+    """The rows that decide rich's column widths: per column, the one with the longest line and the one
+    with the longest word. Measuring these instead of every row gives the same widths, in constant time."""
+    if not rows:
+        return []
+
+    def longest(cell: str, split) -> int:
+        return max((len(printable(p)) for p in split(str(cell))), default=0)
+
+    picked = set()
+    for i in range(len(rows[0])):
+        picked.add(max(range(len(rows)), key=lambda n: longest(rows[n][i], lambda c: c.split("\n"))))
+        picked.add(max(range(len(rows)), key=lambda n: longest(rows[n][i], str.split)))
+    return [rows[n] for n in sorted(picked)]
 
 
 def fit_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, *,
@@ -84,6 +100,7 @@ def fit_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], width: in
     padding and wrapping decide."""
     shown = list(range(len(headers)))
     dropping = [headers.index(h) for h in drop if h in headers]
+    rows = _widest(rows)
     while True:
         # Uncut: the whole columns' values, and every word of the others (they wrap between words only).
         values = [printable(str(r[i])) for r in rows for i in whole]

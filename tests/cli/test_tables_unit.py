@@ -170,3 +170,11 @@ def test_a_split_command_runs_as_the_same_arguments_in_bash():
         return subprocess.run(["bash", "-c", "printf '%s\\n' " + text.removeprefix("python ")], check=True,
                               capture_output=True, text=True).stdout.splitlines()
     assert argv("\n".join(lines)) == argv(command)
+
+
+def test_many_rows_are_measured_by_the_ones_that_decide_the_widths():
+    rows = [_row(f"{ID[:-3]}{i:03d}") for i in range(300)] + [_row(LONG_ID)]
+    assert tables.fit_columns(listing.STATUS_HEADERS, rows, 100, drop=listing.STATUS_DROP) == \
+        tables.fit_columns(listing.STATUS_HEADERS, [_row(LONG_ID)], 100, drop=listing.STATUS_DROP)
+    lines = _drawn(rows, 100)
+    assert all(len(line) <= 100 for line in lines) and sum(1 for line in lines if ID[:-3] in line) == 301
