@@ -294,7 +294,7 @@ class RecordActivities(ActivityGroup):
         every = policy.merge_watch_authorized_interval_s if inp.authorized else policy.merge_watch_interval_s
         started = time.monotonic()
         slowed: float | None = None  # when the watch last logged that it slowed down (monotonic)
-        drift = list(inp.last.registry_drift) if inp.last else []
+        drift = list(inp.known_drift)  # what the PR comment says now: a change is commented, a resolution too
         looked: float | None = None  # when the registry was last asked (monotonic)
         async with gh:
             reader = gate_reader(gh, self.config)

@@ -503,6 +503,7 @@ class WatchInput(BaseModel):
     overrides: list[str] = Field(default_factory=list)  # required checks an operator overrode
     authorized: bool = False  # an authorization waits for green: poll at the faster cadence
     images: list[PinnedImage] = Field(default_factory=list)  # checked in the registry while the PR waits
+    known_drift: list[RegistryDrift] = Field(default_factory=list)  # as last reported (also when ``last`` is None)
     request_id: str = ""  # names the PR comment that reports registry drift
 
 

@@ -150,6 +150,9 @@ class BuildPipelineWorkflow:
         if rev is None:
             return who
         blocking = _blocking(rev, auth.override_checks)
+        if rev.registry_drift:
+            return (f"{who}; accepted, held: {blocking}; it merges once the registry serves the validated "
+                    "image(s) again and the required checks are green")
         if not blocking:
             return f"{who}; required checks are green as last seen: merging now"
         if rev.checks == "failure" and not set(rev.failing_checks) <= set(auth.override_checks):
@@ -371,7 +374,8 @@ class BuildPipelineWorkflow:
                 RecordActivities.watch_pull_request,
                 WatchInput(pr_number=pr.number, last=None if reread else self._review, return_after_s=WATCH_RETURN_S,
                            overrides=auth.override_checks if auth else [], authorized=auth is not None,
-                           images=outcome.pinned_images(rep.targets), request_id=inp.request_id),
+                           images=outcome.pinned_images(rep.targets), request_id=inp.request_id,
+                           known_drift=self._review.registry_drift if self._review else []),
                 **options.watch_pull_request(WATCH_RETURN_S), summary=f"watch checks and reviews on PR #{pr.number}"))
             reread, seq, github_seq = False, self._auth_seq, self._github_seq
             woken = asyncio.ensure_future(workflow.wait_condition(

@@ -12,7 +12,8 @@ the operator, a target whose validation is inconclusive twice before it passes, 
 and a pipeline still waiting for merge authorization (merge-wait: an in-flight history); those were
 recorded before the cluster watcher and replay the polling monitor. Then a target monitored through
 the cluster watcher (woken by a signal, then a pending job found by a safety re-check) and the
-watcher workflow itself. Runs on the time-skipping test server with the stand-in activities of
+watcher workflow itself; a merge wait ended by a PR closed on GitHub, and one whose merge a moved tag held
+until it was restored. Runs on the time-skipping test server with the stand-in activities of
 tests/workflows.
 """
 
@@ -31,7 +32,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from domain.config import PolicySettings
-from domain.models import JobProgress, MergeAuthorization, OperatorDecision, PipelineInput, Stage
+from domain.models import (
+    JobProgress,
+    MergeAuthorization,
+    OperatorDecision,
+    PipelineInput,
+    RegistryDrift,
+    Stage,
+)
 from domain.watch import (
     MarkerSet,
     PageRequest,
@@ -78,6 +86,8 @@ WATCHER_CAN_CLUSTER = "history-cluster-continued"
 MERGE_GATE_ID = "history-pipeline-merge-gate"
 VISIBILITY_CONTINUED_ID = "history-target-visibility-continued"
 WATCHER_MARKERS_CLUSTER = "history-cluster-markers"
+CLOSED_OUTSIDE_ID = "history-pipeline-closed-outside"
+DRIFT_ID = "history-pipeline-registry-drift"
 KEY = "amd64-standard"
 # file name -> workflow id (the replay test reads this too)
 HISTORIES = {
@@ -98,6 +108,8 @@ HISTORIES = {
     "target_visibility_continued.json": VISIBILITY_CONTINUED_ID,
     "target_visibility_resumed.json": VISIBILITY_CONTINUED_ID,
     "watcher_markers.json": watcher_id(WATCHER_MARKERS_CLUSTER, TASK_QUEUE),
+    "pipeline_closed_outside.json": CLOSED_OUTSIDE_ID,
+    "pipeline_registry_drift.json": DRIFT_ID,
 }
 
 
@@ -145,6 +157,46 @@ async def _merge_gate(env: WorkflowEnvironment) -> None:
             await h.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="mallory"))
         except WorkflowUpdateFailedError:
             pass
+        await h.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="history"))
+        s.set_review(review("success"))
+        await result(h)
+
+
+async def _closed_outside(env: WorkflowEnvironment) -> None:
+    """The PR closed unmerged by someone on GitHub while the build waits (patch CLOSED_OUTSIDE): it ends."""
+    s = Standins(reviews=[review("pending")])
+    async with worker(env.client, TASK_QUEUE, s):
+        h = await env.client.start_workflow(
+            BuildPipelineWorkflow.run,
+            PipelineInput(request=request(), request_id=CLOSED_OUTSIDE_ID, source_commit=COMMIT),
+            id=CLOSED_OUTSIDE_ID, task_queue=TASK_QUEUE)
+
+        async def awaiting():
+            return (await h.query(BuildPipelineWorkflow.report)).review is not None
+        await eventually(awaiting, what="awaiting merge")
+        s.set_review(review("pending").model_copy(update={"state": "closed", "closed_by": "alice"}))
+        try:
+            await result(h)
+        except WorkflowFailureError:
+            return
+        raise AssertionError("a PR closed by hand must end the pipeline")
+
+
+async def _registry_drift(env: WorkflowEnvironment) -> None:
+    """A pinned tag moved while the PR waits: the merge is held (failure class set), an approval is accepted;
+    the tag restored, the merge follows (class cleared)."""
+    moved = RegistryDrift(key=KEY, image="registry.invalid/gpu-rl:t", validated="sha256:" + "a" * 64, kind="moved",
+                          now="sha256:" + "b" * 64, detail="registry.invalid/gpu-rl:t now points elsewhere")
+    s = Standins(reviews=[review("success").model_copy(update={"registry_drift": [moved]})])
+    async with worker(env.client, TASK_QUEUE, s):
+        h = await env.client.start_workflow(
+            BuildPipelineWorkflow.run, PipelineInput(request=request(), request_id=DRIFT_ID, source_commit=COMMIT),
+            id=DRIFT_ID, task_queue=TASK_QUEUE)
+
+        async def held():
+            rep = await h.query(BuildPipelineWorkflow.report)
+            return any(w.kind == "registry_drift" for w in rep.waiting)
+        await eventually(held, what="merge held by registry drift")
         await h.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="history"))
         s.set_review(review("success"))
         await result(h)
@@ -429,6 +481,8 @@ async def main(rewrite_all: bool = False) -> None:
         await _operator_retry(env)
         await _validation_inconclusive(env)
         await _failed(env)
+        await _closed_outside(env)
+        await _registry_drift(env)
         texts = await _merge_wait_continued(env)
         texts.update(await _watcher_continued(env))
         await _watcher_markers(env)
