@@ -38,7 +38,7 @@ from clients.git_source import (
     resolve_ref,
 )
 from clients.iris import IrisError
-from clients.rehearsal import rehearse_targets
+from clients.rehearsal import TaskImages, rehearse_targets
 from domain.boundary import BoundaryRule, decide
 from domain.buildset import TargetSpec, plan_targets
 from domain.contract import (
@@ -321,10 +321,14 @@ class SourceActivities(ActivityGroup):
             bundle = build_bundle(wt, self.paths.bundle(rid, inp.build_commit))
         except BundleError as e:
             raise input_error(f"Iris bundle of {inp.build_commit[:12]} refused before submission: {e}") from None
+        policy = self.config.policy
+        images = TaskImages(self.config.rehearsal_image_cache(), mirrors=policy.rehearsal_registry_mirrors,
+                            insecure_hosts=self.config.registry.insecure_hosts)
         return rehearse_targets(
             contract, targets, bundle_path=bundle.path, bundle_sha256=bundle.sha256,
             script_text=(wt / contract.script.path).read_text(), harbor_commit=inp.harbor_commit,
-            cluster_env={t.cluster: dict(self.config.cluster(t.cluster).job_env) for t in targets})
+            cluster_env={t.cluster: dict(self.config.cluster(t.cluster).job_env) for t in targets},
+            images=images, mode=policy.rehearsal)
 
     # ------------------------------------------------------------------ 4. scheduled rebuild check
     @activity.defn

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Rehearsal time per target (target ≤ 5 s): the real era-B/era-C trees and the sandbox fixture.
+"""Rehearsal time per target (target ≤ 5 s warm): the real era-B/era-C trees and the sandbox fixture.
 
 Each round plans the tree in-process (contract → targets), builds its Iris bundle, and times
-``clients.rehearsal.run`` (bwrap root, bundle unpacked at /app, stand-ins, the planned command) plus the
-verdict, per target. Prints a Markdown table (p50 / max per target over ``--n`` rounds) and the
-one-off isolation probe. Asserts nothing; needs bwrap and user namespaces (else says so and exits 1).
+``clients.rehearsal.rehearse_targets`` for one target at a time (isolation probe, task image root,
+bwrap run with the bundle unpacked at /app and the stand-ins, verdict), twice: with a cold image cache
+(an empty cache directory: the task image's manifest and layers are fetched and unpacked) and warm
+(the cache another rehearsal filled: one manifest HEAD, no layer download). The task image is the
+sandbox's stand-in ubuntu:22.04 (sandbox/task_image.py) in a local docker-registry started here.
+Prints a Markdown table; asserts nothing; needs bwrap and user namespaces (else says so and exits 1).
 
     .venv/bin/python bench/rehearsal.py [--n 5] [--trees era-c,era-b,fixture]
 """
@@ -12,6 +15,7 @@ one-off isolation probe. Asserts nothing; needs bwrap and user namespaces (else 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -21,6 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clients import rehearsal  # noqa: E402
+from clients.task_image import TaskImages  # noqa: E402
+from sandbox.registry import start_registry  # noqa: E402
+from sandbox.task_image import build_layer, mirrors_for, push_task_image  # noqa: E402
 from tests.rehearsal.helpers import planned, rehearse  # noqa: E402
 
 
@@ -35,29 +42,46 @@ def main() -> int:
     if reason:
         print(f"rehearsal skipped: {reason}")
         return 1
-    rows: list[tuple[str, str, str, list[float], list[float]]] = []
-    for tree in args.trees.split(","):
-        runs: dict[str, list[float]] = {}
-        walls: dict[str, list[float]] = {}
-        status: dict[str, str] = {}
-        for _ in range(args.n):
-            with tempfile.TemporaryDirectory() as tmp:
-                contract, targets, bundle, script, harbor = planned(Path(tmp), tree)
-                for t in targets:
-                    started = time.monotonic()
-                    rehearse(contract, [t], bundle, script, harbor,
-                             cluster_env={t.cluster: {"SANDBOX_UNAME_M": "aarch64"}}
-                             if tree == "fixture" and t.architecture == "arm64" else None)
-                    walls.setdefault(t.key, []).append(time.monotonic() - started)
-                    runs.setdefault(t.key, []).append(t.rehearsal.seconds)
-                    status[t.key] = t.rehearsal.status
-        for key in runs:
-            rows.append((tree, key, status[key], runs[key], walls[key]))
-    print(f"isolation probe (bwrap /bin/true): {probe:.2f} s; rounds: {args.n}\n")
-    print("| tree | target | verdict | run p50 (s) | run max (s) | with probe + verdict p50 (s) |")
-    print("|---|---|---|---|---|---|")
-    for tree, key, st, r, w in rows:
-        print(f"| {tree} | {key} | {st} | {statistics.median(r):.2f} | {max(r):.2f} | {statistics.median(w):.2f} |")
+    rows: list[tuple[str, str, str, list[float], list[float], list[float]]] = []
+    loads: list[float] = []
+    with tempfile.TemporaryDirectory() as state, start_registry(Path(state) / "registry", "open") as registry:
+        push_task_image(registry.host)
+        layer_bytes = len(build_layer()[0])
+
+        def images(cache: Path) -> TaskImages:
+            return TaskImages(cache, mirrors=mirrors_for(registry.host), insecure_hosts=[registry.host])
+
+        warm_cache = Path(state) / "warm"
+        for tree in args.trees.split(","):
+            cold: dict[str, list[float]] = {}
+            warm: dict[str, list[float]] = {}
+            runs: dict[str, list[float]] = {}
+            status: dict[str, str] = {}
+            for i in range(args.n):
+                with tempfile.TemporaryDirectory() as tmp:
+                    contract, targets, bundle, script, harbor = planned(Path(tmp), tree)
+                    for t in targets:
+                        env = ({t.cluster: {"SANDBOX_UNAME_M": "aarch64"}}
+                               if tree == "fixture" and t.architecture == "arm64" else None)
+                        if not warm_cache.exists():
+                            rehearse(contract, [t], bundle, script, harbor, env, images=images(warm_cache))
+                        for label, cache in (("cold", Path(tmp) / f"cold-{t.key}-{i}"), ("warm", warm_cache)):
+                            started = time.monotonic()
+                            rehearse(contract, [t], bundle, script, harbor, env, images=images(cache))
+                            (cold if label == "cold" else warm).setdefault(t.key, []).append(
+                                time.monotonic() - started)
+                        runs.setdefault(t.key, []).append(t.rehearsal.seconds)
+                        status[t.key] = t.rehearsal.status
+                        loads.append(os.getloadavg()[0])
+            for key in runs:
+                rows.append((tree, key, status[key], cold[key], warm[key], runs[key]))
+    print(f"isolation probe: {probe:.2f} s; rounds: {args.n}; stand-in task image layer {layer_bytes / 1e6:.1f} MB "
+          f"gzip; load average during the runs {min(loads):.1f}-{max(loads):.1f}\n")
+    print("| tree | target | verdict | cold p50 (s) | warm p50 (s) | warm max (s) | bwrap run p50 (s) |")
+    print("|---|---|---|---|---|---|---|")
+    for tree, key, st, c, w, r in rows:
+        print(f"| {tree} | {key} | {st} | {statistics.median(c):.2f} | {statistics.median(w):.2f} | {max(w):.2f} "
+              f"| {statistics.median(r):.2f} |")
     return 0
 
 

@@ -5,15 +5,23 @@ bind mounts in new user, mount, PID, network and IPC namespaces without a daemon
 hosts that allow unprivileged user namespaces, and it dies with its parent — what a worker pod can
 run in seconds. A container runtime would need a daemon and privileges the worker does not have;
 chroot/unshare need root. Where the host cannot create the namespaces (a restricted pod) the
-rehearsal is skipped and says why (``isolation_unavailable``).
+rehearsal cannot run (``isolation_unavailable``): ``policy.rehearsal = "required"`` refuses the plan
+naming what the host lacks, ``"best_effort"`` says "rehearsal skipped: <reason>".
 
-The root is laid out as Iris lays out a task: the build commit's bundle unpacked at ``/app``
-(``IRIS_WORKDIR``, also the working directory), a private ``/tmp``, ``/root`` as home, the host's
-``/usr`` read-only as the task image's userland, writable ``/kaniko`` and ``/usr/local/bin`` (the
-scripts install crane and unpack kaniko there), and ``/.rehearsal`` holding the stand-ins
-(clients/rehearsal_standins/standin) first on ``PATH`` and their records. ``BASH_ENV`` installs a
-DEBUG/EXIT trap that records the last script line each bash process ran, so a failure names the line.
-Everything lives in one temporary directory removed afterwards; no real credential is ever given.
+The root is laid out as Iris lays out a task. Its userland is the planned task image's own
+(clients/task_image.py: unpacked once per manifest digest, shared read-only): ``/usr`` and the other
+top-level directories bound read-only, with per-run writable copies of the small ones a script may
+write (``/etc``, ``/var``, ``/root``, ``/home``, ``/opt``, ``/run``, ``/srv``, ``/mnt``, ``/usr/local``),
+a private ``/tmp`` and writable ``/kaniko``; nothing of the worker's own ``/usr`` is visible, so a tool
+the image lacks is missing here as on the cluster. The build commit's bundle is unpacked at ``/app``
+(``IRIS_WORKDIR``, also the working directory) exactly as Iris extracts it (``_unpack_bundle``). The
+stand-ins (clients/rehearsal_standins/standin) are first on ``PATH`` under ``/.rehearsal/bin``, with
+their records; a stand-in whose tool neither the image has nor an earlier stood-in install provided
+answers "command not found" (127) as the task would, and ``apt-get install``/``pip install`` leave
+stand-ins for the commands they would install in ``/.rehearsal/installed`` (last on ``PATH``).
+``BASH_ENV`` installs a DEBUG/EXIT trap that records the last script line each bash process ran, so a
+failure names the line. Everything lives in one temporary directory removed afterwards; no real
+credential is ever given.
 """
 
 from __future__ import annotations
@@ -27,7 +35,9 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
+from typing import Literal
 
+from clients.task_image import TaskImageError, TaskImageRoot, TaskImages
 from domain.buildset import TargetSpec
 from domain.contract import BuildContract
 from domain.markers import variant_env
@@ -50,7 +60,12 @@ from domain.rehearsal import (
 STANDIN = Path(__file__).with_name("rehearsal_standins") / "standin"
 TIMEOUT_S = 60.0
 STDERR_LINES = 12
-PATH = "/.rehearsal/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PATH = "/.rehearsal/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/.rehearsal/installed"
+# Top-level directories of the image each run gets a writable copy of (small in a task image; the rest,
+# /usr above all, is bound read-only from the shared cache). /usr/local is copied too (crane goes there).
+WRITABLE = ("etc", "var", "root", "home", "opt", "run", "srv", "mnt", "media")
+OWN = {"proc", "dev", "sys", "tmp", "app", "kaniko", ".rehearsal"}
+Mode = Literal["required", "best_effort"]
 # Records "<rc>\t<source>:<line>" for every bash process that exits: the DEBUG trap keeps the last
 # statement (skipping the trap's own firings while the EXIT trap runs, which report line 1).
 # __RH_LINES (exported) is the chain of calling lines down to this statement, read by the stand-ins.
@@ -65,32 +80,57 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
-def _root_args(top: Path) -> list[str]:
+def _ns_args() -> list[str]:
     args = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     if os.geteuid() != 0:
         args[1:1] = ["--unshare-user", "--uid", "0", "--gid", "0"]
-    args += ["--ro-bind", "/usr", "/usr"]
-    for d in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-        p = Path("/") / d
-        if p.is_symlink():
-            args += ["--symlink", os.readlink(p), f"/{d}"]
-        elif p.is_dir():
-            args += ["--ro-bind", str(p), f"/{d}"]
-    if Path("/etc/alternatives").is_dir():  # Debian's awk, which, ... resolve through it
-        args += ["--ro-bind", "/etc/alternatives", "/etc/alternatives"]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/root", "--tmpfs", "/var/tmp",
-             "--ro-bind", str(top / "rehearsal"), "/.rehearsal",
-             "--bind", str(top / "rehearsal" / "records"), "/.rehearsal/records",
-             "--bind", str(top / "rehearsal" / "exits"), "/.rehearsal/exits",
-             "--bind", str(top / "app"), "/app", "--bind", str(top / "kaniko"), "/kaniko"]
-    if Path("/usr/local/bin").is_dir():  # scripts install crane there; the host's own tools stay hidden
-        args += ["--bind", str(top / "usr-local-bin"), "/usr/local/bin"]
-    return args + ["--chdir", "/app"]
+    return args
 
 
-def _layout(top: Path, bundle_zip: Path | None, uname_m: str) -> None:
+def _root_args(top: Path, image: Path) -> list[str]:
+    """bwrap mounts: the image read-only, the per-run writable copies, the rehearsal's own directories."""
+    args = _ns_args()
+    for entry in sorted(os.listdir(image)):
+        src = image / entry
+        if entry in OWN:
+            continue
+        if src.is_symlink():
+            args += ["--symlink", os.readlink(src), f"/{entry}"]
+        elif (top / "rw" / entry).is_dir():
+            args += ["--bind", str(top / "rw" / entry), f"/{entry}"]
+        else:
+            args += ["--ro-bind", str(src), f"/{entry}"]
+    if (top / "rw" / "usr-local").is_dir():
+        args += ["--bind", str(top / "rw" / "usr-local"), "/usr/local"]
+    return args + ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+                   "--ro-bind", str(top / "rehearsal"), "/.rehearsal",
+                   "--bind", str(top / "rehearsal" / "records"), "/.rehearsal/records",
+                   "--bind", str(top / "rehearsal" / "exits"), "/.rehearsal/exits",
+                   "--bind", str(top / "rehearsal" / "installed"), "/.rehearsal/installed",
+                   "--bind", str(top / "app"), "/app", "--bind", str(top / "kaniko"), "/kaniko", "--chdir", "/app"]
+
+
+def _unpack_bundle(bundle_zip: Path, dest: Path) -> None:
+    """The bundle as Iris extracts it: ``zipfile`` ``extractall``/``extract`` (iris.cluster.bundle
+    ``BundleStore.extract_bundle_to``; the k8s task's ``iris.cluster.backends.k8s.bundle_fetch.fetch_bundle``),
+    which keeps no zip mode bits: every file is created 0666 less the task's umask (022: 0644) and every
+    directory 0777 less it (0755). So a sibling script the build runs directly (``"$DIR/x.sh"``) is not
+    executable there (exit 126), and here neither; ``bash "$DIR/x.sh"`` works in both."""
+    with zipfile.ZipFile(bundle_zip) as z:
+        for member in z.namelist():
+            if not (dest / member).resolve().is_relative_to(dest.resolve()):
+                raise ValueError(f"Zip slip detected: {member} attempts to write outside extract path")
+        z.extractall(dest)
+    for d, dirs, files in os.walk(dest):
+        for name in dirs:
+            os.chmod(os.path.join(d, name), 0o755)
+        for name in files:
+            os.chmod(os.path.join(d, name), 0o644)
+
+
+def _layout(top: Path, bundle_zip: Path | None, uname_m: str, image: Path) -> None:
     r = top / "rehearsal"
-    for d in (r / "bin", r / "records", r / "exits", top / "app", top / "kaniko", top / "usr-local-bin"):
+    for d in (r / "bin", r / "records", r / "exits", r / "installed", top / "app", top / "kaniko", top / "rw"):
         d.mkdir(parents=True)
     shutil.copy2(STANDIN, r / "bin" / "standin")
     (r / "bin" / "standin").chmod(0o755)
@@ -101,35 +141,33 @@ def _layout(top: Path, bundle_zip: Path | None, uname_m: str) -> None:
     (top / "kaniko" / "executor").chmod(0o755)
     (r / "uname-m").write_text(uname_m + "\n")
     (r / "bash_env").write_text(LINE_TRAP)
+    for name in WRITABLE:
+        src = image / name
+        if src.is_dir() and not src.is_symlink():
+            shutil.copytree(src, top / "rw" / name, symlinks=True)
+    if (image / "usr" / "local").is_dir() and not (image / "usr").is_symlink():
+        shutil.copytree(image / "usr" / "local", top / "rw" / "usr-local", symlinks=True)
     if bundle_zip is not None:
-        with zipfile.ZipFile(bundle_zip) as z:
-            for info in z.infolist():
-                dest = top / "app" / info.filename
-                if info.is_dir():
-                    dest.mkdir(parents=True, exist_ok=True)
-                    continue
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_bytes(z.read(info))
-                mode = (info.external_attr >> 16) & 0o777
-                dest.chmod(mode or 0o644)
+        _unpack_bundle(bundle_zip, top / "app")
 
 
 def isolation_unavailable() -> str | None:
-    """None when bwrap can build an isolated root here, else why not (shown as "rehearsal skipped: …")."""
+    """None when bwrap can build an isolated root here, else what the host lacks (for the refusal or
+    "rehearsal skipped: …"). The probe asks for the same namespaces and mounts a rehearsal does."""
     exe = bwrap_path()
     if exe is None:
         return "bwrap is not installed on this worker (Debian package bubblewrap; see deploy/README.md)"
-    with tempfile.TemporaryDirectory(prefix="gpu-rl-rehearsal-probe-") as tmp:
-        top = Path(tmp)
-        _layout(top, None, "x86_64")
-        try:
-            p = subprocess.run([exe, *_root_args(top), "--", "/bin/true"], capture_output=True, text=True,
-                               timeout=20, env={"PATH": PATH})
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return f"bwrap could not start: {e}"
-        if p.returncode != 0:
-            err = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
-            return f"this host cannot create an isolated root (user namespaces): bwrap: {err}"
+    true = shutil.which("true") or "/bin/true"
+    try:
+        p = subprocess.run([exe, *_ns_args(), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+                            "--tmpfs", "/tmp", "--", true], capture_output=True, text=True, timeout=20,
+                           env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"bwrap could not start: {e}"
+    if p.returncode != 0:
+        err = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+        return (f"this host cannot create an isolated root (user, mount and PID namespaces with a fresh /proc; "
+                f"deploy/README.md says what a pod needs): bwrap: {err}")
     return None
 
 
@@ -148,18 +186,18 @@ class Rehearsal:
         return [c for c in self.calls if c.tool == "executor"]
 
 
-def run(plan: RehearsalPlan, bundle_zip: Path, *, timeout_s: float = TIMEOUT_S) -> Rehearsal:
+def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_s: float = TIMEOUT_S) -> Rehearsal:
     exe = bwrap_path()
     if exe is None:
         raise RuntimeError("bwrap is not installed")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpu-rl-rehearsal-") as tmp:
         top = Path(tmp)
-        _layout(top, bundle_zip, plan.uname_m)
+        _layout(top, bundle_zip, plan.uname_m, image.path)
         unpacked = _stats(top / "app")  # the bundle as unpacked: the scan below reads only what the script wrote
         env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **plan.env, "BASH_ENV": "/.rehearsal/bash_env"}
         timed_out = False
-        proc = subprocess.Popen([exe, *_root_args(top), "--", *plan.argv], stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen([exe, *_root_args(top, image.path), "--", *plan.argv], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
                                 start_new_session=True)
         try:
@@ -231,26 +269,53 @@ def script_b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-__all__ = ["KANIKO_EXECUTOR", "Rehearsal", "RehearsalResult", "TIMEOUT_S", "isolation_unavailable",
-           "rehearse_targets", "run", "script_b64"]
+__all__ = ["KANIKO_EXECUTOR", "Mode", "Rehearsal", "RehearsalResult", "TIMEOUT_S", "TaskImageError", "TaskImages",
+           "isolation_unavailable", "required_refusal", "rehearse_targets", "run", "script_b64"]
+
+
+def required_refusal(reason: str, fix: str = "give the worker what it lacks (deploy/README.md)") -> str:
+    return (f"rehearsal is required (config policy.rehearsal = \"required\") and could not run, so nothing was "
+            f"submitted: {reason}. Next: {fix}, or set policy.rehearsal = \"best_effort\" to plan without one")
 
 
 def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bundle_path: Path, bundle_sha256: str,
                      script_text: str, harbor_commit: str, cluster_env: dict[str, dict[str, str]],
-                     timeout_s: float = TIMEOUT_S) -> str | None:
+                     images: TaskImages, mode: Mode = "required", timeout_s: float = TIMEOUT_S) -> str | None:
     """Rehearse every target (setting ``target.rehearsal``); the refusal message when one failed, else None.
 
-    Where the host cannot isolate, every target says "rehearsal skipped: <reason>" and nothing runs."""
+    Where the host cannot isolate or the task image cannot be laid out, ``mode`` decides: ``required``
+    refuses the plan naming the setting and the cause, ``best_effort`` marks the target "rehearsal
+    skipped: <reason>". A transient registry error (5xx, 429, network) raises TaskImageError for the
+    caller's bounded retry."""
     reason = isolation_unavailable()
     if reason is not None:
+        if mode == "required":
+            return required_refusal(reason)
         for t in targets:
             t.rehearsal = RehearsalResult(status="skipped", reason=reason)
         return None
     b64 = script_b64(script_text)
+    roots: dict[tuple[str, str], TaskImageRoot] = {}
     for t in targets:
+        image = t.job.task_image
+        key = (image or "", f"linux/{t.architecture}")
+        try:
+            if not image:
+                raise TaskImageError("the plan names no task image")
+            if key not in roots:
+                roots[key] = images.root(image, key[1])
+        except TaskImageError as e:
+            if e.transient:
+                raise
+            why = f"{e} (task_image from {t.provenance.get('task_image', '?')})"
+            if mode == "required":
+                return required_refusal(why, "make the task image pullable from this worker (or configure "
+                                             "policy.rehearsal_registry_mirrors)")
+            t.rehearsal = RehearsalResult(status="skipped", reason=why)
+            continue
         plan = rehearsal_plan(t, bundle_sha256=bundle_sha256, script_b64=b64 if t.job.script_env_var else None,
                               cluster_env=cluster_env.get(t.cluster, {}))
-        r = run(plan, bundle_path, timeout_s=timeout_s)
+        r = run(plan, bundle_path, roots[key], timeout_s=timeout_s)
         df = contract.dockerfiles.get(t.dockerfile)
         t.rehearsal = evaluate(
             plan, t, exit_code=r.exit_code, stderr=r.stderr, calls=r.calls, exits=r.exits,
@@ -260,4 +325,5 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
                                               megatron=variant_env(contract, t.variant)),
             dockerfile_defaults=dict(df.global_args) if df else {}, dockerfiles=contract.dockerfiles,
             context=r.context, leaks=r.leaks, script_text=script_text)
+        t.rehearsal.root = roots[key].describe()
     return refusal(targets)

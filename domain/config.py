@@ -393,6 +393,22 @@ class PolicySettings(_Model):
                                         "(still at the validated digest, still anonymously pullable): a tag moved "
                                         "or deleted, or a package made private, by someone else holds the merge.")
 
+    # The rehearsal (clients/rehearsal.py) runs every planned command in the task image's userland under
+    # bwrap before anything is submitted. A worker that cannot isolate (no user namespaces) or cannot
+    # pull the task image cannot rehearse: "required" refuses the plan saying what is missing,
+    # "best_effort" plans on with "rehearsal skipped: <reason>".
+    rehearsal: Literal["required", "best_effort"] = Field(
+        "required", description="`required`: a worker that cannot rehearse (no isolation, task image not "
+                                "pullable) refuses the plan naming what it lacks; `best_effort`: the plan says "
+                                "\"rehearsal skipped: <reason>\" and goes on.")
+    rehearsal_image_cache_dir: str | None = Field(
+        None, description="Where task images are kept unpacked by manifest digest for the rehearsal (a second "
+                          "rehearsal downloads nothing); default `<work_dir>/rehearsal-images`.")
+    rehearsal_registry_mirrors: dict[str, str] = Field(
+        default_factory=dict, description="Registry -> mirror `host[:port]` the rehearsal pulls task images "
+                                          "from instead (e.g. `docker.io = \"mirror.example:5000\"`); plain http "
+                                          "when the mirror is in registry.insecure_hosts.")
+
     @model_validator(mode="after")
     def _watch_cadence_order(self) -> PolicySettings:
         if not self.watch_fast_interval_s <= self.watch_interval_s <= self.watch_idle_interval_s:
@@ -504,6 +520,10 @@ class ServiceConfig(_Model):
     policy: PolicySettings = Field(PolicySettings(), description="Retry budgets and timers.")
     evidence: EvidenceSettings = Field(EvidenceSettings(), description="Where logs and diagnostics are kept.")
     build: BuildSettings = Field(BuildSettings(), description="Fallbacks for what the ops doc does not state.")
+
+    def rehearsal_image_cache(self) -> Path:
+        """Where the rehearsal keeps unpacked task images (``policy.rehearsal_image_cache_dir``)."""
+        return Path(self.policy.rehearsal_image_cache_dir or Path(self.work_dir) / "rehearsal-images").expanduser()
 
     def evidence_url(self) -> str:
         """The evidence store's root URL (``[evidence] url``, else ``<work_dir>/evidence``)."""

@@ -87,10 +87,12 @@ class RehearsalResult(BaseModel):
     kaniko: KanikoCall | None = None
     differences: list[Difference] = Field(default_factory=list)
     tools: list[str] = Field(default_factory=list)  # stand-ins the script called, in order, once each
+    root: str = ""  # the task image userland it ran in (reference, platform, manifest digest)
 
     def describe(self) -> str:
         if self.status == "passed":
-            return f"rehearsal passed in {self.seconds:.1f} s (stand-ins: {', '.join(self.tools) or 'none'})"
+            return (f"rehearsal passed in {self.seconds:.1f} s (stand-ins: {', '.join(self.tools) or 'none'})"
+                    + (f" in {self.root}" if self.root else ""))
         if self.status == "skipped":
             return f"rehearsal skipped: {self.reason}"
         return f"rehearsal failed: {self.reason}"

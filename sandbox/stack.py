@@ -60,7 +60,7 @@ def _toml_value(v: Any) -> str:
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
 
-INLINE_TABLES = {"user", "token", "api_key", "job_env"}  # credential sources and env maps
+INLINE_TABLES = {"user", "token", "api_key", "job_env", "rehearsal_registry_mirrors"}  # sources, env and host maps
 
 
 def to_toml(data: dict[str, Any], prefix: str = "") -> str:
@@ -204,6 +204,9 @@ def write_service_config(path: Path, state_dir: Path, *, temporal, iris, token_r
     overrides single ``[policy]`` settings (the test suite's faster PR watch)."""
     token_file = state_dir / "secrets" / "registry-token"
     _write_secret(token_file, token_registry.push_token or "")
+    # The rehearsal's task image (ubuntu:22.04) comes from the open registry, the sandbox's docker.io
+    # mirror, holding the stand-in (sandbox/task_image.py); unpacked once per registry (by digest).
+    mirrors = _task_image_mirror(open_registry)
     cluster = {"controller_url": iris.url, "iris_user": "gpu-rl-builder"}  # the client's own revision date
     config: dict[str, Any] = {
         "work_dir": str(state_dir / "work"),
@@ -235,7 +238,9 @@ def write_service_config(path: Path, state_dir: Path, *, temporal, iris, token_r
                    "visibility_recheck_interval_s": 60, "watch_interval_s": 1.0, "watch_progress_interval_s": 5.0,
                    "watch_follow_interval_s": 2.0, "watch_signal_progress_s": 30.0, "watch_fast_interval_s": 0.5,
                    "watch_idle_interval_s": 1.0, "watch_status_budget_per_min": 90, "watch_log_interval_s": 2.0,
-                   "monitor_safety_interval_s": 120, **(policy or {})},
+                   "monitor_safety_interval_s": 120, "rehearsal_registry_mirrors": mirrors,
+                   "rehearsal_image_cache_dir": str(Path(open_registry.state_dir) / "rehearsal-images"),
+                   **(policy or {})},
     }
     if github is not None:
         gh_token = state_dir / "secrets" / "github-token"
@@ -251,6 +256,19 @@ def write_service_config(path: Path, state_dir: Path, *, temporal, iris, token_r
 
     load_config(path)  # fail now, not in the worker, if the file does not validate
     return path
+
+
+_PUSHED: set[str] = set()
+
+
+def _task_image_mirror(open_registry) -> dict[str, str]:
+    """Push the stand-in task image to ``open_registry`` (once per registry and process); the mirror map."""
+    from sandbox.task_image import mirrors_for, push_task_image
+
+    if open_registry.host not in _PUSHED:
+        push_task_image(open_registry.host)
+        _PUSHED.add(open_registry.host)
+    return mirrors_for(open_registry.host)
 
 
 def _alive(pid: int) -> bool:

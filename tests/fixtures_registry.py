@@ -35,3 +35,15 @@ def htpasswd_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Regi
 @pytest.fixture(scope="session")
 def token_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryHandle]:
     yield from _started(tmp_path_factory, "token", fault_proxy=True)
+
+
+@pytest.fixture(scope="session")
+def task_images(open_registry: RegistryHandle):
+    """The rehearsal's task images: the stand-in ubuntu:22.04 (sandbox/task_image.py) pushed to the open
+    registry, which is the docker.io mirror; unpacked once per session under the registry's state dir."""
+    from clients.task_image import TaskImages
+    from sandbox.task_image import mirrors_for, push_task_image
+
+    push_task_image(open_registry.host)
+    return TaskImages(open_registry.state_dir / "rehearsal-images", mirrors=mirrors_for(open_registry.host),
+                      insecure_hosts=[open_registry.host])

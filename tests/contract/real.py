@@ -32,9 +32,10 @@ def real_tree(era: str) -> Path:
 
 
 def commit_tree(tmp_path: Path, era: str, edits: dict[str, Callable[[str], str]] | None = None, *,
-                rest: bool = False) -> tuple[git.Repo, str]:
+                rest: bool = False, executable: tuple[str, ...] = ()) -> tuple[git.Repo, str]:
     """Copy ``era`` into a fresh repository (``rest``: with UPSTREAM_REST beside it), apply ``edits`` (path ->
-    text edit; None deletes), commit."""
+    text edit; None deletes), mark the ``executable`` paths 0755 (committed with git's executable mode),
+    commit."""
     dest = tmp_path / f"marinskyrl-{era}"
     shutil.copytree(real_tree(era), dest)
     if rest:
@@ -47,6 +48,8 @@ def commit_tree(tmp_path: Path, era: str, edits: dict[str, Callable[[str], str]]
         new = edit(f.read_text())
         assert new != f.read_text(), f"edit did not change {path}"
         f.write_text(new)
+    for path in executable:
+        (dest / path).chmod(0o755)
     repo = git.Repo.init(dest, initial_branch="main")
     repo.git.add(A=True)
     repo.index.commit("real files", author=git.Actor("t", "t@example.invalid"),

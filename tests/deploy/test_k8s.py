@@ -225,3 +225,38 @@ def test_example_kube_contexts_are_marin_iris_own():
             platform = yaml.safe_load(upstream.read_text())["platform"]["coreweave"]
             assert cluster["kube_context"] == platform["kube_context"], name
             assert cluster["port_forward"]["namespace"] == platform["namespace"]
+
+
+def test_the_worker_pod_can_rehearse_and_the_configuration_requires_it():
+    """policy.rehearsal = "required" ships only with a pod bwrap can isolate in (deploy/README.md,
+    Rehearsal): its own user namespace, an unmasked /proc, and seccomp/AppArmor that allow unshare and
+    mount. Everything else stays locked down."""
+    m = _manifests()
+    pod = m["Deployment/gpu-rl-builder-worker"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    config = tomllib.loads(m["ConfigMap/gpu-rl-builder-config"]["data"]["config.toml"])
+    assert config["policy"]["rehearsal"] == "required"
+    assert tomllib.loads((ROOT / "deploy" / "config.example.toml").read_text())["policy"]["rehearsal"] == "required"
+    assert pod["hostUsers"] is False
+    assert container["securityContext"]["procMount"] == "Unmasked"
+    assert pod["securityContext"]["seccompProfile"]["type"] in ("Unconfined", "Localhost")
+    assert pod["securityContext"]["appArmorProfile"]["type"] in ("Unconfined", "Localhost")
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["readOnlyRootFilesystem"] is True and pod["securityContext"]["runAsNonRoot"] is True
+    assert "privileged" not in sc and "add" not in sc["capabilities"]
+    readme = (ROOT / "deploy" / "README.md").read_text()
+    section = readme[readme.index("- **Rehearsal**"):readme.index("- **Bumping pinned tools**")]
+    for setting in ("hostUsers: false", "procMount: Unmasked", "seccompProfile: Unconfined",
+                    "appArmorProfile: Unconfined", 'policy.rehearsal = "required"', "best_effort"):
+        assert setting in section, setting
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_rehearsal_settings_are_strictly_valid_and_a_misplaced_one_is_not(version):
+    deployment = copy.deepcopy(_manifests()["Deployment/gpu-rl-builder-worker"])
+    kubernetes_validate.validate(deployment, version, strict=True)
+    pod = deployment["spec"]["template"]["spec"]
+    pod["containers"][0]["securityContext"]["hostUsers"] = False  # a pod field, not a container's
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, version, strict=True)

@@ -13,6 +13,8 @@ from domain.contract import load_contract
 from tests.contract.real import commit_tree, files_at
 
 FIXTURE = Path(__file__).resolve().parents[2] / "sandbox" / "fixtures"
+IMAGES = None  # clients.task_image.TaskImages, set by conftest.py (the session's stand-in task image)
+TASK_IMAGE = "docker.io/library/ubuntu:22.04"
 
 
 def need_isolation() -> None:
@@ -21,18 +23,19 @@ def need_isolation() -> None:
         pytest.skip(f"rehearsal cannot isolate on this host: {reason}")
 
 
-def planned(tmp_path: Path, era: str, edits=None, arches: list[str] | None = None, push_floating: bool = False):
+def planned(tmp_path: Path, era: str, edits=None, arches: list[str] | None = None, push_floating: bool = False,
+            executable: tuple[str, ...] = ()):
     """(contract, targets, bundle, script text) for ``era`` (a real tree, or "fixture") after ``edits``."""
     if era == "fixture":
         import tests.contract.real as real
 
         saved, real.REAL = real.REAL, FIXTURE
         try:
-            repo, sha = commit_tree(tmp_path, "marinskyrl", edits)
+            repo, sha = commit_tree(tmp_path, "marinskyrl", edits, executable=executable)
         finally:
             real.REAL = saved
     else:
-        repo, sha = commit_tree(tmp_path, era, edits, rest=True)
+        repo, sha = commit_tree(tmp_path, era, edits, rest=True, executable=executable)
     files = files_at(repo, sha)
     contract = load_contract(files, sha)
     harbor = next(iter(contract.dockerfiles.values())).pins["HARBOR_COMMIT"]
@@ -49,6 +52,12 @@ def planned(tmp_path: Path, era: str, edits=None, arches: list[str] | None = Non
 
 
 def rehearse(contract, targets: list[TargetSpec], bundle, script: str, harbor: str,
-             cluster_env: dict[str, dict[str, str]] | None = None) -> str | None:
+             cluster_env: dict[str, dict[str, str]] | None = None, mode: str = "required", images=None) -> str | None:
     return rehearsal.rehearse_targets(contract, targets, bundle_path=bundle.path, bundle_sha256=bundle.sha256,
-                                      script_text=script, harbor_commit=harbor, cluster_env=cluster_env or {})
+                                      script_text=script, harbor_commit=harbor, cluster_env=cluster_env or {},
+                                      images=images or IMAGES, mode=mode)
+
+
+def image_root(platform: str = "linux/amd64"):
+    """The unpacked stand-in task image, for calling ``rehearsal.run`` directly."""
+    return IMAGES.root(TASK_IMAGE, platform)

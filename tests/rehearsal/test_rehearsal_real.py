@@ -11,7 +11,7 @@ import tempfile
 
 from clients import rehearsal
 from domain.rehearsal import PLACEHOLDER, parse_kaniko_argv, rehearsal_plan
-from tests.rehearsal.helpers import need_isolation, planned, rehearse
+from tests.rehearsal.helpers import image_root, need_isolation, planned, rehearse
 
 SCRIPT = "docker/build_gpu_rl_kaniko.sh"
 STALE = ["bash", "-lc", 'echo "$BUILD_B64" | base64 -d > /tmp/build.sh && exec bash /tmp/build.sh']
@@ -114,7 +114,7 @@ def test_no_real_credential_reaches_the_rehearsal_and_nothing_is_left_behind(tmp
     assert plan.env["REGISTRY_TOKEN"] == PLACEHOLDER.format(secret="registry_token")
     plan.argv = ["bash", "-c", 'apt-get "$(env)"; apt-get "$(cat /proc/1/environ | tr "\\0" " ")"']
     before = set(os.listdir(tempfile.gettempdir()))
-    r = rehearsal.run(plan, bundle.path)
+    r = rehearsal.run(plan, bundle.path, image_root())
     assert r.exit_code == 0
     seen = " ".join(a for c in r.calls for a in c.argv)
     assert "REGISTRY_TOKEN=rehearsal-placeholder-registry_token" in seen and sentinel not in seen
@@ -127,7 +127,7 @@ def test_no_network_inside_the_rehearsal(tmp_path):
     contract, targets, bundle, script, harbor = planned(tmp_path, "era-c", arches=["amd64"])
     plan = rehearsal_plan(targets[0], bundle_sha256=bundle.sha256, script_b64=None, cluster_env={})
     plan.argv = ["bash", "-c", "sed -n '3,$p' /proc/net/dev | cut -d: -f1 | tr -d ' ' >&2; exec 3<>/dev/tcp/1.1.1.1/53"]
-    r = rehearsal.run(plan, bundle.path)
+    r = rehearsal.run(plan, bundle.path, image_root())
     assert r.stderr.splitlines()[0] == "lo"  # the network namespace holds only the loopback device
     assert r.exit_code != 0 and "Network is unreachable" in r.stderr
 
@@ -135,7 +135,7 @@ def test_no_network_inside_the_rehearsal(tmp_path):
 def test_skipped_where_the_host_cannot_isolate(tmp_path, monkeypatch):
     contract, targets, bundle, script, harbor = planned(tmp_path, "era-c", arches=["amd64"])
     monkeypatch.setattr(rehearsal, "bwrap_path", lambda: None)
-    assert rehearse(contract, targets, bundle, script, harbor) is None
+    assert rehearse(contract, targets, bundle, script, harbor, mode="best_effort") is None
     (t, *_) = targets
     assert t.rehearsal.status == "skipped"
     assert t.rehearsal.describe().startswith("rehearsal skipped: bwrap is not installed")
