@@ -108,7 +108,12 @@ class SourceActivities(ActivityGroup):
     # ------------------------------------------------------------------ 2. immutable source
     @activity.defn
     async def prepare_source(self, inp: PrepareSourceInput) -> SourceSnapshot:
-        return await asyncio.to_thread(self._prepare_source, inp)
+        try:
+            return await asyncio.to_thread(self._prepare_source, inp)
+        except BaseException:
+            if inp.plan_only:  # a refused plan leaves nothing behind either (a retry re-creates the same commit)
+                await asyncio.to_thread(self._discard_plan_files, inp.request_id)
+            raise
 
     def _prepare_source(self, inp: PrepareSourceInput) -> SourceSnapshot:
         repo, harbor = self.repos.marinskyrl(), self.repos.harbor()
@@ -264,13 +269,12 @@ class SourceActivities(ActivityGroup):
             return await self._plan_targets(inp)
         finally:
             if inp.plan_only:  # nothing else reads them: the plan's answer is its report
-                await asyncio.to_thread(self._discard_plan_files, inp)
+                await asyncio.to_thread(self._discard_plan_files, inp.request_id or f"plan-{inp.build_commit[:12]}")
 
-    def _discard_plan_files(self, inp: PlanTargetsInput) -> None:
+    def _discard_plan_files(self, rid: str) -> None:
         """A --plan's worktrees (prepared and rehearsal) and bundles; a retry re-creates them (same commit)."""
-        rid = inp.request_id or f"plan-{inp.build_commit[:12]}"
         for path in (self.paths.worktree(rid), self.paths.worktree(f"{rid}-rehearsal"),
-                     self.paths.bundle(rid, inp.build_commit).parent):
+                     self.paths.bundle(rid, "0" * 12).parent):
             shutil.rmtree(path, ignore_errors=True)
 
     async def _plan_targets(self, inp: PlanTargetsInput) -> list[TargetSpec]:

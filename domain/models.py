@@ -159,6 +159,7 @@ class PrepareSourceInput(BaseModel):
     base_commit: str
     harbor_commit: str
     push: bool = True
+    plan_only: bool = False  # a --plan refused here removes its worktree and bundle (nothing left on disk)
 
 
 class SourceSnapshot(BaseModel):

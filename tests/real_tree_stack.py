@@ -46,8 +46,9 @@ async def real_tree_service(stack, era: str, tag: str, *,
         f = tree / rel
         if edit is None:
             f.unlink()
-        else:
-            f.write_text(edit(f.read_text()))
+        else:  # an edit of a path the tree lacks creates it (from "")
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(edit(f.read_text() if f.exists() else ""))
     url, head = seed_tree_remote(stack.state_dir / "remotes" / f"real-{era}.git", tree,
                                  {"tests/nodeid.txt": tag + "\n"}, f"real {era} tree")
     path = stack.state_dir / f"config-{era}.toml"

@@ -233,7 +233,7 @@ class BuildPipelineWorkflow:
 
         await self._set_stage(Stage.PREPARING_SOURCE)
         prepare = PrepareSourceInput(request_id=inp.request_id, base_commit=state.base_commit,
-                                     harbor_commit=state.harbor_commit, push=False)
+                                     harbor_commit=state.harbor_commit, push=False, plan_only=inp.plan_only)
         source: SourceSnapshot = await workflow.execute_activity_method(
             SourceActivities.prepare_source,
             prepare, **options.PREPARE_SOURCE,

@@ -152,3 +152,16 @@ async def test_plan_refusal_says_where_the_fix_belongs_and_repeats_the_flags_wit
     assert f.next_step.startswith(f"fix `{OPS}:25` in the MarinSkyRL repository")
     assert f.next_step.endswith("--arch amd64 --variant standard --cluster amd64=sandbox-amd64 --requested-by tester "
                                 "--reason 'real-tree plan' --plan`")
+
+
+async def test_plan_refused_while_preparing_source_leaves_nothing_on_disk(service_config, request):
+    """A wheel committed into the bundle is refused by prepare_source: the plan's worktree and bundle go too."""
+    wheel = "docker/wheelhouse/vllm-0.0.0-cp312-cp312-linux_x86_64.whl"
+    async with real_tree_service(service_config, "era-c", request.node.nodeid, edits={wheel: lambda _: "x"}) as s:
+        ran = await _plan(s, "--arch", "amd64", "--variant", "standard", "--cluster", "amd64=sandbox-amd64")
+    assert ran.code == 2, ran.text
+    rep = _report(ran.out)
+    assert "refused before submission" in rep.failure.message and wheel in rep.failure.message
+    work = Path(s.config.work_dir).expanduser()
+    assert not [p.name for p in (work / "worktrees").glob(f"{safe_name(rep.workflow_id)}*")]
+    assert not (work / "bundles" / safe_name(rep.workflow_id)).exists()
