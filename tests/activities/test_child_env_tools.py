@@ -77,3 +77,26 @@ def test_a_credential_command_gets_the_allow_list(tmp_path, sentinel_env):
     value = fetch_secret(CredentialSource(kind="command", argv=[exe]), what="t")
     assert value == "the-fetched-credential-0001"
     _assert_clean(seen, sentinel_env)
+
+
+def test_every_process_production_code_starts_is_given_an_environment():
+    """A static guard: each subprocess/asyncio call in the service's code passes ``env=`` (clients/child_env.py,
+    or the rehearsal's environment built from nothing), so a new call cannot inherit the worker's by default.
+    GitPython's own spawn point is wrapped in clients/git_source.py (tests/activities/test_child_env.py)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spawners = {"subprocess": {"run", "Popen", "call", "check_call", "check_output"},
+                "asyncio": {"create_subprocess_exec", "create_subprocess_shell"}}
+    files = [p for d in ("clients", "activities", "runtime", "domain", "workflows") for p in (root / d).rglob("*.py")]
+    files += [root / "worker.py", root / "starter.py"]
+    calls, missing = 0, []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in spawners.get(ast.unparse(node.func.value).split(".")[-1], ())):
+                calls += 1
+                if not any(k.arg == "env" for k in node.keywords):
+                    missing.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert calls >= 6 and missing == [], missing
