@@ -32,7 +32,8 @@ from domain.rehearsal import (  # noqa: E402
     rehearsal_placeholders,
     rehearsal_plan,
 )
-from tests.rehearsal.helpers import planned  # noqa: E402
+from sandbox.task_image import local_task_images  # noqa: E402
+from tests.rehearsal.helpers import TASK_IMAGE, planned  # noqa: E402
 
 
 def _ms(xs: list[float]) -> str:
@@ -49,7 +50,8 @@ def main() -> int:
         print(f"rehearsal skipped: {reason}")
         return 1
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, local_task_images(Path(tmp)) as images:
+        image = images.root(TASK_IMAGE, "linux/amd64")
         contract, targets, bundle, script, harbor = planned(Path(tmp), "era-c")
         ctx = Path(tmp) / "ctx"
         for i in range(64):  # --mib MiB of script-written files, none holding a placeholder
@@ -57,7 +59,7 @@ def main() -> int:
             (ctx / f"d{i % 8}" / f"f{i}").write_bytes(os.urandom(args.mib * 2**20 // 64))
         for t in targets:
             plan = rehearsal_plan(t, bundle_sha256=bundle.sha256, script_b64=None, cluster_env={})
-            r = rehearsal.run(plan, bundle.path)
+            r = rehearsal.run(plan, bundle.path, image)
             expected = expected_build_args(t, harbor_commit=harbor, build_commit=contract.commit,
                                            wheel_source_var=contract.script.wheel_source_var,
                                            megatron=variant_env(contract, t.variant))

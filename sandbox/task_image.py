@@ -13,6 +13,7 @@ arm64 target on an amd64 worker rehearses in the host variant, as clients/task_i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import hashlib
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from clients.task_image import host_platform
+from clients.task_image import TaskImages, host_platform
 
 REPOSITORY = "library/ubuntu"
 TAG = "22.04"
@@ -163,3 +164,15 @@ def push_task_image(registry_host: str, *, repository: str = REPOSITORY, tag: st
 def mirrors_for(registry_host: str) -> dict[str, str]:
     """The ``policy.rehearsal_registry_mirrors`` value that makes ``registry_host`` the task images' source."""
     return {MIRRORED: registry_host}
+
+
+@contextlib.contextmanager
+def local_task_images(state_dir: Path):
+    """For benches: an open local registry holding the stand-in as the docker.io mirror, and TaskImages
+    using it (cache under ``state_dir``); the registry stops on exit."""
+    from sandbox.registry import start_registry
+
+    with start_registry(Path(state_dir) / "registry", "open") as registry:
+        push_task_image(registry.host)
+        yield TaskImages(Path(state_dir) / "rehearsal-images", mirrors=mirrors_for(registry.host),
+                         insecure_hosts=[registry.host])
