@@ -73,6 +73,7 @@ from domain.report import evidence_lines, target_rows
 from runtime.temporal import workflow_ui_url
 
 SLOWED_LOG_EVERY_S = 600.0  # a watch slowed by a low rate limit says so once, then every 10 minutes
+REGISTRY_CHECK_TIMEOUT_S = 10.0  # one pinned-tag read while a PR waits; no answer = keep what was known
 
 
 class RecordActivities(ActivityGroup):
@@ -250,7 +251,8 @@ class RecordActivities(ActivityGroup):
             at_tag: str | None = img.digest
             anonymous, why = None, ""
             try:
-                async with RegistryClient(host, scheme=scheme, credentials=creds, max_retries=1) as client:
+                async with RegistryClient(host, scheme=scheme, credentials=creds, max_retries=1,
+                                          timeout_s=REGISTRY_CHECK_TIMEOUT_S) as client:
                     try:
                         at_tag = (await client.head_manifest(repo, img.tag)).digest
                     except RegistryNotFound:
@@ -303,7 +305,8 @@ class RecordActivities(ActivityGroup):
                 if inp.images and (looked is None or time.monotonic() - looked >= policy.merge_watch_registry_interval_s):
                     # Pinned tags and visibility, as someone else may have left them (cheap HEADs, less often).
                     looked = time.monotonic()
-                    seen = await self.registry_drift(inp.images)
+                    async with Heartbeater(every_s=2.0):  # a slow registry must not look like a dead worker
+                        seen = await self.registry_drift(inp.images)
                     if seen is not None and seen != drift:
                         activity.logger.warning(f"PR watch #{inp.pr_number}: registry drift now "
                                                 f"{[d.detail for d in seen] or 'resolved'}")
@@ -363,7 +366,9 @@ class RecordActivities(ActivityGroup):
                                         f"{auth.by if auth else 'nobody'} is not a configured operator")
                 return await reader.state(inp.pr_number, overrides)
             # Once more right before merging: a tag moved since the watch last looked holds the merge.
-            if inp.images and (drift := await self.registry_drift(inp.images)):
+            async with Heartbeater(every_s=2.0):
+                drift = await self.registry_drift(inp.images) if inp.images else None
+            if drift:
                 activity.logger.warning(f"merge of #{inp.pr_number} held: {[d.detail for d in drift]}")
                 return (await reader.state(inp.pr_number, overrides)).model_copy(update={"registry_drift": drift})
             try:
