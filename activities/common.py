@@ -117,7 +117,7 @@ class ActivityGroup:
         self.evidence = EvidenceStore(config.evidence_url(), config.evidence.storage_options,
                                       before_write=self.learn_secrets)
         # One connection pool per worker for every registry read (validation, anonymous probe).
-        self.registry_pool = RegistryPool()
+        self.registry_pool = RegistryPool(realm_hosts=tuple(config.registry.token_realm_hosts))
 
     def all(self) -> list:
         raise NotImplementedError

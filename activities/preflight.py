@@ -308,7 +308,8 @@ class PreflightActivities(ActivityGroup):
                     raise ValueError(f"the registry credential is bound to {bound} "
                                      "(config:registry.image_repository), not sent to " + host)
                 scheme = scheme_for(host, tuple(self.config.registry.insecure_hosts))
-                async with RegistryClient(host, scheme=scheme, credentials=(user, token)) as client:
+                async with RegistryClient(host, scheme=scheme, credentials=(user, token),
+                                          trusted_realm_hosts=tuple(self.config.registry.token_realm_hosts)) as client:
                     await client.check_push(repo)
                 out.append(PreflightCheck(name="registry push", config_key=key, ok=True,
                                           detail=f"{image_repository} accepts a push with the configured credential"))

@@ -62,14 +62,17 @@ class EvidenceStore:
 
 
 def read_evidence(ref: FileRef, storage_options: Mapping[str, Any] | None = None) -> bytes:
-    """The file's bytes, checked against the digest history recorded for it."""
+    """The file's bytes, checked against the size and digest history recorded for it: at most one byte
+    more than the recorded size is read, so a replaced or growing object is refused, not read whole."""
     try:
         with fsspec.open(ref.uri, "rb", **dict(storage_options or {})) as f:
-            data = f.read()
+            data = f.read(ref.size_bytes + 1)
     except FileNotFoundError:
         raise EvidenceError(f"{ref.uri}: not found in the evidence store") from None
     except (OSError, ImportError, ValueError) as e:
         raise EvidenceError(f"{ref.uri}: {e}") from None
+    if len(data) > ref.size_bytes:
+        raise EvidenceError(f"{ref.uri}: larger than the recorded {ref.size_bytes} bytes; refused, not read further")
     digest = hashlib.sha256(data).hexdigest()
     if digest != ref.sha256:
         raise EvidenceError(f"{ref.uri}: sha256 {digest[:16]}… does not match the recorded {ref.sha256[:16]}…")

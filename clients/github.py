@@ -22,7 +22,12 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from clients import http_guard
+from domain.credential_hosts import host_of
+
 API_VERSION = "2022-11-28"
+# A REST reply is one page of at most 100 items (comments and check runs included): far below this cap.
+MAX_REPLY_BYTES = 32 * 1024 * 1024
 MARKER_PREFIX = "<!-- gpu-rl-builder:"
 _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+$")
 _FAILED_CONCLUSIONS = {"failure", "cancelled", "timed_out", "action_required", "startup_failure", "stale"}
@@ -401,7 +406,9 @@ class GitHubClient:
         self.rate: RateLimitInfo | None = None
         self.requests = 0
         self.not_modified = 0
-        self._http = httpx.AsyncClient(
+        # The token goes to github.api_url's host only (over TLS unless loopback); replies stop at the cap.
+        self._http = http_guard.async_client(
+            allowed_hosts=(host_of(self.api_url),), credential="github.token", max_body_bytes=MAX_REPLY_BYTES,
             base_url=self.api_url,
             transport=transport,
             timeout=timeout,
@@ -475,6 +482,8 @@ class GitHubClient:
                 resp = await self._http.request(method, path, json=json, params=params)
         except GitHubError:  # the token provider could not mint a token (github.app)
             raise
+        except (http_guard.ResponseTooLarge, http_guard.CredentialRefused) as exc:  # not transient
+            raise GitHubError(self._scrub(str(exc)), method=method, path=path) from None
         except httpx.HTTPError as exc:
             # Raised "from None": the httpx exception carries the request, whose headers hold the token.
             raise GitHubUnavailable(self._scrub(f"{type(exc).__name__}: {exc}"), method=method,

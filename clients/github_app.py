@@ -21,13 +21,16 @@ from datetime import UTC, datetime
 import httpx
 import jwt
 
+from clients import http_guard
 from clients.credentials import CredentialError, fetch_secret
 from clients.github import API_VERSION, GitHubError, GitHubUnavailable
 from domain.config import GitHubAppSettings
+from domain.credential_hosts import host_of
 from domain.redact import register_secret
 
 JWT_LIFETIME_S = 540  # GitHub accepts at most 10 minutes; stay under it with clock drift
 JWT_BACKDATE_S = 60  # GitHub's advice against clock drift
+MAX_TOKEN_REPLY_BYTES = 256 * 1024  # an installation token and its permissions: a few KB
 
 
 class AppTokenError(CredentialError):
@@ -98,8 +101,12 @@ class InstallationTokenProvider:
         headers = {"Authorization": f"Bearer {self._jwt()}", "Accept": "application/vnd.github+json",
                    "X-GitHub-Api-Version": API_VERSION, "User-Agent": "gpu-rl-builder"}
         try:
-            with httpx.Client(base_url=self.api_url, transport=self._transport, timeout=self._timeout_s) as http:
+            with http_guard.sync_client(allowed_hosts=(host_of(self.api_url),), credential="github.app.private_key",
+                                        max_body_bytes=MAX_TOKEN_REPLY_BYTES, base_url=self.api_url,
+                                        transport=self._transport, timeout=self._timeout_s) as http:
                 resp = http.post(path, headers=headers)
+        except (http_guard.ResponseTooLarge, http_guard.CredentialRefused) as e:  # not transient
+            raise GitHubError(str(e), method="POST", path=path) from None
         except httpx.HTTPError as e:  # from None: the request (and its JWT) stays out of the error
             raise GitHubUnavailable(f"{type(e).__name__}: minting an installation token", method="POST",
                                     path=path) from None

@@ -18,10 +18,12 @@ from typing import Literal
 
 import httpx
 
+from clients import http_guard
 from clients.credentials import CredentialError, fetch_secret
 from clients.github import API_VERSION, GitHubError, GitHubUnavailable
 from clients.github_app import installation_provider
 from domain.config import GitHubSettings, ServiceConfig
+from domain.credential_hosts import host_of
 
 TokenKind = Literal["classic", "fine-grained", "installation"]
 
@@ -48,8 +50,11 @@ def token_identity(api_url: str, token: str, *, what: str, transport: httpx.Base
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json",
                "X-GitHub-Api-Version": API_VERSION, "User-Agent": "gpu-rl-builder"}
     try:
-        with httpx.Client(transport=transport, timeout=timeout_s) as http:
+        with http_guard.sync_client(allowed_hosts=(host_of(api_url),), credential=what, max_body_bytes=256 * 1024,
+                                    transport=transport, timeout=timeout_s) as http:
             resp = http.get(url, headers=headers)
+    except (http_guard.ResponseTooLarge, http_guard.CredentialRefused) as e:  # not transient
+        raise IdentityError(f"{what}: {e}") from None
     except httpx.HTTPError as e:  # from None: the request carries the token
         raise GitHubUnavailable(f"{type(e).__name__}: reading the owner of {what}", method="GET", path="/user") from None
     try:

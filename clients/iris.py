@@ -27,7 +27,9 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from clients import http_guard
 from clients.iris_pin import IRIS_REVISION_DATE, IRIS_VERSION
+from domain.credential_hosts import host_of
 
 JOB_NAME_RE = re.compile(r"^/[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)+$")
 
@@ -516,6 +518,10 @@ LOG_SERVICE = "finelog.logging.LogService"
 # ``rigging.connect.proxy_path(iris.cluster.endpoints.LOG_SERVER_ENDPOINT_NAME)``; the contract test
 # checks this equals it).
 LOG_SERVER_PROXY_PREFIX = "/proxy/system.log-server"
+# Reply caps (bytes read before a reply is refused): an RPC reply (a ListJobs page of 500 jobs, a FetchLogs
+# page of 5,000 lines) stays far below 64 MiB; /health answers a few bytes.
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+MAX_HEALTH_BYTES = 64 * 1024
 LIST_JOBS_PAGE = 500
 LIST_JOBS_MAX_OFFSET = 5000
 _ARCH_ATTRIBUTE_KEYS = ("arch", "architecture", "cpu-arch", "cpu_arch", "kubernetes.io/arch", "machine")
@@ -553,8 +559,11 @@ class IrisClient:
         self._backoff_s = backoff_s
         self._max_backoff_s = max_backoff_s
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout_s,
-                                       transport=transport)
+        # The token goes to this controller only (over TLS unless loopback); a reply stops at its cap.
+        self._http = http_guard.async_client(
+            allowed_hosts=(host_of(self.base_url),), credential=f"clusters.{cluster_name}.token",
+            max_body_bytes=MAX_REPLY_BYTES, base_url=self.base_url, headers=headers, timeout=timeout_s,
+            transport=transport)
         self.requests: Counter[str] = Counter()  # RPC method -> requests sent (retries included)
 
     def __repr__(self) -> str:
@@ -578,6 +587,8 @@ class IrisClient:
             r = await self._http.post(path, json=body, timeout=timeout_s or self._timeout_s)
         except httpx.TransportError as e:  # connect/read errors and timeouts
             raise Unavailable(method, "transport", f"cannot reach controller ({type(e).__name__})") from None
+        except (http_guard.ResponseTooLarge, http_guard.CredentialRefused) as e:  # not transient: a retry reads it again
+            raise Internal(method, "internal", str(e)) from None
         if r.status_code == 200:
             try:
                 return r.json()
@@ -773,12 +784,16 @@ class IrisClient:
     # -- cluster ------------------------------------------------------------------------------------
 
     async def health(self) -> bool:
-        """``GET /health`` answered ``{"status":"ok"}``; False when unreachable or unhealthy."""
+        """``GET /health`` answered ``{"status":"ok"}``; False when unreachable or unhealthy. A reply past
+        ``MAX_HEALTH_BYTES`` raises ``Internal`` naming the URL and the cap (only the cap is read)."""
         try:
-            r = await self._http.get("/health", timeout=min(self._timeout_s, 10.0))
+            r = await self._http.get("/health", timeout=min(self._timeout_s, 10.0),
+                                     extensions={http_guard.BODY_CAP: MAX_HEALTH_BYTES})
             return r.status_code == 200 and r.json().get("status") == "ok"
-        except (httpx.HTTPError, ValueError):
+        except (httpx.HTTPError, ValueError, AttributeError):
             return False
+        except (http_guard.ResponseTooLarge, http_guard.CredentialRefused) as e:
+            raise Internal("health", "internal", str(e)) from None
 
     async def list_workers(self) -> list[dict]:
         reply = await self._call("ListWorkers", {"query": {}})

@@ -23,10 +23,13 @@ from typing import Any, Literal
 
 import httpx
 
+from clients import http_guard
+from domain.credential_hosts import host_of
 from domain.validation import MANIFEST_ACCEPT
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 MAX_BLOB_BYTES = 64 * 1024 * 1024
+MAX_REPLY_BYTES = 1024 * 1024  # any other reply: /v2/, errors, a HEAD, a token (a JWT of a few KB)
 _AUTH_PARAM = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^,\s]*))')
 _DIGEST = re.compile(r"^(sha256|sha384|sha512):[0-9a-f]+$")
 
@@ -183,7 +186,8 @@ class RegistryPool:
     """
 
     def __init__(self, *, timeout_s: float = 30.0, transport: httpx.AsyncBaseTransport | None = None,
-                 max_connections: int = 64) -> None:
+                 max_connections: int = 64, realm_hosts: tuple[str, ...] = ()) -> None:
+        self.realm_hosts = tuple(realm_hosts)  # config:registry.token_realm_hosts
         self._timeout_s = timeout_s
         self._transport = transport
         self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
@@ -196,9 +200,8 @@ class RegistryPool:
         key = (id(asyncio.get_running_loop()), scheme, host)
         client = self._clients.get(key)
         if client is None or client.is_closed:
-            client = httpx.AsyncClient(transport=self._transport, timeout=self._timeout_s, trust_env=False,
-                                       follow_redirects=False, limits=self._limits,
-                                       cookies=_no_cookies())
+            client = _guarded(host, self.realm_hosts, transport=self._transport, timeout=self._timeout_s,
+                              trust_env=False, follow_redirects=False, limits=self._limits, cookies=_no_cookies())
             self._clients[key] = client
             self.clients_created += 1
         return client
@@ -240,6 +243,13 @@ async def warm_pool(pool: RegistryPool, host: str, repo: str, *, scheme: Literal
         await client.aclose()
 
 
+def _guarded(host: str, realm_hosts: tuple[str, ...], **kw: Any) -> httpx.AsyncClient:
+    """The registry credential goes to the registry's own host (any port: a token server beside it) and to
+    the configured realm hosts only, over TLS unless loopback (clients/http_guard.py)."""
+    return http_guard.async_client(allowed_hosts=(host_of(f"https://{host}"), *realm_hosts),
+                                   credential="registry.token", max_body_bytes=MAX_REPLY_BYTES, **kw)
+
+
 # --- the client --------------------------------------------------------------------------------------
 
 
@@ -269,12 +279,12 @@ class RegistryClient:
         self._credentials = credentials
         self.max_retries = max_retries
         self.max_retry_after_s = max_retry_after_s
-        self._trusted_realm_hosts = trusted_realm_hosts
+        self._trusted_realm_hosts = tuple(trusted_realm_hosts) + (pool.realm_hosts if pool is not None else ())
         self._sleep = sleep
         self._owns_http = pool is None
-        self._http = pool.http(scheme, registry_host) if pool is not None else httpx.AsyncClient(
-            transport=transport, timeout=timeout_s, trust_env=False, follow_redirects=False,
-            cookies=_no_cookies())
+        self._http = pool.http(scheme, registry_host) if pool is not None else _guarded(
+            registry_host, self._trusted_realm_hosts, transport=transport, timeout=timeout_s, trust_env=False,
+            follow_redirects=False, cookies=_no_cookies())
         self._tokens: dict[str, _Token] = pool.tokens_for(registry_host, credentials) if pool else {}
         self._basic = False  # the registry asked for Basic auth
         self.token_requests = 0  # for tests and benchmarks: how often the token endpoint was hit
@@ -349,7 +359,7 @@ class RegistryClient:
     async def get_manifest(self, repo: str, ref: str) -> RawManifest:
         """Raw manifest bytes; the digest is computed from them and cross-checked with the headers."""
         url = f"{self.base_url}/v2/{repo}/manifests/{ref}"
-        resp = await self._request("GET", url, repo, headers={"Accept": MANIFEST_ACCEPT})
+        resp = await self._request("GET", url, repo, headers={"Accept": MANIFEST_ACCEPT}, max_body=MAX_MANIFEST_BYTES)
         if resp.status_code != 200:
             raise self._error(resp, f"manifest {repo}:{ref}")
         data = resp.content
@@ -375,7 +385,7 @@ class RegistryClient:
         if not is_digest(digest):
             raise ValueError(f"not a digest: {digest!r}")
         url = f"{self.base_url}/v2/{repo}/blobs/{digest}"
-        resp = await self._request("GET", url, repo, follow_redirects=True)
+        resp = await self._request("GET", url, repo, follow_redirects=True, max_body=max_bytes)
         if resp.status_code != 200:
             raise self._error(resp, f"blob {repo}@{digest}")
         data = resp.content
@@ -437,11 +447,13 @@ class RegistryClient:
     # -- request machinery --
 
     async def _request(self, method: str, url: str, repo: str, *, headers: dict[str, str] | None = None,
-                       follow_redirects: bool = False, actions: str = "pull") -> httpx.Response:
+                       follow_redirects: bool = False, actions: str = "pull",
+                       max_body: int = MAX_REPLY_BYTES) -> httpx.Response:
         """Send with cached auth; on a challenge authenticate once and resend."""
         scope = f"repository:{repo}:{actions}"
         sent = self._auth_header(scope)
-        resp = await self._send(method, url, headers=headers, auth=sent, follow_redirects=follow_redirects)
+        resp = await self._send(method, url, headers=headers, auth=sent, follow_redirects=follow_redirects,
+                                max_body=max_body)
         if resp.status_code != 401:
             return resp
         challenge = parse_www_authenticate(resp.headers.get("www-authenticate"))
@@ -461,7 +473,7 @@ class RegistryClient:
         else:
             raise ProtocolError(f"unsupported auth scheme {challenge.scheme!r}", status=401)
         resp = await self._send(method, url, headers=headers, auth=self._auth_header(scope),
-                                follow_redirects=follow_redirects)
+                                follow_redirects=follow_redirects, max_body=max_body)
         if resp.status_code == 401:
             again = parse_www_authenticate(resp.headers.get("www-authenticate"))
             raise Unauthorized(f"registry refused the credentials for {repo}", status=401,
@@ -521,12 +533,15 @@ class RegistryClient:
 
     async def _send(self, method: str, url: str, *, headers: dict[str, str] | None = None,
                     auth: str | None = None, follow_redirects: bool = False,
-                    auth_origin: httpx.URL | None = None) -> httpx.Response:
-        """One logical request: bounded retries on 429 (honouring Retry-After), 5xx and network errors."""
+                    auth_origin: httpx.URL | None = None, max_body: int = MAX_REPLY_BYTES) -> httpx.Response:
+        """One logical request: bounded retries on 429 (honouring Retry-After), 5xx and network errors.
+        A reply past ``max_body`` bytes, or a credential bound elsewhere, is a ProtocolError (not retried)."""
         last_retry_after: float | None = None
         for attempt in range(self.max_retries + 1):
             try:
-                resp = await self._send_once(method, url, headers, auth, follow_redirects, auth_origin)
+                resp = await self._send_once(method, url, headers, auth, follow_redirects, auth_origin, max_body)
+            except (http_guard.ResponseTooLarge, http_guard.CredentialRefused) as e:
+                raise ProtocolError(str(e), step="token" if auth_origin is not None else "registry") from None
             except httpx.TransportError as e:
                 if attempt >= self.max_retries:
                     raise RegistryUnavailable(f"{method} {_safe(url)}: {type(e).__name__}") from None
@@ -550,7 +565,8 @@ class RegistryClient:
         raise AssertionError("unreachable")
 
     async def _send_once(self, method: str, url: str, headers: dict[str, str] | None, auth: str | None,
-                         follow_redirects: bool, auth_origin: httpx.URL | None) -> httpx.Response:
+                         follow_redirects: bool, auth_origin: httpx.URL | None,
+                         max_body: int = MAX_REPLY_BYTES) -> httpx.Response:
         """Follow redirects ourselves so Authorization only goes to its own origin (registry or realm)."""
         origin = auth_origin or httpx.URL(self.base_url)
         target = httpx.URL(url)
@@ -559,7 +575,7 @@ class RegistryClient:
             same_origin = (target.scheme, target.host, target.port) == (origin.scheme, origin.host, origin.port)
             if auth and same_origin:
                 h["Authorization"] = auth
-            resp = await self._http.request(method, target, headers=h)
+            resp = await self._http.request(method, target, headers=h, extensions={http_guard.BODY_CAP: max_body})
             if not (follow_redirects and resp.is_redirect and "location" in resp.headers):
                 return resp
             await resp.aread()

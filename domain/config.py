@@ -17,6 +17,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from domain.credential_hosts import cleartext_problem, host_of
+from domain.credential_hosts import is_loopback_host as is_loopback_host  # re-exported
+
 CONFIG_ENV = "GPU_RL_BUILDER_CONFIG"
 
 
@@ -85,16 +88,6 @@ def _is_ip(host: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def is_loopback_host(host: str) -> bool:
-    """``localhost`` or a loopback IP literal (a name is never resolved: DNS must not decide)."""
-    if host.lower() in ("localhost", "localhost.localdomain") or host.lower().endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class TemporalSettings(_Model):
@@ -224,6 +217,10 @@ class RegistrySettings(_Model):
     token: CredentialSource = Field(description="The registry token (push, and the kaniko job's credential).")
     github_api_url: str | None = Field(None, description="Where token_owner asks `GET /user` (default: "
                                                          "github.api_url).")
+    token_realm_hosts: list[str] = Field(default_factory=list, description=(
+        "Hosts besides the registry's own that may receive registry.user/registry.token when the registry's "
+        "WWW-Authenticate challenge names them as its token realm (e.g. auth.docker.io for Docker Hub). The "
+        "registry's own host (any port) is always allowed; a realm elsewhere gets an anonymous token request."))
 
 
 class GitHubAppSettings(_Model):
@@ -543,6 +540,61 @@ class ServiceConfig(_Model):
                 f"user explicitly ({{kind = \"literal_public\", value = \"<login>\"}}, env or file), not "
                 f"{user.describe()}")
         return self
+
+    @model_validator(mode="after")
+    def _credentials_over_tls(self) -> ServiceConfig:
+        """No credential goes over plain http to a host that is not loopback (the worker and the starter
+        both refuse such a file at load, naming the key). temporal.api_key is checked after profiles and
+        TEMPORAL_* are layered (runtime.temporal.check_transport)."""
+        for key, url, credential in self.credential_destinations():
+            if problem := cleartext_problem(url, credential=credential):
+                raise ValueError(f"{key} = {url[:120]!r}: {problem}")
+        return self
+
+    def credential_destinations(self) -> list[tuple[str, str, str]]:
+        """Every configured address a credential is sent to: (its config key, the URL, what goes there)."""
+        out: list[tuple[str, str, str]] = []
+        gh = self.github
+        if gh is not None:
+            what = "github.token" if gh.token else "github.app.private_key (its JWT) and installation tokens"
+            out.append(("github.api_url", gh.api_url, what))
+        if self.registry.user.kind == "token_owner":
+            key = "registry.github_api_url" if self.registry.github_api_url else "github.api_url"
+            out.append((key, self.registry_user_api_url(), "registry.token (GET /user for registry.user)"))
+        host = self.registry.image_repository.partition("/")[0]
+        if host in self.registry.insecure_hosts:
+            out.append(("registry.insecure_hosts", f"http://{host}", "registry.user and registry.token"))
+        for name, c in sorted(self.clusters.items()):
+            if c.controller_url:
+                what = f"clusters.{name}.token and the job's secrets (LaunchJob environment)" if c.token else \
+                    "the job's secrets (LaunchJob environment: registry.token)"
+                out.append((f"clusters.{name}.controller_url", c.controller_url, what))
+        out.append(("repos.marinskyrl_url", self.repos.marinskyrl_url, "the git push credentials"))
+        if "@" in self.repos.harbor_url.partition("://")[2].partition("/")[0]:
+            out.append(("repos.harbor_url", self.repos.harbor_url, "the credentials in the URL"))
+        endpoint = self.evidence.storage_options.get("endpoint_url")
+        if isinstance(endpoint, str):
+            out.append(("evidence.storage_options.endpoint_url", endpoint, "the evidence store's credentials"))
+        if self.evidence.url and self.evidence.url.lower().startswith(("http://", "https://")):
+            out.append(("evidence.url", self.evidence.url, "the evidence store's credentials and the evidence"))
+        return out
+
+    def credential_hosts(self, key: str) -> tuple[str, ...]:
+        """The hosts the credential at config key ``key`` may be sent to (request-time rule of
+        clients/http_guard.py and the git push): its own configured host(s), nothing else."""
+        if key in ("github.token", "github.app.private_key") and self.github is not None:
+            git = host_of(self.repos.marinskyrl_url)
+            return tuple(h for h in (host_of(self.github.api_url), git) if h)
+        if key in ("registry.token", "registry.user"):
+            hosts = [host_of("https://" + self.registry.image_repository.partition("/")[0]),
+                     *self.registry.token_realm_hosts]
+            if self.registry.user.kind == "token_owner":
+                hosts.append(host_of(self.registry_user_api_url()))
+            return tuple(h for h in hosts if h)
+        if key.startswith("clusters.") and key.endswith(".token"):
+            c = self.clusters.get(key.removeprefix("clusters.").removesuffix(".token"))
+            return (host_of(c.controller_url),) if c and c.controller_url else ("127.0.0.1", "localhost")
+        return ()
 
     def _sources(self) -> dict[str, CredentialSource]:
         gh = self.github

@@ -15,7 +15,7 @@ SENTINEL = "iris-bearer-sentinel-7f3a9c"
 
 
 def _config(token: dict | None) -> ServiceConfig:
-    cluster = {"controller_url": "http://iris.invalid:10000", "client_revision_date": "2026-11-20"}
+    cluster = {"controller_url": "https://iris.invalid:10000", "client_revision_date": "2026-11-20"}
     if token:
         cluster["token"] = token
     return ServiceConfig.model_validate({

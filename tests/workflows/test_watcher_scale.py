@@ -46,7 +46,7 @@ def _config(tmp_path, cluster: str) -> ServiceConfig:
     return ServiceConfig.model_validate({
         "work_dir": str(tmp_path),
         "repos": {"marinskyrl_url": "file:///nowhere", "harbor_url": "file:///nowhere"},
-        "clusters": {cluster: {"controller_url": "http://standin.invalid",
+        "clusters": {cluster: {"controller_url": "https://standin.invalid",
                                "client_revision_date": datetime.date.today().isoformat()}},
         "registry": {"image_repository": "127.0.0.1:5000/gpu-rl", "user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "X"}},
         "policy": POLICY.model_dump(),
