@@ -20,7 +20,6 @@ import asyncio
 import json
 import time
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from temporalio.api.enums.v1 import TaskQueueType
@@ -28,7 +27,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from runtime.http_thread import BackgroundHTTPServer
+from runtime.http_thread import BackgroundHTTPServer, TimedRequestHandler
 
 _QUEUE_TYPES = {"workflow": TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
                 "activity": TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY}
@@ -91,7 +90,7 @@ class HealthServer:
         host, _, port = bind.rpartition(":")
         self.state = state
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(TimedRequestHandler):
             disable_nagle_algorithm = True  # headers and body in two writes: no 40 ms delayed-ACK stall
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)

@@ -26,7 +26,6 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from temporalio.service import RPCError, RPCStatusCode
@@ -36,7 +35,7 @@ from domain.github_webhook import PullRequestEvent, pull_request_event, signatur
 from domain.models import GitHubWake
 from domain.redact import redact
 from runtime import search_attributes as sa
-from runtime.http_thread import BackgroundHTTPServer
+from runtime.http_thread import BackgroundHTTPServer, TimedRequestHandler
 from runtime.logging import get_logger
 
 SEEN_DELIVERIES = 10_000  # delivery ids remembered (GitHub redelivers by id, days later at most)
@@ -93,7 +92,10 @@ class WebhookReceiver:
         self._inflight: set[str] = set()
         self.log = get_logger("webhooks")
         host, port = split_address(settings.listen)
-        self._http = BackgroundHTTPServer((host, port), _handler(self), "github-webhooks")
+        self._http = BackgroundHTTPServer((host, port), _handler(self), "github-webhooks",
+                                          idle_timeout_s=settings.idle_timeout_s,
+                                          read_timeout_s=settings.read_timeout_s,
+                                          max_connections=settings.max_connections)
 
     @property
     def port(self) -> int:
@@ -149,8 +151,8 @@ class WebhookReceiver:
         return 202, {"woken": woken, "event": event, "delivery": delivery}
 
 
-def _handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _handler(receiver: WebhookReceiver) -> type[TimedRequestHandler]:
+    class Handler(TimedRequestHandler):
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True  # headers and body in two writes: no 40 ms delayed-ACK stall
 
@@ -181,7 +183,13 @@ def _handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
                                                   github_event=(self.headers.get("X-GitHub-Event") or "")[:40])
                 self._send(status, payload, close=True)  # unread: the connection is closed
                 return
-            body = self.rfile.read(length)
+            try:
+                body = self.read_body(length)  # within read_timeout_s, or the connection is cut
+            except OSError as e:  # cut at the deadline, timed out or gone: nothing to answer on
+                receiver.refuse(408, f"body not received within {receiver.settings.read_timeout_s:g} s "
+                                f"(github.webhook.read_timeout_s): {type(e).__name__}")
+                self.close_connection = True
+                return
             try:
                 status, payload = receiver.handle(self.headers, body)
             except Exception as e:  # a bug here: one line, and GitHub shows the delivery failed
