@@ -8,7 +8,7 @@ is one line of the real script; the expected line is found by its text, not hard
 from __future__ import annotations
 
 from clients import rehearsal
-from clients.task_image import TaskImages
+from clients.task_image import TaskImages, host_platform
 from sandbox.task_image import mirrors_for, push_task_image
 from tests.contract.real import line_in
 from tests.rehearsal.helpers import TASK_IMAGE, need_isolation, planned, rehearse
@@ -133,3 +133,19 @@ def test_task_image_is_cached_by_manifest_digest(tmp_path, open_registry):
     assert moved.digest != first.digest and moved.downloaded_bytes > 0 and moved.path != first.path
     assert (first.path / "etc" / "marker").read_text() == "old"
     assert not (moved.path / "etc" / "marker").exists()
+
+
+def test_a_target_the_worker_cannot_execute_rehearses_in_the_host_variant_and_says_so(tmp_path):
+    need_isolation()
+    if host_platform() != "linux/amd64":
+        import pytest
+
+        pytest.skip("written for an amd64 worker")
+    contract, targets, bundle, script, harbor = planned(tmp_path, "era-c", arches=["amd64", "arm64"])
+    assert rehearse(contract, targets, bundle, script, harbor) is None
+    for t in targets:
+        # passed: kaniko's platform (era C's follows `uname -m`, stood in for) is the planned one
+        assert t.rehearsal.status == "passed", t.rehearsal.describe()
+        note = "linux/amd64 variant: this worker cannot execute linux/arm64 binaries"
+        assert (note in t.rehearsal.root) == (t.architecture == "arm64"), t.rehearsal.root
+        assert note in t.rehearsal.describe() or t.architecture == "amd64"
