@@ -329,19 +329,17 @@ def drift_waiting(drift: list[RegistryDrift], pr: PullRequestInfo, workflow_id: 
     the validated digest. Why hold rather than end: restoring the tag (or the visibility) is one command,
     after which the merge proceeds by itself; a move that was meant needs a rebuild, which ``resume``
     after ``cancel`` does (the moved target is no longer adopted)."""
-    fixes = []
-    for d in drift:
-        if d.kind in ("moved", "gone"):
-            repo = d.image.rpartition(":")[0]
-            fixes.append(f"restore it: `skopeo copy --all docker://{repo}@{d.validated} docker://{d.image}`")
-        else:
-            fixes.append(f"make {d.image.rpartition(':')[0]} public again (GitHub → Packages → Package settings → "
-                         "Change visibility → Public)")
+    restore = [f"skopeo copy --all docker://{d.image.rpartition(':')[0]}@{d.validated} docker://{d.image}"
+               for d in drift if d.kind in ("moved", "gone")]
+    private = sorted({d.image.rpartition(":")[0] for d in drift if d.kind == "private"})
+    fixes = (["restore the tag (the command)"] if restore else []) + [
+        f"make {repo} public again (GitHub → Packages → Package settings → Change visibility → Public)"
+        for repo in private]
     detail = (f"merge of PR #{pr.number} held: {'; '.join(d.detail for d in drift)}; the PR still pins the "
-              f"validated digest(s). To merge: {'; '.join(dict.fromkeys(fixes))} — the merge then proceeds by itself. "
+              f"validated digest(s). To merge: {'; '.join(fixes)} — the merge then proceeds by itself. "
               f"If the change was meant: `{STARTER} cancel {q(workflow_id)}`, then `{resume_command(workflow_id)}` "
               "rebuilds the changed target(s)")
-    return WaitingReason(kind="registry_drift", detail=detail)
+    return WaitingReason(kind="registry_drift", detail=detail, command=" && ".join(restore) or None)
 
 
 def drift_markdown(drift: list[RegistryDrift]) -> list[str]:

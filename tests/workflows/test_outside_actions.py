@@ -203,7 +203,8 @@ async def test_a_tag_moved_or_a_package_made_private_while_waiting_holds_the_mer
             rep = await _until(lambda: waiting(f"now points at {moved.digest}"), "the moved tag noticed")
             held = rep.waiting[-1]
             assert f"not the validated {validated.digest}" in held.detail and "the PR still pins" in held.detail
-            assert f"skopeo copy --all docker://{token_registry.host}/{repo}@{validated.digest}" in held.detail
+            assert held.command == (f"skopeo copy --all docker://{token_registry.host}/{repo}@{validated.digest} "
+                                    f"docker://{token_registry.host}/{repo}:t1")
             assert f"python starter.py cancel {handle.id}" in held.detail
             assert (await _attrs(handle)) == ("awaiting_merge", "tag_moved")
             assert f"merge of PR #{pr.number} held" in await details(handle)
@@ -218,6 +219,8 @@ async def test_a_tag_moved_or_a_package_made_private_while_waiting_holds_the_mer
             token_registry.set_public(repo, False)
             await _until(lambda: waiting("no longer anonymously pullable"), "the private package noticed")
             assert (await _attrs(handle)) == ("awaiting_merge", "visibility")
+            held = (await handle.query(BuildPipelineWorkflow.report)).waiting[-1]
+            assert f"make {token_registry.host}/{repo} public again" in held.detail and held.command is None
             ack = await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="tester"))
             assert "registry changed since validation" in ack and "no longer anonymously pullable" in ack
             reads = gh.served(r"^GET /repos/.*/check-runs$")
