@@ -113,8 +113,12 @@ def test_no_real_credential_reaches_the_rehearsal_and_nothing_is_left_behind(tmp
     plan = rehearsal_plan(t, bundle_sha256=bundle.sha256, script_b64=None, cluster_env={})
     assert plan.env["REGISTRY_TOKEN"] == PLACEHOLDER.format(secret="registry_token")
     plan.argv = ["bash", "-c", 'apt-get "$(env)"; apt-get "$(cat /proc/1/environ | tr "\\0" " ")"']
+    root = image_root()
+    # A private temp dir: other sessions' rehearsals on this machine create and remove theirs in /tmp meanwhile.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     before = set(os.listdir(tempfile.gettempdir()))
-    r = rehearsal.run(plan, bundle.path, image_root())
+    r = rehearsal.run(plan, bundle.path, root)
     assert r.exit_code == 0
     seen = " ".join(a for c in r.calls for a in c.argv)
     assert "REGISTRY_TOKEN=rehearsal-placeholder-registry_token" in seen and sentinel not in seen
