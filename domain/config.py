@@ -590,8 +590,11 @@ class ServiceConfig(_Model):
         """The hosts the credential at config key ``key`` may be sent to (request-time rule of
         clients/http_guard.py and the git push): its own configured host(s), nothing else."""
         if key in ("github.token", "github.app.private_key") and self.github is not None:
-            git = host_of(self.repos.marinskyrl_url)
-            return tuple(h for h in (host_of(self.github.api_url), git) if h)
+            from domain.issue_ref import github_web_host
+
+            # The API host, and the web host git pushes to (github.web_url, else api_url's without "api.").
+            web = host_of(self.github.web_url or f"https://{github_web_host(self.github.api_url)}")
+            return tuple(dict.fromkeys(h for h in (host_of(self.github.api_url), web) if h))
         if key in ("registry.token", "registry.user"):
             hosts = [host_of("https://" + self.registry.image_repository.partition("/")[0]),
                      *self.registry.token_realm_hosts]

@@ -131,3 +131,5 @@ def test_credential_hosts_name_each_credentials_own_destinations():
     assert config.credential_hosts("github.token") == ("api.github.com", "github.com")
     assert config.credential_hosts("registry.token") == ("registry-1.docker.io", "auth.docker.io")
     assert config.credential_hosts("clusters.cw.token") == ("iris.example.org",)
+    ghe = ServiceConfig.model_validate(_with("github.api_url", "https://ghe.example:8443/api/v3"))
+    assert ghe.credential_hosts("github.token") == ("ghe.example",)
