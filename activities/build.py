@@ -49,7 +49,16 @@ from domain.config import ConfigError, PolicySettings
 from domain.contract import load_contract
 from domain.evidence import failing_line
 from domain.failures import AttemptEvidence, Evidence, classify
-from domain.jobs import submission_name
+from domain.jobs import registry_has_our_image, submission_name
+from domain.log_evidence import (
+    MAX_GAPS_VERIFIED,
+    ImageFacts,
+    LogIntegrity,
+    judge,
+    needs_image,
+    seq_gaps,
+    unexplained_gaps,
+)
 from domain.markers import check_log
 from domain.models import (
     AdoptInput,
@@ -200,23 +209,52 @@ class BuildActivities(ActivityGroup):
     # ------------------------------------------------------------------ judge the log of a succeeded job
     @activity.defn
     async def check_build_log(self, inp: LogCheckInput) -> LogCheck:
+        """Judge a succeeded job: its log proves the markers it shows; where it cannot (empty, seq holes, a
+        marker absent: the store drops lines without a trace, domain/log_evidence.py) the pushed image
+        stands in, and a marker neither proves ends the target as ``log_lost`` at once (no read-again loop)."""
         async with Heartbeater(), iris_client(self.config, inp.cluster) as iris:
             log = await _complete_log(iris, inp.job_id)
+            if not log.complete:  # never judge markers on a log that is still arriving
+                raise Transient(f"the log of {inp.job_id} still grew {log.waited_s:.0f} s after the job ended "
+                                f"({len(log.entries)} lines so far); reading it again")
+            integrity = await _integrity(iris, log)
         text = _log_text(log)
-        if not log.entries:
-            # A succeeded build always prints: an empty log is a log the store does not hold (yet), not 31
-            # missing markers. Measured on the 0.2.227 local controller: 2 of 15 jobs printing 5,000 lines
-            # 5 at a time had no line stored at all. Read again (bounded by the step's budget).
-            raise Transient(f"the log store holds no line of {inp.job_id} {log.waited_s:.0f} s after it ended; "
-                            "reading it again (if it never arrives the log was lost, not the image: "
-                            "`starter.py report` shows the validation)")
-        if not log.complete:  # never judge markers on a log that is still arriving
-            raise Transient(f"the log of {inp.job_id} still grew {log.waited_s:.0f} s after the job ended "
-                            f"({len(log.entries)} lines so far); reading it again")
         ref = await write_evidence(self.evidence, inp.request_id, f"{safe_name(inp.job_id)}.log", text)
-        result = check_log(inp.target.expected_markers, text)
-        return LogCheck(log=ref, found=result.found, missing=result.missing, cached=result.cached,
-                        final_push_seen=result.final_push_seen, pushed_digest=result.pushed_digest)
+        markers = inp.target.expected_markers
+        result = check_log(markers, text)
+        image = await self._image_facts(inp) if needs_image(result, integrity) else None
+        j = judge(markers, result, integrity, image)
+        if j.verdict != "log":
+            activity.logger.info(f"{inp.job_id}: log incomplete ({'; '.join(j.incomplete)}); {j.verdict}: "
+                                 f"{len(j.stood_in)} marker(s) proven by the image, {len(j.missing)} by nothing")
+        return LogCheck(log=ref, found=j.found, missing=j.missing, cached=j.cached, final_push_seen=j.final_push_seen,
+                        pushed_digest=j.pushed_digest, incomplete=j.incomplete, stood_in=j.stood_in,
+                        lost=j.reasons if j.verdict == "log_lost" else [])
+
+    async def _image_facts(self, inp: LogCheckInput) -> ImageFacts:
+        """The image at the target's tag as evidence for a log that lost lines: ours (labels), its digest and
+        its config history. A registry that gives no verdict is asked again (Transient, bounded)."""
+        t = inp.target
+        ref = f"{t.image_repository}:{t.tag}"
+        if not inp.build_commit:
+            return ImageFacts(ref=ref, not_ours_reason="the step was scheduled without the build commit to check")
+        configs: list[dict] = []
+        report = await self._validate(ValidateInput(target=t, build_commit=inp.build_commit,
+                                                    harbor_commit=inp.harbor_commit or ""),
+                                      on_config=configs.append)
+        if report.awaiting_registry:
+            raise Transient(f"registry: no verdict on {ref} ({report.failure_summary()}), which must stand in for "
+                            f"the incomplete log of {inp.job_id}; asking again")
+        ours = registry_has_our_image(report)
+        labels = [c for c in report.checks if c.name.startswith("label:") and c.verdict != "pass"]
+        why = "" if ours else (
+            f"no image at {ref} ({report.failure_summary()})" if not report.digest
+            else f"{ref}@{report.digest} is not this build's: " + ("; ".join(
+                f"{c.name} is {c.observed}, expected {c.expected}" for c in labels) or "it has no OCI labels"))
+        history = (configs[0].get("history") if configs else None) or []
+        return ImageFacts(ref=ref, digest=report.digest, ours=ours, not_ours_reason=why,
+                          history=[str(h.get("created_by") or "") for h in history if isinstance(h, dict)],
+                          history_present=bool(history))
 
     # ------------------------------------------------------------------ capture and classify a failure
     @activity.defn
@@ -253,7 +291,7 @@ class BuildActivities(ActivityGroup):
         # Classification reasons reach history: they are built from the redacted log only.
         await asyncio.to_thread(self.learn_secrets)
         text = redact(text)
-        evidence = _evidence(info, attempts, facts, text, inp.missing_markers)
+        evidence = _evidence(info, attempts, facts, text, inp.missing_markers, inp.log_lost)
         c = classify(evidence)
         c = c.model_copy(update={"reasons": [redact(r) for r in c.reasons]})  # Iris errors carry stderr too
         quoted = failing_line(text) if text else None
@@ -351,11 +389,13 @@ class BuildActivities(ActivityGroup):
     async def validate_image(self, inp: ValidateInput) -> ValidationReport:
         return await self._validate(inp)
 
-    async def _validate(self, inp: ValidateInput) -> ValidationReport:
+    async def _validate(self, inp: ValidateInput, on_config=None) -> ValidationReport:
         t = inp.target
-        repo = await asyncio.to_thread(self.repos.marinskyrl)
-        files = await asyncio.to_thread(self.repos.contract_files, repo, inp.build_commit)
-        ceiling = t.layer_ceiling or load_contract(files, inp.build_commit, self.config.build).layer_ceiling
+        ceiling = t.layer_ceiling
+        if ceiling is None:  # planned before targets carried it: read it from the contract at the build commit
+            repo = await asyncio.to_thread(self.repos.marinskyrl)
+            files = await asyncio.to_thread(self.repos.contract_files, repo, inp.build_commit)
+            ceiling = load_contract(files, inp.build_commit, self.config.build).layer_ceiling
         creds = None
         bound = self.config.registry.image_repository.partition("/")[0].lower()
         try:
@@ -371,7 +411,7 @@ class BuildActivities(ActivityGroup):
         async with Heartbeater():
             report = await validate_image(image_repository=t.image_repository, tag=t.tag, expected=expected,
                                           credentials=creds, insecure_hosts=self.config.registry.insecure_hosts,
-                                          pool=self.registry_pool)
+                                          pool=self.registry_pool, on_config=on_config)
         return check_claimed_digest(report, inp.claimed_digest)
 
 
@@ -428,13 +468,24 @@ async def _complete_log(iris, job_id: str) -> CompleteLog:
                                         on_read=lambda n: activity.heartbeat({"log_lines": n}))
 
 
+async def _integrity(iris, log: CompleteLog) -> LogIntegrity:
+    """The log's own evidence of loss: empty, or seq gaps between its lines that no key of the store fills
+    (each candidate gap costs one bounded read; beyond MAX_GAPS_VERIFIED, or a gap wider than a page of
+    pages, it is counted as not verified, never as a hole)."""
+    gaps = seq_gaps((e.key, e.seq) for e in log.entries if e.seq)
+    checked = [g for g in gaps if g.ids <= 20 * LOG_PAGE_LINES][:MAX_GAPS_VERIFIED]
+    stored = {(g.after, g.before): await iris.stored_rows_between(g.after, g.before) for g in checked}
+    return LogIntegrity(lines=len(log.entries), gaps_checked=len(checked), gaps_unverified=len(gaps) - len(checked),
+                        holes=unexplained_gaps(checked, stored))
+
+
 def _log_text(log: CompleteLog) -> str:
     lines = [f"[{e.key} {e.source}] {e.data}" for e in log.entries]
     return "\n".join(lines) + ("\n" if lines else "")
 
 
 def _evidence(info: JobInfo | None, attempts: list, facts: list[PodFacts], log_text: str,
-              missing_markers: list[str]) -> Evidence:
+              missing_markers: list[str], log_lost: list[str] = ()) -> Evidence:
     """Fold Iris state, attempts, pod facts and the log tail into the classifier's input."""
     last_pod = facts[-1] if facts else None
     return Evidence(
@@ -449,4 +500,5 @@ def _evidence(info: JobInfo | None, attempts: list, facts: list[PodFacts], log_t
         k8s_event_reasons=[r for f in facts for r in f.event_reasons],
         log_tail=[line.split("] ", 1)[-1] for line in log_text.splitlines()[-200:]],
         missing_markers=missing_markers,
+        log_lost=list(log_lost),
     )

@@ -118,8 +118,12 @@ async def validate_image(*, image_repository: str, tag: str, expected: ExpectedI
                          credentials: tuple[str, str] | None, insecure_hosts: Iterable[str] = (),
                          transport: httpx.AsyncBaseTransport | None = None, anonymous_attempts: int = 3,
                          anonymous_retry_delay_s: float = 5.0, sleep: Sleep = asyncio.sleep,
-                         max_retries: int = 3, pool: RegistryPool | None = None) -> ValidationReport:
+                         max_retries: int = 3, pool: RegistryPool | None = None,
+                         on_config: Callable[[dict[str, Any]], None] | None = None) -> ValidationReport:
     """Resolve ``image_repository:tag`` and check platform, layers, labels and anonymous pull.
+
+    ``on_config`` receives the image config once read (its history stands in for a lost build log,
+    domain/log_evidence.py), without putting it in the report that goes to history.
 
     ``pool`` is the worker's shared connection pool; without one, a pool lives for this validation so
     the authenticated reads and the anonymous probe still share connections.
@@ -130,7 +134,8 @@ async def validate_image(*, image_repository: str, tag: str, expected: ExpectedI
             return await validate_image(
                 image_repository=image_repository, tag=tag, expected=expected, credentials=credentials,
                 insecure_hosts=insecure_hosts, transport=transport, anonymous_attempts=anonymous_attempts,
-                anonymous_retry_delay_s=anonymous_retry_delay_s, sleep=sleep, max_retries=max_retries, pool=own)
+                anonymous_retry_delay_s=anonymous_retry_delay_s, sleep=sleep, max_retries=max_retries, pool=own,
+                on_config=on_config)
         finally:
             await own.aclose()
     host, repo = split_image_repository(image_repository)
@@ -161,7 +166,7 @@ async def validate_image(*, image_repository: str, tag: str, expected: ExpectedI
     try:
         async with client:
             try:
-                await _inspect(client, repo, tag, expected, report, on_digest=start_probe)
+                await _inspect(client, repo, tag, expected, report, on_digest=start_probe, on_config=on_config)
             except _Inconclusive as e:
                 report.checks.append(e.check)
                 return report
@@ -178,7 +183,8 @@ async def validate_image(*, image_repository: str, tag: str, expected: ExpectedI
 
 
 async def _inspect(client: RegistryClient, repo: str, tag: str, expected: ExpectedImage,
-                   report: ValidationReport, on_digest: Callable[[str], None] = lambda _digest: None) -> None:
+                   report: ValidationReport, on_digest: Callable[[str], None] = lambda _digest: None,
+                   on_config: Callable[[dict[str, Any]], None] | None = None) -> None:
     """Fill ``report`` step by step; a registry error ends the inspection with one check.
 
     The tag is resolved by GET, not HEAD: the digest is the sha256 of the bytes we then parse (and is
@@ -237,6 +243,8 @@ async def _inspect(client: RegistryClient, repo: str, tag: str, expected: Expect
         report.checks.append(CheckResult(name="config", expected="JSON image config", observed="not JSON",
                                          verdict="fail"))
         return
+    if on_config is not None and isinstance(config, dict):
+        on_config(config)
     platform_check = check_config_platform(expected.platform, config)
     report.checks.append(platform_check)
     if entry is not None:

@@ -29,6 +29,7 @@ class FailureClass(StrEnum):
     TIMEOUT = "timeout"
     UNSCHEDULABLE = "unschedulable"
     CONTROLLER_BLIP = "controller_blip"  # not terminal: keep polling
+    LOG_LOST = "log_lost"  # the job succeeded; its log lost lines the image could not stand in for
     UNKNOWN = "unknown"
 
 
@@ -56,6 +57,8 @@ class Evidence(_Model):
     k8s_event_reasons: list[str] = Field(default_factory=list)
     log_tail: list[str] = Field(default_factory=list)
     missing_markers: list[str] = Field(default_factory=list)  # success markers absent from the log
+    # The job succeeded, its log lost lines and the image could not stand in (domain/log_evidence.py): why.
+    log_lost: list[str] = Field(default_factory=list)
     controller_unreachable: bool = False  # the last poll failed with Unavailable/transport
 
 
@@ -80,6 +83,11 @@ HINTS = {
     FailureClass.TIMEOUT: "The per-task timeout expired; check progress, raise --timeout if it was still going.",
     FailureClass.UNSCHEDULABLE: "No capacity matched the request; check resources, queue backlog and arch.",
     FailureClass.CONTROLLER_BLIP: "Controller unreachable; re-poll, the job state is unchanged.",
+    FailureClass.LOG_LOST: ("The job succeeded but the log store lost lines and the pushed image could not prove "
+                            "the missing markers (reasons above). Check the image named there; to build again run "
+                            "`starter.py resume <workflow-id>` (kaniko reuses its cache). If it recurs, tell the "
+                            "cluster operators: an Iris worker's log client keeps at most 10,000 unsent lines and "
+                            "drops the oldest beyond that."),
     FailureClass.UNKNOWN: "Unrecognised failure; an operator must look at the logs and events.",
 }
 
@@ -122,6 +130,10 @@ def classify(evidence: Evidence) -> Classification:
     if ev.controller_unreachable and (ev.job_state is None or ev.job_state not in _TERMINAL_JOB):
         return out(FailureClass.CONTROLLER_BLIP, "controller unreachable; last known state "
                    f"{ev.job_state or 'unknown'}")
+    # 0. A succeeded job whose log lost lines the image could not prove (only check_build_log says so): not
+    # an assertion (a failed step fails the job), and nothing in a log known to be incomplete outweighs it.
+    if ev.log_lost:
+        return out(FailureClass.LOG_LOST, *ev.log_lost)
     # 1. Deterministic input errors first: a retry would fail identically.
     for cls, pattern, label in _LOG_SIGNATURES:
         if cls is not FailureClass.INPUT_ERROR:
@@ -188,7 +200,8 @@ def decide_retry(classification: Classification, attempts_so_far: dict[str, int]
                  budget: dict[str, int]) -> RetryDecision:
     """Retry a retryable class while its budget (``PolicySettings.retry_budget``) lasts.
 
-    Input and assertion failures always fail; unknown asks an operator; a controller blip is not a
+    Input and assertion failures always fail; unknown asks an operator; a lost log fails unless a
+    budget names it; a controller blip is not a
     failure (re-poll, i.e. "retry" the observation, no budget used); OOM and timeout and
     unschedulable need a changed request, so they go to an operator unless a budget names them."""
     cls = classification.failure_class
@@ -198,6 +211,8 @@ def decide_retry(classification: Classification, attempts_so_far: dict[str, int]
         return "retry"
     if cls is FailureClass.UNKNOWN:
         return "ask_operator"
+    if cls is FailureClass.LOG_LOST and str(cls) not in budget:
+        return "fail"  # a rebuild prints the same burst; the hint says what to check first
     key = str(cls)
     if key not in budget:  # retryable without a budget means budget 0; the rest need a changed request
         return "fail" if classification.retryable_by_default else "ask_operator"

@@ -30,6 +30,9 @@ class Marker(BaseModel):
     source: str  # "script", a Dockerfile path, or "kaniko"
     role: Literal["assert", "push", "pushed"] = "assert"
     template: str | None = None  # the unexpanded echo text, as a kaniko cache-hit line quotes it
+    # "script": a script echo that must have run for the final push to happen (the script stops at its first
+    # error, `set -e`, and prints it before kaniko): our image at the tag proves it when the log lost it.
+    image_proof: Literal["script"] | None = None
 
     def search(self, log: str, start: int = 0) -> re.Match[str] | None:
         rx = self.pattern if self.pattern is not None else re.escape(self.text or "")
@@ -125,6 +128,10 @@ def expected_markers(
                 pin_values[s.pin_value_var] = df.pins.get(pin, "")
             markers.append(_to_marker(s.pin_echo, pin_values, "script"))
     markers.extend(_echo_markers(s.echoes, cond_env, values, "script"))
+    errexit = s.lines.get("errexit")
+    if errexit and errexit < min((e.line for e in s.echoes), default=errexit + 1):
+        for m in markers:  # every marker so far is the script's: a `set -e` above them, the final push proves them
+            m.image_proof = "script"
 
     # Dockerfile: the final target's stage chain with its build args.
     build_env = dict(df.pins)

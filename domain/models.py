@@ -283,6 +283,10 @@ class LogCheckInput(BaseModel):
     job_id: str
     cluster: str
     target: TargetSpec
+    # Where the log cannot prove a marker, the image at the tag can (domain/log_evidence.py): it must carry
+    # these as its revision / Harbor labels. Absent (a run scheduled by older code): no image stands in.
+    build_commit: str | None = None
+    harbor_commit: str | None = None
 
 
 class LogCheck(BaseModel):
@@ -292,6 +296,10 @@ class LogCheck(BaseModel):
     cached: list[str] = Field(default_factory=list)  # proven by kaniko cache-hit lines
     final_push_seen: bool
     pushed_digest: str | None
+    # The log was not complete evidence (empty, seq holes, markers absent from a succeeded job's log): why.
+    incomplete: list[str] = Field(default_factory=list)
+    stood_in: dict[str, str] = Field(default_factory=dict)  # marker -> the image evidence that proved it
+    lost: list[str] = Field(default_factory=list)  # log_lost: why neither the log nor the image proves ``missing``
 
 
 class CaptureInput(BaseModel):
@@ -300,6 +308,7 @@ class CaptureInput(BaseModel):
     cluster: str
     target_key: str
     missing_markers: list[str] = Field(default_factory=list)
+    log_lost: list[str] = Field(default_factory=list)  # LogCheck.lost: classify as log_lost with these reasons
 
 
 class FailureRecord(BaseModel):

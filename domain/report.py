@@ -35,6 +35,16 @@ def evidence_lines(targets: list[TargetResult]) -> list[str]:
     return out
 
 
+def log_evidence_lines(key: str, check) -> list[str]:
+    """A build log that was not complete evidence: why, and which image evidence stood in for what."""
+    if not check.incomplete:
+        return []
+    out = [f"- {key} build log incomplete: {'; '.join(check.incomplete)}"]
+    out += [f"  - {inert_markdown(m)}: proven by {how}" for m, how in check.stood_in.items()]
+    out += [f"  - {inert_markdown(m)}: proven by nothing (log_lost)" for m in check.missing if check.lost]
+    return out
+
+
 def target_rows(targets: list[TargetResult]) -> list[str]:
     rows = ["| target | status | jobs | tag | digest | platform | layers (largest) | anonymous pull | labels |",
             "|---|---|---|---|---|---|---|---|---|"]
@@ -157,9 +167,11 @@ def report_markdown(rep: PipelineReport) -> str:
             for f in t.failures:
                 out.append(f"- {t.key}: `{f.job_id}` {f.failure_class} → {f.decision}"
                            + (f": `{f.failing_line}`" if f.failing_line else "")
-                           + (f" — {f.reasons[0]}" if f.reasons and f.failure_class == "unknown" else "")
+                           + (f" — {f.reasons[0]}" if f.reasons and f.failure_class in ("unknown", "log_lost")
+                              else "")
                            + (f" (evidence {evidence_ref(f.diagnostics)})" if f.diagnostics else ""))
         out += [f"- {t.key} build log: {evidence_ref(t.log_check.log)}" for t in rep.targets if t.log_check]
+        out += [line for t in rep.targets if t.log_check for line in log_evidence_lines(t.key, t.log_check)]
         out.append("")
         if any(t.provenance for t in rep.plan):  # collapsed in the PR body; plain text in a terminal
             out += ["<details><summary>Where each planned value came from</summary>", ""]

@@ -228,6 +228,11 @@ class TargetBuildWorkflow:
             check = await self._check_log(job_id)
             result.log_check = check
             if not check.missing and check.final_push_seen:
+                if check.stood_in:  # a result text only (no command): replays as before
+                    result.message = (f"the build log of {job_id} was incomplete ({'; '.join(check.incomplete)}); "
+                                      f"the image stood in for {len(check.stood_in)} marker(s): "
+                                      + "; ".join(f"{k} <- {v}" for k, v in list(check.stood_in.items())[:3])
+                                      + (" ..." if len(check.stood_in) > 3 else ""))
                 return None
             failure = await self._capture(job_id, check)
         elif progress.missing or progress.state == "missing":
@@ -373,7 +378,8 @@ class TargetBuildWorkflow:
         check = await workflow.execute_activity_method(
             BuildActivities.check_build_log,
             LogCheckInput(request_id=self._inp.request_id, job_id=job_id, cluster=self._inp.target.cluster,
-                          target=self._inp.target),
+                          target=self._inp.target, build_commit=self._inp.build_commit,
+                          harbor_commit=self._inp.harbor_commit),
             **options.CHECK_LOG, summary=f"fetch the full log of {job_id} and check the assertion markers")
         self._publish_evidence(f"{job_id} build log", check.log)
         self._claimed_digest = check.pushed_digest
@@ -384,7 +390,8 @@ class TargetBuildWorkflow:
         captured = await workflow.execute_activity_method(
             BuildActivities.capture_failure,
             CaptureInput(request_id=self._inp.request_id, job_id=job_id, cluster=self._inp.target.cluster,
-                         target_key=self._inp.target.key, missing_markers=list(check.missing) if check else []),
+                         target_key=self._inp.target.key, missing_markers=list(check.missing) if check else [],
+                         log_lost=list(check.lost) if check else []),
             **options.CAPTURE, summary=f"capture summary, logs, pod reason and events for {job_id}")
         c = self._classification = captured.classification
         self._status.failure_class = str(c.failure_class)

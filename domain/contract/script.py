@@ -558,6 +558,11 @@ def parse_script(text: str, path: str = SCRIPT_PATH) -> ScriptContract:
                          code)
     if self_ref:
         lines["self_location"] = code.count("\n", 0, self_ref.start()) + 1
+    # A top-level `set -e` (`set -euo pipefail`, `set -o errexit`): the script stops at its first error, so
+    # reaching its final kaniko push proves the echoes before it ran (domain/log_evidence.py).
+    errexit = re.search(r"^set[ \t]+(?:-[A-Za-z]*e[A-Za-z]*\b|(?:-[A-Za-z]+[ \t]+)*-o[ \t]+errexit\b)", code, re.M)
+    if errexit:
+        lines["errexit"] = code.count("\n", 0, errexit.start()) + 1
 
     return ScriptContract(
         path=path,

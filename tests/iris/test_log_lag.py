@@ -19,7 +19,6 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.build import BuildActivities
-from activities.errors import Transient
 from domain.config import ServiceConfig
 from domain.markers import DIGEST_RE, Marker, check_log
 from domain.models import CaptureInput, LogCheckInput
@@ -107,17 +106,3 @@ async def test_failing_job_evidence_holds_its_failing_lines(iris_controller, iri
     diag = json.loads(Path(captured.diagnostics.uri.removeprefix("file://")).read_text())
     assert diag["log_complete"] is True
     assert captured.failing_line == diag["failing_line"] == cause  # the line above kaniko's wrapper
-
-
-async def test_a_succeeded_job_without_any_stored_line_is_read_again_not_judged(iris_controller, iris_client,
-                                                                                tmp_path):
-    """An empty log is not evidence of missing markers (the store can lose a whole job's lines): the
-    step is retried with the cause, never judged as 31 missing markers."""
-    acts = BuildActivities(_config(tmp_path, iris_controller.url))
-    target = target_input("silent").target.model_copy(update={"expected_markers": _markers()})
-    name = f"/tester/silent-{uuid.uuid4().hex[:8]}"
-    await iris_client.launch_job(bash_spec(name, "true"))
-    await _terminal_then_first_read(iris_client, name)
-    with pytest.raises(Transient, match="holds no line of " + name):
-        await ActivityEnvironment().run(
-            acts.check_build_log, LogCheckInput(request_id="silent", job_id=name, cluster="local", target=target))

@@ -299,3 +299,39 @@ async def test_preemption_retries_stop_when_the_class_budget_is_spent(time_skipp
     assert [f.decision for f in res.failures] == ["retry"] * budget + ["fail"]
     assert len(set(res.job_ids)) == budget + 1  # every resubmission has its own job name
     assert "preemption failure" in cause.message and res.status == "failed"
+
+
+async def test_a_lost_log_the_image_cannot_prove_ends_log_lost_at_once_with_the_next_step(time_skipping_env):
+    """Issue #26: a succeeded job whose log lost its markers, with no image to stand in, fails as
+    ``log_lost`` after one check (no read-again loop, no resubmission), naming why and what to do."""
+    wid, tq = _ids()
+    marker = "uv sync layer 0 (small pkgs + torch) done"
+    why = "the image cannot stand in for the lost log: no image at the tag"
+    s = Standins(rounds={KEY: [Round(state="succeeded", missing=[marker], lost=[why])]})
+    async with worker(time_skipping_env.client, tq, s):
+        handle = await _start(time_skipping_env, s, tq, wid)
+        cause, res = await _failure(handle)
+        status = await _status(handle)
+
+    assert [c.log_lost for c in s.names("capture_failure")] == [[why]]
+    assert len(s.names("check_build_log")) == 1 and len(s.names("submit_job")) == 1
+    assert s.names("validate_image") == []
+    (f,) = res.failures
+    assert (f.failure_class, f.decision, f.reasons) == ("log_lost", "fail", [why])
+    assert "log_lost" in cause.message and why in cause.message
+    assert "next step: The job succeeded but the log store lost lines" in cause.message
+    assert "starter.py resume" in cause.message
+    assert status.stage == Stage.FAILED and status.failure_class == "log_lost"
+    assert s.names("check_build_log")[0].build_commit == target_input(wid).build_commit
+
+
+async def test_an_image_that_stood_in_for_the_log_validates_and_says_so(time_skipping_env):
+    wid, tq = _ids()
+    stood = {"uv sync layer 0 (small pkgs + torch) done": "image config history: the docker/Dockerfile step"}
+    s = Standins(rounds={KEY: [Round(state="succeeded", stood_in=stood)]}, validations={KEY: ["pass"]})
+    async with worker(time_skipping_env.client, tq, s):
+        res = await result(await _start(time_skipping_env, s, tq, wid))
+
+    assert res.status == "validated" and res.log_check is not None and res.log_check.stood_in == stood
+    assert "was incomplete (the log store holds no line of the job)" in res.message
+    assert "the image stood in for 1 marker(s): uv sync layer 0" in res.message

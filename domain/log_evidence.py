@@ -1,0 +1,173 @@
+"""Judging a succeeded build when its log cannot be trusted to hold every line (pure).
+
+What the log store's ``seq`` is (measured on the 0.2.227 local controller, ``bench/log_loss.py``): a
+store-wide row id, starting at 1 with the first line any job ever wrote and shared by every key. A job's
+lines are numbered contiguously only while nothing else writes; lines of concurrent jobs take ids in
+between. The loss the store suffers happens before that numbering: the worker's finelog client keeps at
+most 10,000 unsent rows (all tasks of the worker together) and silently drops the OLDEST when a burst
+exceeds that within its 1 s flush interval. A 20,000-line burst after a marker kept the newest 10,000
+lines, numbered without a single gap, and lost the marker. So:
+
+- a gap in a job's ``seq`` is either another key's lines (harmless) or rows the store itself lost; the
+  activity asks the store which (``unexplained_gaps``), and only a confirmed hole makes the log gapped;
+- a seq-contiguous log can still have lost its beginning: a succeeded job's log proves the markers it
+  shows, never that a marker is absent. A missing marker is therefore decided by the image the job pushed
+  (``judge``), the evidence the store cannot drop: its OCI labels (our build commit), its config history
+  (kaniko records each Dockerfile step there, its RUN text holding the marker's echo, and only after the
+  step exited 0) and its tag's digest. An empty log is the same case with every marker missing.
+
+``judge`` returns the verdict the target acts on: validated by the log, validated with the image standing
+in (the report says the log was incomplete and which evidence stood in), or ``log_lost`` when neither can
+prove it. Never ``assertion_failure``: a succeeded job's missing line is not a failed assertion (a failed
+step fails the job: kaniko exits non-zero), and the log that would say otherwise is the one in doubt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from domain.markers import Marker, MarkerCheck
+
+# How many seq gaps the activity asks the store about; more are reported as not verified (no claim).
+MAX_GAPS_VERIFIED = 20
+
+
+class SeqGap(BaseModel):
+    """Ids strictly between two consecutive entries of one job: ``after`` < id < ``before``."""
+
+    key: str
+    after: int
+    before: int
+
+    @property
+    def ids(self) -> int:
+        return self.before - self.after - 1
+
+
+def seq_gaps(entries: Iterable[tuple[str, int]]) -> list[SeqGap]:
+    """Gaps between consecutive entries of each key (attempt) of a job, given ``(key, seq)`` in store
+    order. A gap is a candidate only: other keys' lines fill most of them (see the module docstring)."""
+    last: dict[str, int] = {}
+    gaps: list[SeqGap] = []
+    for key, seq in entries:
+        prev = last.get(key)
+        if prev is not None and seq > prev + 1:
+            gaps.append(SeqGap(key=key, after=prev, before=seq))
+        last[key] = max(seq, prev or 0)
+    return gaps
+
+
+def unexplained_gaps(gaps: list[SeqGap], stored_ids: dict[tuple[int, int], int]) -> list[SeqGap]:
+    """The gaps the store cannot account for: ``stored_ids[(after, before)]`` is how many rows of any
+    key the store holds in that range; fewer than the range's size means rows the store lost."""
+    return [g for g in gaps if (g.after, g.before) in stored_ids and stored_ids[(g.after, g.before)] < g.ids]
+
+
+class LogIntegrity(BaseModel):
+    """What the stored log itself shows about its completeness."""
+
+    lines: int
+    gaps_checked: int = 0
+    gaps_unverified: int = 0
+    holes: list[SeqGap] = Field(default_factory=list)  # confirmed: ids no key of the store holds
+
+    @property
+    def empty(self) -> bool:
+        return self.lines == 0
+
+    def reasons(self) -> list[str]:
+        out = []
+        if self.empty:
+            out.append("the log store holds no line of the job (a succeeded build always prints)")
+        for h in self.holes[:3]:
+            out.append(f"the log store lost {h.ids} row(s) between seq {h.after} and {h.before} of {h.key}")
+        if len(self.holes) > 3:
+            out.append(f"... and {len(self.holes) - 3} more seq holes")
+        return out
+
+
+class ImageFacts(BaseModel):
+    """What the registry showed of the image at the target's tag (clients/image_validator)."""
+
+    ref: str  # repository:tag
+    digest: str | None = None
+    ours: bool = False  # the tag resolves and every OCI label check passed (revision = the build commit)
+    not_ours_reason: str = ""  # why it is not ours: no image, a label that differs, no verdict
+    history: list[str] = Field(default_factory=list)  # config history created_by, in order
+    history_present: bool = False
+
+
+class LogJudgement(BaseModel):
+    verdict: Literal["log", "image", "log_lost"]
+    found: list[str]
+    missing: list[str]  # neither the log nor the image proves them
+    cached: list[str] = Field(default_factory=list)
+    final_push_seen: bool  # the final push is proven (by its log lines, or by the registry's tag)
+    pushed_digest: str | None  # only ever from the log's `Pushed` line (the registry is asked separately)
+    incomplete: list[str] = Field(default_factory=list)  # why the log is not complete evidence
+    stood_in: dict[str, str] = Field(default_factory=dict)  # marker -> the image evidence that proved it
+    reasons: list[str] = Field(default_factory=list)  # for log_lost: why, and what the image could not prove
+
+
+def needs_image(check: MarkerCheck, integrity: LogIntegrity) -> bool:
+    """The log alone does not prove the build: a marker or the final push is missing, or it has holes."""
+    return bool(check.missing) or not check.final_push_seen or integrity.empty or bool(integrity.holes)
+
+
+def _history_proves(m: Marker, history: list[str]) -> bool:
+    needle = m.template or m.text
+    return bool(needle) and any(needle in h for h in history)
+
+
+def judge(markers: list[Marker], check: MarkerCheck, integrity: LogIntegrity,
+          image: ImageFacts | None) -> LogJudgement:
+    """The verdict on a succeeded job from its log and, where the log cannot prove a marker, its image.
+
+    Per missing marker: a Dockerfile step's echo is proven by our image's config history holding that
+    RUN; a script echo on the planned path by our
+    image existing when the script stops at the first error (``Marker.image_proof == "script"``: it cannot
+    have reached its final kaniko push without printing it); kaniko's final push by the registry serving
+    our image at the tag. "Our image" = the tag resolves and its revision/Harbor labels are ours."""
+    base = dict(found=list(check.found), cached=list(check.cached), pushed_digest=check.pushed_digest)
+    if not needs_image(check, integrity):
+        return LogJudgement(verdict="log", missing=[], final_push_seen=True, **base)
+    incomplete = integrity.reasons()
+    absent = [m for m in markers if m.name in check.missing]
+    if absent and not integrity.empty:
+        incomplete.append(f"{len(absent)} marker(s) absent from the log of a succeeded job; the store drops a "
+                          "worker's oldest unsent lines (finelog client, 10,000 rows) without leaving a seq gap, "
+                          "so absence is not proof")
+    if image is None or not image.ours:
+        why = image.not_ours_reason if image else "the image was not inspected"
+        return LogJudgement(verdict="log_lost", missing=[m.name for m in absent], final_push_seen=check.final_push_seen,
+                            incomplete=incomplete, **base,
+                            reasons=[f"the image cannot stand in for the lost log: {why}", *incomplete])
+    stood_in: dict[str, str] = {}
+    unproven: dict[str, str] = {}
+    for m in absent:
+        if m.role in ("push", "pushed"):
+            stood_in[m.name] = f"registry: {image.ref} -> {image.digest} with our OCI labels"
+        elif m.source not in ("script", "kaniko"):
+            if _history_proves(m, image.history):
+                stood_in[m.name] = f"image config history: the {m.source} step that prints it"
+            else:
+                unproven[m.name] = ("the image config has no history" if not image.history_present
+                                    else f"no step of the image's config history holds its {m.source} echo")
+        elif m.image_proof == "script":
+            stood_in[m.name] = ("our image at the tag: the script stops at its first error and prints it "
+                                "before its final kaniko push")
+        else:
+            unproven[m.name] = f"a {m.source} line the image does not record"
+    found = [*check.found, *stood_in]
+    common = dict(found=found, cached=list(check.cached), pushed_digest=check.pushed_digest, incomplete=incomplete,
+                  stood_in=stood_in, final_push_seen=True)
+    if unproven:
+        return LogJudgement(verdict="log_lost", missing=list(unproven), **common,
+                            reasons=[f"neither the log nor the image {image.ref}@{image.digest} proves "
+                                     f"{len(unproven)} marker(s): " + "; ".join(
+                                         f"`{n}` ({why})" for n, why in list(unproven.items())[:3])
+                                     + (" ..." if len(unproven) > 3 else ""), *incomplete])
+    return LogJudgement(verdict="image", missing=[], **common)
