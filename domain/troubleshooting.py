@@ -84,11 +84,20 @@ _TARGET_NEXT = {
                                          f"{DECIDE_ABORT}",
     failures.FailureClass.CONTROLLER_BLIP: "nothing; if `follow` keeps showing `controller unreachable`, check the "
                                            "cluster's `controller_url` or port-forward (`kubeconfig`, `kube_context`)",
+    failures.FailureClass.LOG_LOST: f"read the reasons ({REPORT}): they name the image at the tag and what it "
+                                    f"could not prove. An image that is not ours or not there: nothing was pushed, "
+                                    f"run {RESUME}. Otherwise check the image by hand, then {RESUME} (kaniko reuses "
+                                    f"its cache); if logs keep losing lines, tell the cluster operators",
     failures.FailureClass.UNKNOWN: f"read the log and the evidence ({LOGS}, "
                                    f"`{outcome.STARTER} evidence <workflow-id>`), then {DECIDE_RETRY} or "
                                    f"{DECIDE_ABORT}",
 }
 _TARGET_MEANING = {
+    failures.FailureClass.LOG_LOST: "The job succeeded, but its log lost lines (an Iris worker's log client keeps "
+                                    "at most 10,000 unsent lines and drops the oldest, leaving no `seq` gap) and "
+                                    "the image at the tag could not prove the missing markers (not our labels, no "
+                                    "such image, or no history step that prints them). Never an "
+                                    "`assertion_failure`: a failed step fails the job.",
     failures.FailureClass.TIMEOUT: "The job's per-task timeout expired (Iris: `Execution timeout exceeded`); "
                                    "also the class of a service step that exceeded its Temporal timeout.",
 }
