@@ -417,7 +417,8 @@ class RegistryClient:
                     auth = self._auth_header(f"repository:{repo}:pull")
                     same = (target.scheme, target.host, target.port) == (origin.scheme, origin.host, origin.port)
                     headers = {"Authorization": auth} if auth and same else {}
-                    async with self._http.stream("GET", target, headers=headers) as resp:
+                    async with self._http.stream("GET", target, headers=headers,
+                                                 extensions={http_guard.BODY_CAP: max_bytes + 1}) as resp:
                         if resp.is_redirect and "location" in resp.headers:
                             target = target.join(resp.headers["location"])
                             continue

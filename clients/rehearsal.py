@@ -66,6 +66,10 @@ PATH = "/.rehearsal/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:
 WRITABLE = ("etc", "var", "root", "home", "opt", "run", "srv", "mnt", "media")
 OWN = {"proc", "dev", "sys", "tmp", "app", "kaniko", ".rehearsal"}
 Mode = Literal["required", "best_effort"]
+# A login shell's /etc/profile may reset PATH (Debian's does for root); every bash the script starts puts
+# the stand-ins back in front (and the stood-in installs at the end), as the image's tools stay in between.
+PATH_GUARD = """case ":$PATH:" in *:/.rehearsal/bin:*) ;; *) PATH="/.rehearsal/bin:$PATH:/.rehearsal/installed" ;; esac
+"""
 # Records "<rc>\t<source>:<line>" for every bash process that exits: the DEBUG trap keeps the last
 # statement (skipping the trap's own firings while the EXIT trap runs, which report line 1).
 # __RH_LINES (exported) is the chain of calling lines down to this statement, read by the stand-ins.
@@ -140,7 +144,7 @@ def _layout(top: Path, bundle_zip: Path | None, uname_m: str, image: Path) -> No
     shutil.copy2(STANDIN, top / "kaniko" / "executor")
     (top / "kaniko" / "executor").chmod(0o755)
     (r / "uname-m").write_text(uname_m + "\n")
-    (r / "bash_env").write_text(LINE_TRAP)
+    (r / "bash_env").write_text(PATH_GUARD + LINE_TRAP)
     for name in WRITABLE:
         src = image / name
         if src.is_dir() and not src.is_symlink():

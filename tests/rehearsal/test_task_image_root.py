@@ -149,3 +149,16 @@ def test_a_target_the_worker_cannot_execute_rehearses_in_the_host_variant_and_sa
         note = "linux/amd64 variant: this worker cannot execute linux/arm64 binaries"
         assert (note in t.rehearsal.root) == (t.architecture == "arm64"), t.rehearsal.root
         assert note in t.rehearsal.describe() or t.architecture == "amd64"
+
+
+def test_the_stand_ins_come_back_after_a_profile_resets_path(tmp_path):
+    """Debian's /etc/profile sets root's PATH in a login shell; the scripts it runs still get the stand-ins."""
+    need_isolation()
+    from domain.rehearsal import rehearsal_plan
+    from tests.rehearsal.helpers import image_root
+
+    contract, targets, bundle, script, harbor = planned(tmp_path, "era-c", arches=["arm64"])
+    plan = rehearsal_plan(targets[0], bundle_sha256=bundle.sha256, script_b64=None, cluster_env={})
+    plan.argv = ["bash", "-c", 'PATH=/usr/sbin:/usr/bin:/sbin:/bin; exec bash -c "uname -m >&2"']
+    r = rehearsal.run(plan, bundle.path, image_root())
+    assert r.exit_code == 0 and r.stderr.split() == ["aarch64"], r.stderr  # the stand-in, not the host's uname
