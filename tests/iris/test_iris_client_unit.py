@@ -29,8 +29,9 @@ from clients.iris import (
     Unavailable,
 )
 from clients.kube import KubectlPortForward
+from tests.standins import KUBECTL_STANDIN, configured_kubectl
 
-STANDIN = str(Path(__file__).resolve().parents[1] / "standins" / "kubectl_standin")
+STANDIN = str(KUBECTL_STANDIN)
 
 
 @pytest.mark.parametrize("name", ["badname", "/onlyuser", "user/job", "/u/", "/u/j b", "//j"])
@@ -162,9 +163,9 @@ def test_port_forward_argv():
 
 
 @pytest.mark.stack
-async def test_port_forward_through_standin_to_real_controller(iris_controller, monkeypatch):
-    monkeypatch.setenv("KUBECTL_STANDIN_FORWARD_TO", f"127.0.0.1:{iris_controller.port}")
-    pf = KubectlPortForward(None, None, kubectl=STANDIN, ready_timeout_s=20)
+async def test_port_forward_through_standin_to_real_controller(iris_controller, tmp_path):
+    kubectl = configured_kubectl(tmp_path / "kubectl", KUBECTL_STANDIN_FORWARD_TO=f"127.0.0.1:{iris_controller.port}")
+    pf = KubectlPortForward(None, None, kubectl=kubectl, ready_timeout_s=20)
     async with pf as url:
         assert url.startswith("http://127.0.0.1:") and url != iris_controller.url
         async with IrisClient(url, client_revision_date=datetime.date.today().isoformat()) as client:

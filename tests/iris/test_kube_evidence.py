@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from clients.kube import KubeEvidence, pod_facts
+from tests.standins import KUBECTL_STANDIN, configured_kubectl
 
-STANDIN = str(Path(__file__).resolve().parents[1] / "standins" / "kubectl_standin")
+STANDIN = str(KUBECTL_STANDIN)
 PREEMPTED = "iris-tester-preempted-0-5e6f7a8b-0"
 OOM = "iris-tester-oom-0-9c0d1e2f-0"
 PULL = "iris-tester-pull-0-3a4b5c6d-0"
@@ -54,22 +54,21 @@ async def test_missing_pod_is_captured_not_raised(kube):
     assert any("NotFound" in e for e in facts.errors)
 
 
-async def test_missing_binary_and_timeout_are_captured(tmp_path, monkeypatch):
+async def test_missing_binary_and_timeout_are_captured(tmp_path):
     missing = KubeEvidence(kubectl=str(tmp_path / "no-kubectl"))
     assert await missing.pod(OOM) is None and await missing.events_for(OOM) == []
     assert missing.errors and all("cannot run" in e for e in missing.errors)
-    monkeypatch.setenv("KUBECTL_STANDIN_SLEEP", "5")
-    slow = KubeEvidence(kubectl=STANDIN, timeout_s=0.5)
+    slow = KubeEvidence(kubectl=configured_kubectl(tmp_path / "kubectl", KUBECTL_STANDIN_SLEEP="5"), timeout_s=0.5)
     assert await slow.pod(OOM) is None
     assert "timed out" in slow.errors[0]
 
 
-async def test_argv_passes_kubeconfig_context_namespace(tmp_path, monkeypatch):
+async def test_argv_passes_kubeconfig_context_namespace(tmp_path):
     log = tmp_path / "argv.jsonl"
     cfg = tmp_path / "kubeconfig"
     cfg.write_text("apiVersion: v1\n")
-    monkeypatch.setenv("KUBECTL_STANDIN_ARGV_LOG", str(log))
-    kube = KubeEvidence(kubectl=STANDIN, kubeconfig=str(cfg), context="cw-east", namespace="iris", timeout_s=7)
+    kubectl = configured_kubectl(tmp_path / "kubectl", KUBECTL_STANDIN_ARGV_LOG=str(log))
+    kube = KubeEvidence(kubectl=kubectl, kubeconfig=str(cfg), context="cw-east", namespace="iris", timeout_s=7)
     assert (await kube.pod(OOM))["metadata"]["name"] == OOM
     argv = json.loads(log.read_text().splitlines()[0])
     assert argv == ["--kubeconfig", str(cfg), "--context", "cw-east", "--namespace", "iris",
