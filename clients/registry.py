@@ -434,6 +434,8 @@ class RegistryClient:
                         break
                 else:
                     raise ProtocolError(f"too many redirects for blob {repo}@{digest}")
+            except (http_guard.ResponseTooLarge, http_guard.CredentialRefused) as e:
+                raise ProtocolError(str(e)) from None
             except httpx.TransportError as e:
                 if attempt >= self.max_retries:
                     raise RegistryUnavailable(f"GET blob {repo}@{digest}: {type(e).__name__}") from None

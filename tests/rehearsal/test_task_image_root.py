@@ -162,3 +162,30 @@ def test_the_stand_ins_come_back_after_a_profile_resets_path(tmp_path):
     plan.argv = ["bash", "-c", 'PATH=/usr/sbin:/usr/bin:/sbin:/bin; exec bash -c "uname -m >&2"']
     r = rehearsal.run(plan, bundle.path, image_root())
     assert r.exit_code == 0 and r.stderr.split() == ["aarch64"], r.stderr  # the stand-in, not the host's uname
+
+
+def test_an_unpullable_task_image_refuses_naming_it_and_an_unreachable_registry_is_transient(tmp_path,
+                                                                                           open_registry):
+    import pytest
+
+    from clients.task_image import TaskImageError
+
+    need_isolation()
+    missing = TaskImages(tmp_path / "c1", mirrors={"docker.io": open_registry.host},
+                         insecure_hosts=[open_registry.host], max_retries=0)
+    with pytest.raises(TaskImageError) as e:
+        missing.root("docker.io/library/no-such-image:1", "linux/amd64")
+    assert not e.value.transient and "cannot be pulled anonymously" in str(e.value)
+    contract, targets, bundle, script, harbor = planned(tmp_path, "era-c", arches=["amd64"])
+    for t in targets:
+        t.job.task_image = "docker.io/library/no-such-image:1"
+    refusal = rehearse(contract, targets, bundle, script, harbor, images=missing)
+    assert 'policy.rehearsal = "required"' in refusal and "no-such-image:1" in refusal
+    assert f"task_image from {targets[0].provenance['task_image']}" in refusal
+    assert rehearse(contract, targets, bundle, script, harbor, mode="best_effort", images=missing) is None
+    assert all(t.rehearsal.status == "skipped" and "no-such-image" in t.rehearsal.reason for t in targets)
+    down = TaskImages(tmp_path / "c2", mirrors={"docker.io": "127.0.0.1:9"}, insecure_hosts=["127.0.0.1:9"],
+                      max_retries=0)
+    with pytest.raises(TaskImageError) as e:  # for the plan activity's bounded retry
+        rehearse(contract, targets, bundle, script, harbor, images=down)
+    assert e.value.transient
