@@ -9,7 +9,8 @@ exceeds that within its 1 s flush interval. A 20,000-line burst after a marker k
 lines, numbered without a single gap, and lost the marker. So:
 
 - a gap in a job's ``seq`` is either another key's lines (harmless) or rows the store itself lost; the
-  activity asks the store which (``unexplained_gaps``), and only a confirmed hole makes the log gapped;
+  activity asks the store which (``unexplained_gaps``), and only a confirmed hole makes the log gapped
+  (reported; it changes the verdict only where a marker is missing, since a shown marker is proven);
 - a seq-contiguous log can still have lost its beginning: a succeeded job's log proves the markers it
   shows, never that a marker is absent. A missing marker is therefore decided by the image the job pushed
   (``judge``), the evidence the store cannot drop: its OCI labels (our build commit), its config history
@@ -113,8 +114,9 @@ class LogJudgement(BaseModel):
 
 
 def needs_image(check: MarkerCheck, integrity: LogIntegrity) -> bool:
-    """The log alone does not prove the build: a marker or the final push is missing, or it has holes."""
-    return bool(check.missing) or not check.final_push_seen or integrity.empty or bool(integrity.holes)
+    """The log alone does not prove the build: a marker or the final push is missing (an empty log misses
+    all). Holes alone do not: a log that shows every marker proves them, whatever else it lost."""
+    return bool(check.missing) or not check.final_push_seen or integrity.empty
 
 
 def _history_proves(m: Marker, history: list[str]) -> bool:
@@ -132,8 +134,8 @@ def judge(markers: list[Marker], check: MarkerCheck, integrity: LogIntegrity,
     have reached its final kaniko push without printing it); kaniko's final push by the registry serving
     our image at the tag. "Our image" = the tag resolves and its revision/Harbor labels are ours."""
     base = dict(found=list(check.found), cached=list(check.cached), pushed_digest=check.pushed_digest)
-    if not needs_image(check, integrity):
-        return LogJudgement(verdict="log", missing=[], final_push_seen=True, **base)
+    if not needs_image(check, integrity):  # holes are still reported
+        return LogJudgement(verdict="log", missing=[], final_push_seen=True, incomplete=integrity.reasons(), **base)
     incomplete = integrity.reasons()
     absent = [m for m in markers if m.name in check.missing]
     if absent and not integrity.empty:

@@ -84,9 +84,11 @@ def test_what_the_image_cannot_prove_stays_lost():
     j = judge(markers, check_log(markers, TAIL), LogIntegrity(lines=10), _ours(history=["RUN seq 1 20000"]))
     assert j.verdict == "log_lost" and j.missing == [MARKERS[0].name, MARKERS[1].name]
     assert "proves 2 marker(s)" in j.reasons[0] and "no step of the image's config history" in j.reasons[0]
-    # A seq hole makes even a log that shows every marker incomplete; the image decides.
+    # A seq hole is reported; a log that still shows every marker proves them, a log that misses one does not.
     hole = LogIntegrity(lines=4, holes=[SeqGap(key="/u/j/0:0", after=2, before=9)])
     j = judge(MARKERS, check_log(MARKERS, FULL), hole, None)
+    assert j.verdict == "log" and j.incomplete == ["the log store lost 6 row(s) between seq 2 and 9 of /u/j/0:0"]
+    j = judge(MARKERS, check_log(MARKERS, TAIL), hole, None)
     assert j.verdict == "log_lost" and "lost 6 row(s) between seq 2 and 9" in j.reasons[1]
 
 
