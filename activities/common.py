@@ -23,6 +23,7 @@ from clients.credentials import CredentialError, fetch_secret
 from clients.evidence import EvidenceStore
 from clients.git_source import FetchedRepo, MirrorCache, list_files_at, read_blobs_at
 from clients.github_app import register_private_key
+from clients.identity import git_credential
 from clients.iris import IrisClient
 from clients.kube import KubectlPortForward
 from clients.registry import RegistryPool
@@ -66,11 +67,15 @@ async def write_json_evidence(store: EvidenceStore, request_id: str, name: str, 
 
 
 class SourceRepos:
-    """Fresh mirrors of MarinSkyRL and Harbor, and the contract files at an exact commit."""
+    """Fresh mirrors of MarinSkyRL and Harbor, and the contract files at an exact commit.
+
+    ``git_credential``: what every fetch and push authenticates with (clients/identity.py), read at run
+    time and offered only to the configured GitHub's host."""
 
     def __init__(self, config: ServiceConfig, paths: Paths):
         self.config = config
-        self.cache = MirrorCache(paths.mirrors)
+        self.git_credential = git_credential(config)
+        self.cache = MirrorCache(paths.mirrors, credential=self.git_credential)
 
     def marinskyrl(self) -> FetchedRepo:
         return self.cache.fetch(self.config.repos.marinskyrl_url)

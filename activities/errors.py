@@ -174,8 +174,9 @@ def _from_git(e: _git.GitSourceError) -> ActivityFailure:
     # for the whole budget only hides the cause. The message names the remote (its credential redacted).
     if isinstance(e, _git.RemoteNotFound):
         return NotFound(f"git: {e}; check repos.*_url in the service configuration")
-    if isinstance(e, _git.RemoteAuthFailed):
-        return AuthenticationFailed(f"git: {e}; replace the git credential of that remote")
+    if isinstance(e, _git.RemoteAuthFailed):  # its message names the credential git had, and its key
+        return AuthenticationFailed(f"git: {e}" if e.credential_note else f"git: {e}; replace the git credential "
+                                    "of that remote")
     if isinstance(e, _git.RemotePermissionDenied):
         return PermissionDenied(f"git: {e}; grant the git credential access to that remote")
     if isinstance(e, _git.RefNotFound | _git.PathNotFound):

@@ -22,7 +22,14 @@ from temporalio import activity
 from activities.common import ActivityGroup, Heartbeater, iris_client, safe_name
 from activities.errors import PreflightFailed, PreflightUnavailable
 from clients.credentials import CredentialError, fetch_secret
-from clients.git_source import GitSourceError, check_push_access, git_version, read_files_at
+from clients.git_source import (
+    GitSourceError,
+    RemoteAuthFailed,
+    RemotePermissionDenied,
+    check_push_access,
+    git_version,
+    read_files_at,
+)
 from clients.github import (
     Forbidden,
     GitHubClient,
@@ -149,10 +156,14 @@ class PreflightActivities(ActivityGroup):
     def _git_push(self, inp: PreflightInput) -> PreflightCheck:
         url = self.config.repos.marinskyrl_url
         probe = f"{self.config.repos.build_branch_prefix}preflight-{safe_name(inp.request_id)}"
+        cred = self.repos.git_credential
         try:
-            check_push_access(self.repos.marinskyrl(), url, probe, inp.base_commit)
+            check_push_access(self.repos.marinskyrl(), url, probe, inp.base_commit, credential=cred)
         except GitSourceError as e:
-            return PreflightCheck(name="git push access", config_key="repos.marinskyrl_url", ok=False,
+            # A refused credential names the key that holds it; anything else is about the remote itself.
+            key = cred.config_key if isinstance(e, RemoteAuthFailed | RemotePermissionDenied) and cred else \
+                "repos.marinskyrl_url"
+            return PreflightCheck(name="git push access", config_key=key, ok=False,
                                   detail=f"git cannot push to the repository: {e}")
         return PreflightCheck(name="git push access", config_key="repos.marinskyrl_url", ok=True,
                               detail="git push --dry-run accepted")

@@ -171,7 +171,7 @@ class RecordActivities(ActivityGroup):
         # already pushed: same content → the same commit, no second one that could only be forced.
         pins_request = f"{inp.request_id}-pins"
         existing = adopt_pushed_commit(wt, self.config.repos.marinskyrl_url, src.branch, request_id=pins_request,
-                                       parent=src.build_commit)
+                                       parent=src.build_commit, credential=self.repos.git_credential)
         if existing:
             return existing, repo.default_branch
         result = commit_build_change(
@@ -185,7 +185,8 @@ class RecordActivities(ActivityGroup):
             date=f"{git.Repo(wt).commit(src.build_commit).committed_date + 1} +0000")
         # A pin commit of this request already on the branch with other content (a target rebuilt since,
         # with a new digest) is replaced: our own commit on our own branch, with a lease on exactly it.
-        push_branch(wt, self.config.repos.marinskyrl_url, src.branch, result.sha, replace_own=pins_request)
+        push_branch(wt, self.config.repos.marinskyrl_url, src.branch, result.sha, replace_own=pins_request,
+                    credential=self.repos.git_credential)
         return result.sha, repo.default_branch
 
     def _policy_protected(self, repo, sha: str) -> list[str]:

@@ -166,7 +166,7 @@ class SourceActivities(ActivityGroup):
             try:
                 # A re-run after a failure in recording finds its own pin commit on top: kept, not refused.
                 push_branch(wt, self.config.repos.marinskyrl_url, branch, result.sha,
-                            keep_own=(f"{inp.request_id}-pins",))
+                            keep_own=(f"{inp.request_id}-pins",), credential=self.repos.git_credential)
             except RemoteRefused:
                 raise  # no such remote, refused credential or permission: final, typed by the boundary
             except GitSourceError as e:

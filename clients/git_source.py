@@ -5,9 +5,13 @@ any point. A mirror fetch can repeat; a worktree is reused only when it is exact
 attempt left behind; a build commit is recognised by its ``Build-Request: <id>`` trailer; a push is a
 no-op when the remote branch already points at the commit.
 
-Secrets: a remote URL may carry a token. URLs are never written to disk by this module (mirrors
-fetch by explicit URL, no ``origin`` pointing at the remote, no FETCH_HEAD) and every error text is
-passed through :func:`redact_url`.
+Secrets: git authenticates with the service's own credential (``GitCredential``: github.token or a
+GitHub App installation token), handed to each network git command alone through a credential helper
+the service provides (clients/git_credential_helper.py) reading an anonymous memfd given only to that
+process: never in a URL, argv, environment, ``.git/config`` or any other file, and only to the host
+domain/git_credential.py allows. A remote URL may still carry a token of its own: URLs are never written
+to disk by this module (mirrors fetch by explicit URL, no ``origin`` pointing at the remote, no
+FETCH_HEAD) and every error text is passed through :func:`redact_url`.
 """
 
 from __future__ import annotations
@@ -16,11 +20,16 @@ import fcntl
 import hashlib
 import os
 import re
+import shlex
 import shutil
+import sys
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import git
 import git.cmd
@@ -28,7 +37,10 @@ import git.index.fun
 import gitdb.exc
 from pydantic import BaseModel, ConfigDict
 
+from clients import git_credential_helper
 from clients.child_env import child_env
+from domain.git_credential import credential_refusal, origin_of
+from domain.redact import register_secret
 
 TRAILER_KEY = "Build-Request"
 MANAGED_CONFIG_KEY = "gpu-rl-builder.managed"
@@ -39,13 +51,35 @@ _PIN_VALUE_RE = re.compile(r"^[A-Za-z0-9._+:/@-]+$")
 
 # ------------------------------------------------------------------------ the environment of git
 _gitpython_popen = git.cmd.safer_popen
+# What the next git process this thread starts is given besides its environment: the credential helper's
+# configuration and the memfd holding the token (set by ``_offered`` around exactly one command).
+_spawn = threading.local()
+
+
+@dataclass(frozen=True)
+class _Given:
+    config: tuple[tuple[str, str], ...]
+    fd: int
 
 
 def _allow_listed_popen(*args, env=None, **kwargs):
     """Every git process GitPython starts (commands and its persistent ``cat-file``) gets the allow-listed
     environment (clients/child_env.py) plus git's own ``GIT_*`` settings. Why wrapping GitPython's one
-    spawn point: ``Git.execute`` always starts from a copy of ``os.environ`` and has no option not to."""
-    return _gitpython_popen(*args, env=child_env(base=env or {}, allow={k for k in env or {} if k.startswith("GIT_")}),
+    spawn point: ``Git.execute`` always starts from a copy of ``os.environ`` and has no option not to.
+
+    A network command that was offered the credential also gets the helper's configuration (as
+    ``GIT_CONFIG_*``, after any the caller set) and the memfd, inherited by that process tree alone."""
+    base = env or {}
+    extra: dict[str, str] = {}
+    given: _Given | None = getattr(_spawn, "given", None)
+    if given is not None:
+        _spawn.given = None  # one process only
+        count = int(base["GIT_CONFIG_COUNT"]) if base.get("GIT_CONFIG_COUNT", "").isdigit() else 0
+        for i, (key, value) in enumerate(given.config, start=count):
+            extra[f"GIT_CONFIG_KEY_{i}"], extra[f"GIT_CONFIG_VALUE_{i}"] = key, value
+        extra["GIT_CONFIG_COUNT"] = str(count + len(given.config))
+        kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), given.fd)
+    return _gitpython_popen(*args, env=child_env(extra, base=base, allow={k for k in base if k.startswith("GIT_")}),
                             **kwargs)
 
 
@@ -68,11 +102,13 @@ class RefNotFound(GitSourceError):
 
 
 class RemoteRefused(GitSourceError):
-    """A remote answered, and its answer is final: retrying cannot change it (base of the three below)."""
+    """A remote answered, and its answer is final: retrying cannot change it (base of the three below).
+    ``credential_note``: which credential git was given for that remote (or why none), naming its key."""
 
-    def __init__(self, message: str, remote: str):
+    def __init__(self, message: str, remote: str, credential_note: str | None = None):
         super().__init__(message)
         self.remote = remote
+        self.credential_note = credential_note
 
 
 class RemoteNotFound(RemoteRefused):
@@ -152,6 +188,77 @@ class CommitResult(_Model):
     created: bool
 
 
+# ----------------------------------------------------------------------------------- credential
+@dataclass(frozen=True)
+class GitCredential:
+    """The service's own credential for git: read at run time, offered only to ``origin``.
+
+    ``token`` is called for each network command that may have it (a file read, a command, or the App
+    installation's cached token provider); the value is registered for redaction and written only into
+    the memfd of that one command."""
+
+    config_key: str  # github.token | github.app: what a refusal names
+    source: str  # where it is read from (never the value)
+    origin: str | None  # the only scheme://host[:port] it goes to
+    bound_by: str  # the configuration key the origin comes from
+    fix: str  # what to do when the remote refuses it
+    token: Callable[[], str] = field(repr=False, compare=False)
+
+    def describe(self) -> str:
+        return f"config:{self.config_key} ({self.source})"
+
+
+def _has_userinfo(url: str) -> bool:
+    try:
+        return urlsplit(url).username is not None
+    except ValueError:
+        return False
+
+
+def _helper_command(fd: int, origin: str) -> str:
+    """``credential.helper`` value: the helper file run by this interpreter, isolated (``-I -S``: no
+    environment variables, user or site packages), no bytecode written (``-B``)."""
+    helper = Path(git_credential_helper.__file__).resolve()
+    return (f"!{shlex.quote(sys.executable)} -I -S -B {shlex.quote(str(helper))} --fd {fd} "
+            f"--origin {shlex.quote(origin)}")
+
+
+@contextmanager
+def _offered(credential: GitCredential | None, remote: str) -> Iterator[str | None]:
+    """Offer ``credential`` to the next git process this thread starts, when ``remote`` may have it;
+    yields what to say if the remote refuses (which credential git had, or why it had none)."""
+    if _has_userinfo(remote):
+        yield "git used the credential written in the remote URL (repos.*_url), not the service's"
+        return
+    if credential is None:
+        yield "the service has no git credential (configure [github] token or app)"
+        return
+    refusal = credential_refusal(remote, credential.origin, bound_by=credential.bound_by)
+    if refusal is not None:
+        yield f"git was given no credential ({refusal}; config:{credential.config_key})"
+        return
+    origin = origin_of(remote) or ""
+    token = credential.token()
+    register_secret(token)
+    if not hasattr(os, "memfd_create"):
+        raise GitCommandFailed("git's credential needs Linux memfd_create (the worker image's platform)")
+    fd = os.memfd_create("gpu-rl-builder-git-credential", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.write(fd, token.encode())
+        del token
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                    fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+        # Reset first: a helper configured system-wide or in HOME (``store`` writes ~/.git-credentials)
+        # is never asked, and never told to store ours.
+        _spawn.given = _Given(config=(("credential.helper", ""), ("credential.helper", _helper_command(fd, origin))),
+                              fd=fd)
+        yield (f"git authenticated to {origin} as {git_credential_helper.USERNAME} with {credential.describe()}, "
+               f"which the remote refused: {credential.fix}")
+    finally:
+        _spawn.given = None
+        os.close(fd)
+
+
 # ---------------------------------------------------------------------------------------- helpers
 def redact_url(text: str) -> str:
     """Replace ``user:token@`` in any URL inside ``text`` with ``***@``."""
@@ -180,27 +287,40 @@ def _remote_arg(args: tuple[str, ...]) -> str:
     return next((a for a in args[1:] if not a.startswith("-")), "?")
 
 
-def classify_git_failure(command: str, remote: str, status: object, stderr: str) -> GitSourceError:
+def classify_git_failure(command: str, remote: str, status: object, stderr: str, *,
+                         credential_note: str | None = None) -> GitSourceError:
     """A failed git command as the error it means: a final refusal by the remote (typed, naming the
-    remote, never its credential), or ``GitCommandFailed`` (network-level or local: retryable)."""
+    remote, never its credential), or ``GitCommandFailed`` (network-level or local: retryable).
+    ``credential_note`` (which credential git had) is added to a refused credential's message."""
     text = redact_url(f"git {command} failed ({status}): {stderr}")
     if command in _NETWORK_COMMANDS:
         for cls, pattern, meaning in _REFUSALS:
             if pattern.search(stderr):
                 where = redact_url(remote)
-                return cls(f"git remote {where} {meaning}: {text}", where)
+                note = credential_note if cls is RemoteAuthFailed else None
+                return cls(f"git remote {where} {meaning}: {text}" + (f"; {note}" if note else ""), where, note)
     return GitCommandFailed(text)
 
 
-def _run(repo: git.Repo | git.Git, *args: str, env: dict[str, str] | None = None, **kw) -> str:
+def _run(repo: git.Repo | git.Git, *args: str, env: dict[str, str] | None = None,
+         credential: GitCredential | None = None, **kw) -> str:
     """Run a git command; errors re-raised (credentials redacted) as a remote's final refusal
-    (``RemoteRefused``) or ``GitCommandFailed``."""
+    (``RemoteRefused``) or ``GitCommandFailed``. A network command (``args[0]``) to a remote ``credential``
+    may go to is given it through the helper (``_offered``)."""
     runner = repo.git if isinstance(repo, git.Repo) else repo
-    try:
-        return runner.execute(["git", *args], env=env, **kw)
-    except git.GitCommandError as exc:
-        stderr = exc.stderr.strip() if isinstance(exc.stderr, str) else str(exc.stderr)
-        raise classify_git_failure(args[0], _remote_arg(args), exc.status, stderr) from None
+    network = args[0] in _NETWORK_COMMANDS
+    remote = _remote_arg(args)
+    with _offered(credential, remote) if network else _nothing() as note:
+        try:
+            return runner.execute(["git", *args], env=env, **kw)
+        except git.GitCommandError as exc:
+            stderr = exc.stderr.strip() if isinstance(exc.stderr, str) else str(exc.stderr)
+            raise classify_git_failure(args[0], remote, exc.status, stderr, credential_note=note) from None
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield None
 
 
 def _git_env(extra: dict[str, str] | None) -> dict[str, str]:
@@ -230,13 +350,15 @@ def _mirror_name(url: str) -> str:
 class MirrorCache:
     """One bare mirror per remote under ``root``, refreshed on every :meth:`fetch`.
 
-    ``git_env`` is passed to network git commands (e.g. ``GIT_CONFIG_COUNT``/``http.extraHeader``
-    for auth), so tokens need not appear in URLs at all.
+    ``credential``: the service's git credential (fetches of private repositories); ``git_env`` more
+    environment for network git commands.
     """
 
-    def __init__(self, root: Path, *, git_env: dict[str, str] | None = None):
+    def __init__(self, root: Path, *, git_env: dict[str, str] | None = None,
+                 credential: GitCredential | None = None):
         self.root = Path(root)
         self.git_env = git_env
+        self.credential = credential
 
     def mirror_path(self, url: str) -> Path:
         return self.root / _mirror_name(url)
@@ -247,8 +369,8 @@ class MirrorCache:
         with _locked(path.with_suffix(".lock")):
             repo = self._open_or_init(path)
             _run(repo, "fetch", "--prune", "--no-write-fetch-head", "--quiet", url,
-                 "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", env=env)
-            branch = self._remote_default_branch(repo, url, env)
+                 "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", env=env, credential=self.credential)
+            branch = self._remote_default_branch(repo, url, env, self.credential)
             _run(repo, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
             head = _run(repo, "rev-parse", "--verify", f"refs/heads/{branch}^{{commit}}")
         return FetchedRepo(path=path, default_branch=branch, head_sha=head)
@@ -266,8 +388,9 @@ class MirrorCache:
         return git.Repo(path)
 
     @staticmethod
-    def _remote_default_branch(repo: git.Repo, url: str, env: dict[str, str]) -> str:
-        out = _run(repo, "ls-remote", "--symref", url, "HEAD", env=env)
+    def _remote_default_branch(repo: git.Repo, url: str, env: dict[str, str], credential: GitCredential | None
+                               ) -> str:
+        out = _run(repo, "ls-remote", "--symref", url, "HEAD", env=env, credential=credential)
         for line in out.splitlines():
             if line.startswith("ref: ") and line.endswith("\tHEAD"):
                 return line[len("ref: ") :].split("\t")[0].removeprefix("refs/heads/")
@@ -563,9 +686,10 @@ def _verify_committed(repo: git.Repo, sha: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------- push
-def remote_branch_sha(worktree: Path, remote_url: str, branch: str, *, git_env: dict[str, str] | None = None
-                      ) -> str | None:
-    out = _run(git.Repo(worktree), "ls-remote", remote_url, f"refs/heads/{branch}", env=_git_env(git_env))
+def remote_branch_sha(worktree: Path, remote_url: str, branch: str, *, git_env: dict[str, str] | None = None,
+                      credential: GitCredential | None = None) -> str | None:
+    out = _run(git.Repo(worktree), "ls-remote", remote_url, f"refs/heads/{branch}", env=_git_env(git_env),
+               credential=credential)
     for line in out.splitlines():
         sha, _, ref = line.partition("\t")
         if ref == f"refs/heads/{branch}":
@@ -575,7 +699,7 @@ def remote_branch_sha(worktree: Path, remote_url: str, branch: str, *, git_env: 
 
 def push_branch(
     worktree: Path, remote_url: str, branch: str, sha: str, *, git_env: dict[str, str] | None = None,
-    keep_own: tuple[str, ...] = (), replace_own: str | None = None,
+    keep_own: tuple[str, ...] = (), replace_own: str | None = None, credential: GitCredential | None = None,
 ) -> None:
     """Make ``refs/heads/<branch>`` on the remote point at ``sha``; fast-forward only, idempotent.
 
@@ -589,13 +713,14 @@ def push_branch(
     commit on its own branch, never anyone else's (a moved head makes the push fail)."""
     repo = git.Repo(worktree)
     env = _git_env(git_env)
-    current = remote_branch_sha(worktree, remote_url, branch, git_env=git_env)
+    current = remote_branch_sha(worktree, remote_url, branch, git_env=git_env, credential=credential)
     if current == sha:
         return
     lease: str | None = None
     if current is not None:
         try:
-            _run(repo, "fetch", "--quiet", "--no-write-fetch-head", remote_url, f"refs/heads/{branch}", env=env)
+            _run(repo, "fetch", "--quiet", "--no-write-fetch-head", remote_url, f"refs/heads/{branch}", env=env,
+                 credential=credential)
         except GitCommandFailed:
             raise BranchConflict(branch, current, sha) from None
         if keep_own and _only_own_commits_on_top(repo, sha, current, keep_own):
@@ -609,9 +734,10 @@ def push_branch(
                 raise BranchConflict(branch, current, sha) from None
     force = [f"--force-with-lease=refs/heads/{branch}:{lease}"] if lease else []
     try:
-        _run(repo, "push", "--quiet", "--no-verify", *force, remote_url, f"{sha}:refs/heads/{branch}", env=env)
+        _run(repo, "push", "--quiet", "--no-verify", *force, remote_url, f"{sha}:refs/heads/{branch}", env=env,
+             credential=credential)
     except GitCommandFailed:
-        after = remote_branch_sha(worktree, remote_url, branch, git_env=git_env)
+        after = remote_branch_sha(worktree, remote_url, branch, git_env=git_env, credential=credential)
         if after == sha:
             return  # a concurrent attempt pushed the same commit
         raise BranchConflict(branch, after or "(missing)", sha) from None
@@ -627,12 +753,12 @@ def git_version() -> str:
 
 
 def check_push_access(fetched: FetchedRepo, remote_url: str, probe_ref: str, sha: str, *,
-                      git_env: dict[str, str] | None = None) -> None:
+                      git_env: dict[str, str] | None = None, credential: GitCredential | None = None) -> None:
     """Prove the machine's git credentials may push to ``remote_url`` without pushing anything:
     ``git push --dry-run`` of ``sha`` to ``refs/heads/<probe_ref>`` (a new ref, so no history can
     refuse it) authenticates for receive-pack and stops before sending a ref update."""
     _run(_repo(fetched), "push", "--dry-run", "--quiet", "--no-verify", remote_url,
-         f"{sha}:refs/heads/{probe_ref}", env=_git_env(git_env))
+         f"{sha}:refs/heads/{probe_ref}", env=_git_env(git_env), credential=credential)
 
 
 def _own_sibling(repo: git.Repo, current: str, sha: str, trailer: str) -> bool:
@@ -660,20 +786,20 @@ def _only_own_commits_on_top(repo: git.Repo, base: str, head: str, trailers: tup
 
 
 def adopt_pushed_commit(worktree: Path, remote_url: str, branch: str, *, request_id: str, parent: str,
-                        git_env: dict[str, str] | None = None) -> str | None:
+                        git_env: dict[str, str] | None = None, credential: GitCredential | None = None) -> str | None:
     """The commit an earlier attempt of ``request_id`` already pushed on top of ``parent``, when the
     worktree's content equals it exactly; the worktree is then moved onto it (clean). None otherwise.
 
     Why: a re-run (or a retry on another worker) writes the same content again, but a commit made at
     another time or place can differ in its sha, and the branch only moves fast-forward. Reusing the
     pushed commit keeps one commit per request and lets the run continue instead of refusing."""
-    current = remote_branch_sha(worktree, remote_url, branch, git_env=git_env)
+    current = remote_branch_sha(worktree, remote_url, branch, git_env=git_env, credential=credential)
     if current is None or current == parent:
         return None
     repo = git.Repo(worktree)
     try:
         _run(repo, "fetch", "--quiet", "--no-write-fetch-head", remote_url, f"refs/heads/{branch}",
-             env=_git_env(git_env))
+             env=_git_env(git_env), credential=credential)
     except GitCommandFailed:
         return None
     commit = repo.commit(current)

@@ -20,10 +20,12 @@ import httpx
 
 from clients import http_guard
 from clients.credentials import CredentialError, fetch_secret
+from clients.git_source import GitCredential
 from clients.github import API_VERSION, GitHubError, GitHubUnavailable
 from clients.github_app import installation_provider
 from domain.config import GitHubSettings, ServiceConfig
 from domain.credential_hosts import host_of
+from domain.git_credential import github_git_origin
 
 TokenKind = Literal["classic", "fine-grained", "installation"]
 
@@ -111,3 +113,25 @@ def github_auth(gh: GitHubSettings) -> str | Callable[[], str]:
     assert gh.token is not None  # GitHubSettings requires one of the two
     return fetch_secret(gh.token, what="github.token")
 
+
+
+def git_credential(config: ServiceConfig) -> GitCredential | None:
+    """git's credential: the [github] identity (github.token, or an installation token of github.app),
+    bound to that GitHub's own host (github.web_url, else github.api_url's). None without [github]."""
+    gh = config.github
+    if gh is None:
+        return None
+    origin, bound_by = github_git_origin(gh.api_url, gh.web_url)
+    if gh.app is not None:
+        app = gh.app
+        return GitCredential(
+            config_key="github.app", source=f"an installation token of app {app.app_id}, installation "
+            f"{app.installation_id}", origin=origin, bound_by=bound_by, token=installation_provider(gh.api_url, app),
+            fix=f"install the App on this repository (github.app.installation_id = {app.installation_id}) and "
+            "grant it Contents: write")
+    source = gh.token
+    assert source is not None  # GitHubSettings requires one of the two
+    return GitCredential(
+        config_key="github.token", source=source.describe(), origin=origin, bound_by=bound_by,
+        token=lambda: fetch_secret(source, what="github.token"),
+        fix="the token is invalid, expired or lacks Contents: write on the repository; replace it")

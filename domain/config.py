@@ -270,14 +270,15 @@ class GitHubSettings(_Model):
 
     api_url: str = Field("https://api.github.com", description="The GitHub REST API (GitHub Enterprise: "
                                                                "https://<host>/api/v3).")
-    # The host issue and PR links are on (``--issue-url`` must be there); default: api_url's host
-    # without ``api.`` (github.com for api.github.com, the host itself for GitHub Enterprise).
-    web_url: str | None = Field(None, description="The host issue and PR links are on (`--issue-url` must be "
-                                                  "there); default: api_url's host without `api.`.")
-    token: CredentialSource | None = Field(None, description="A personal access token (classic or fine-grained); "
-                                                             "exactly one of token and app.")
-    app: GitHubAppSettings | None = Field(None, description="A GitHub App installation (short-lived tokens); "
-                                                            "exactly one of token and app.")
+    web_url: str | None = Field(None, description=(
+        "The host issue and PR links are on (`--issue-url` must be there) and git's host: the only "
+        "scheme://host[:port] git's credential (token, or app's installation tokens) is given to, over https "
+        "(deploy/README.md, git's credential); default: api_url's host without `api.`."))
+    token: CredentialSource | None = Field(None, description="A personal access token (classic or fine-grained), "
+                                                             "also git's credential for fetch and push; exactly "
+                                                             "one of token and app.")
+    app: GitHubAppSettings | None = Field(None, description="A GitHub App installation (short-lived tokens, also "
+                                                            "git's credential); exactly one of token and app.")
     pin_table_path: str = Field("cloud/iris/gpu_rl_images.py", description="The file whose pin table the PR "
                                                                            "updates with the validated digests.")
     do_not_touch: list[str] = Field(default_factory=lambda: ["cloud/iris/launch_rl_iris.py"],

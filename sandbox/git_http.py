@@ -5,6 +5,12 @@ serves the same bare repositories over HTTP the way a git host does: a wrong tok
 without write access gets 403 on push, a repository that does not exist gets 404 — so the error
 boundary is tested against git's real messages for each. Only ``http-backend`` speaks git here; this
 module checks the credential and relays CGI.
+
+As on GitHub: a public repository (``anonymous_read``) is read without a credential, and every push
+needs one (anonymous: 401 with ``WWW-Authenticate: Basic``, which is when git asks its credential
+helper). ``verify`` checks a credential some other way (e.g. a GitHub App installation token, asked of
+the GitHub stand-in). ``authorizations`` keeps every ``Authorization`` header presented, for tests that
+prove a credential never reached this host.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import base64
 import os
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -28,6 +35,9 @@ class GitHttpRemote:
     root: Path
     users: dict[str, str]  # user -> token that may read
     writers: set[str] = field(default_factory=set)  # users who may also push
+    anonymous_read: bool = False  # a public repository: fetches need no credential (pushes always do)
+    verify: Callable[[str, str], str | None] | None = None  # (user, token) -> who, else refused
+    authorizations: list[str] = field(default_factory=list)  # every Authorization header presented
     server: ThreadingHTTPServer | None = None
 
     def url(self, name: str, user: str | None = None, token: str | None = None) -> str:
@@ -51,15 +61,19 @@ class GitHttpRemote:
                 self._serve()
 
             def _serve(self) -> None:
+                if "Authorization" in self.headers:
+                    remote.authorizations.append(self.headers["Authorization"])
+                parts = urlsplit(self.path)
+                push = "git-receive-pack" in (parts.path + parts.query)
                 user = self._user()
+                if user is None and not self.headers.get("Authorization") and remote.anonymous_read and not push:
+                    user = "anonymous"
                 if user is None:
                     self.send_response(401)
                     self.send_header("WWW-Authenticate", 'Basic realm="git"')
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                parts = urlsplit(self.path)
-                push = "git-receive-pack" in (parts.path + parts.query)
                 if push and user not in remote.writers:
                     self.send_response(403)
                     self.send_header("Content-Length", "0")
@@ -94,7 +108,9 @@ class GitHttpRemote:
                 if not auth.startswith("Basic "):
                     return None
                 user, _, token = base64.b64decode(auth[6:]).decode(errors="replace").partition(":")
-                return user if remote.users.get(user) == token else None
+                if remote.verify is not None:
+                    return remote.verify(user, token)
+                return user if token and remote.users.get(user) == token else None
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
