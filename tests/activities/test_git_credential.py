@@ -162,8 +162,9 @@ def _assert_nowhere(secret: str, *, roots: list[Path], seen: Path, texts: list[s
         assert not any(f in text for f in encoded_forms(secret))
 
 
-async def _run_bounded(fn, *args, timeout_s: float = 120):
-    """A git waiting on a username prompt would hang here: bounded, so it fails instead."""
+async def _run_bounded(fn, *args, timeout_s: float = 240):
+    """A git waiting on a username prompt would hang here: bounded (generously: the machine may be loaded),
+    so it fails instead."""
     return await asyncio.wait_for(ActivityEnvironment().run(fn, *args), timeout_s)
 
 
