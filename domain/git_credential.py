@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from domain.config import is_loopback_host
+from domain.credential_hosts import cleartext_problem
 from domain.issue_ref import github_web_host
 
 _DEFAULT_PORTS = {"https": 443, "http": 80}
@@ -47,7 +47,7 @@ def credential_refusal(remote_url: str, origin: str | None, *, bound_by: str) ->
     """Why the credential bound to ``origin`` must not go to ``remote_url`` (None: it may).
 
     Both rules at once: the same scheme, host and port as the credential's own GitHub, and TLS unless
-    that host is loopback (a local stand-in)."""
+    that host is loopback (a local stand-in; ``domain.credential_hosts``, the rule every credential obeys)."""
     remote = origin_of(remote_url)
     if remote is None:
         return "the remote is not an http(s) URL, so git is given no token for it"
@@ -55,7 +55,4 @@ def credential_refusal(remote_url: str, origin: str | None, *, bound_by: str) ->
         return f"{bound_by} is not an http(s) URL, so git's credential is bound to no host"
     if remote != origin:
         return f"git's credential goes only to {origin} ({bound_by}), not to {remote}"
-    host = urlsplit(remote).hostname or ""
-    if remote.startswith("http://") and not is_loopback_host(host):
-        return f"git's credential goes only over TLS: {remote} is plain http ({bound_by})"
-    return None
+    return cleartext_problem(remote_url, credential=f"git's credential ({bound_by})")
