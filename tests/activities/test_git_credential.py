@@ -28,11 +28,12 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities import errors
+from activities.preflight import PreflightActivities
 from activities.source import SourceActivities
 from clients import git_credential_helper, git_source
 from domain.config import ServiceConfig
 from domain.git_credential import credential_refusal, github_git_origin, origin_of
-from domain.models import PrepareSourceInput
+from domain.models import PreflightInput, PrepareSourceInput
 from domain.redact import encoded_forms
 from sandbox.git_http import GitHttpRemote
 from sandbox.git_remotes import seed_remotes
@@ -286,6 +287,33 @@ async def test_push_with_a_github_app_installation_token(tmp_path, deployed_work
     for secret in {*presented, key_lines[3]}:
         _assert_nowhere(secret, roots=[tmp_path / "work", home], seen=seen,
                         texts=[caplog.text, snap.model_dump_json()])
+
+
+def test_preflight_proves_git_push_with_the_configured_token_and_names_the_key_of_a_wrong_one(tmp_path,
+                                                                                              deployed_worker):
+    """Preflight's ``git push --dry-run`` uses the same credential: accepted with the right token; a wrong
+    one is named as github.token (not as repos.marinskyrl_url), before anything is pushed."""
+    home, seen = deployed_worker
+    right, wrong = "ghp_" + uuid.uuid4().hex, "ghp_wrong" + uuid.uuid4().hex
+    remotes = seed_remotes(tmp_path / "remotes")
+    served = GitHttpRemote(Path(remotes.root), users={USER: right}, writers={USER}, anonymous_read=True).start()
+    head = remotes.marinskyrl_head
+    inp = PreflightInput(request_id="pf", base_commit=head, build_commit=head, targets=[])
+    try:
+        checks = {}
+        for token in (right, wrong):
+            config = _config(tmp_path, marinskyrl_url=served.url("marinskyrl.git"),
+                             harbor_url=served.url("harbor.git"),
+                             github={"web_url": served.url("").rstrip("/"),
+                                     "token": _secret_file(tmp_path, f"github-token-{token[:9]}", token)})
+            checks[token] = PreflightActivities(config)._git_push(inp)
+    finally:
+        served.stop()
+    assert checks[right].ok, checks[right]
+    bad = checks[wrong]
+    assert not bad.ok and bad.config_key == "github.token" and "refused the credential" in bad.detail
+    assert wrong not in bad.detail and right not in checks[right].detail
+    assert _branch_head(Path(remotes.root) / "marinskyrl.git", "gpu-rl-build/preflight-pf") is None  # dry run
 
 
 def test_a_refused_git_credential_maps_to_its_key_and_next_step():
