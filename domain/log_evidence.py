@@ -9,8 +9,8 @@ exceeds that within its 1 s flush interval. A 20,000-line burst after a marker k
 lines, numbered without a single gap, and lost the marker. So:
 
 - a gap in a job's ``seq`` is either another key's lines (harmless) or rows the store itself lost; the
-  activity asks the store which (``unexplained_gaps``), and only a confirmed hole makes the log gapped
-  (reported; it changes the verdict only where a marker is missing, since a shown marker is proven);
+  activity asks the store which (``unexplained_gaps``) when a marker is missing, and only a confirmed hole
+  makes the log gapped (a shown marker is proven whatever else the log lost);
 - a seq-contiguous log can still have lost its beginning: a succeeded job's log proves the markers it
   shows, never that a marker is absent. A missing marker is therefore decided by the image the job pushed
   (``judge``), the evidence the store cannot drop: its OCI labels (our build commit), its config history

@@ -22,6 +22,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.build import BuildActivities
 from domain.config import ServiceConfig
 from domain.contract.models import LayerCeiling
+from domain.log_evidence import seq_gaps, unexplained_gaps
 from domain.markers import DIGEST_RE, Marker, check_log
 from domain.models import CaptureInput, LogCheckInput, ValidateInput
 from sandbox.git_remotes import MARINSKYRL_FIXTURE
@@ -168,3 +169,31 @@ async def test_a_lost_log_the_image_cannot_prove_ends_log_lost_with_its_next_ste
         c = captured.classification
         assert (str(c.failure_class), c.reasons) == ("log_lost", check.lost)
         assert "starter.py resume" in c.operator_hint
+
+
+async def test_seq_gaps_between_a_jobs_lines_are_other_jobs_lines_not_holes(iris_controller, iris_client):
+    """What the store's seq is: one counter for every key, so concurrent jobs interleave; the store can say
+    which ids of a gap it holds (every one here: no hole), which is how a real hole would show."""
+    names = [f"/tester/seq-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    for name in names:
+        await iris_client.launch_job(bash_spec(name, "for i in $(seq 1 300); do echo $i; sleep 0.002; done"))
+    for name in names:
+        await _run_to_end_wait(iris_client, name)
+    logs = [await iris_client.read_complete_log(f"{n}/", "prefix") for n in names]
+    assert [len(log.entries) for log in logs] == [300, 300, 300]
+    gaps = [g for log in logs for g in seq_gaps((e.key, e.seq) for e in log.entries)]
+    assert gaps, "three concurrent jobs printing for ~1 s did not interleave"
+    stored = {(g.after, g.before): await iris_client.stored_rows_between(g.after, g.before) for g in gaps}
+    assert unexplained_gaps(gaps, stored) == [] and all(stored[(g.after, g.before)] == g.ids for g in gaps)
+    ours = sorted(e.seq for log in logs for e in log.entries)
+    assert await iris_client.stored_rows_between(ours[0] - 1, ours[-1] + 1) >= len(ours)
+
+
+async def _run_to_end_wait(iris, name: str) -> None:
+    for _ in range(2400):  # bounded: 2 minutes
+        state = (await iris.job_states([name])).get(name)
+        if state and state.is_terminal:
+            assert state.value == "succeeded", state
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{name} did not end")
