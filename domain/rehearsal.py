@@ -333,7 +333,6 @@ _EXECUTOR_IMAGE = re.compile(r"(^|/)kaniko-project/executor([:@]|$)|/kaniko/exec
 # crane verbs that only ask whether an image exists (the stand-in says yes): a later read of what a probe
 # found is the script's own check, not a guess.
 _CRANE_PROBES = {"digest", "manifest", "config", "ls", "validate"}
-_CRANE_READS = {"export", "pull", "copy", "cp", "tag", "flatten", "append", "rebase", "mutate", "blob"}
 _CRANE_VALUED = {"--platform", "-t", "--tag", "--new_tag", "-b", "--base", "-f", "--new_layer", "--format",
                  "-o", "--output", "--old_base", "--new_base", "--remote", "--tarball", "--annotation",
                  "-a", "--label", "-l", "--entrypoint", "--cmd", "--env", "-e", "--user", "--workdir"}
@@ -353,10 +352,13 @@ def _same_image(a: str, b: str) -> bool:
 
 def crane_images(argv: list[str]) -> tuple[str, list[str], list[str]]:
     """(verb, images it reads, images it writes) of a crane command line."""
-    if not argv:
+    i = 0  # global flags may come before the verb (`crane --platform linux/arm64 export ...`)
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if "=" not in argv[i] and argv[i] in _CRANE_VALUED else 1
+    if i >= len(argv):
         return "", [], []
-    verb, words, flags = argv[0], [], {}
-    i = 1
+    verb, words, flags = argv[i], [], {}
+    i += 1
     while i < len(argv):
         a = argv[i]
         i += 1

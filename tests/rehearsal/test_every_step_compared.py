@@ -168,6 +168,8 @@ def test_crane_reads_and_writes():
     assert crane_images(["copy", "r/a:1", "r/b:2"]) == ("copy", ["r/a:1"], ["r/b:2"])
     assert crane_images(["tag", "r/a:1", "two"]) == ("tag", ["r/a:1"], ["r/a:two"])
     assert crane_images(["digest", "r/a:1"]) == ("digest", ["r/a:1"], [])
+    assert crane_images(["--platform", "linux/arm64", "export", "r/a:1", "-"]) == ("export", ["r/a:1"], [])
+    assert crane_images(["--insecure", "pull", "r/a:1", "o.tar"]) == ("pull", ["r/a:1"], [])
 
 
 def test_no_push_pushes_nothing_for_a_later_read(tmp_path):
