@@ -49,6 +49,10 @@ BINARY_SUFFIXES = (
     ".safetensors", ".npy", ".npz", ".pkl", ".pickle", ".onnx", ".h5", ".parquet", ".arrow", ".sqlite",
     ".db", ".jar", ".deb", ".rpm", ".iso", ".img",
 )
+# Files that only keep a directory in git (the real Dockerfile COPYs ``docker/wheelhouse/``, which
+# "always exists (committed .keep)"): inside a wheelhouse they are no artefact while this small.
+PLACEHOLDER_NAMES = (".keep", ".gitkeep", ".gitignore", "README", "README.md")
+PLACEHOLDER_MAX_BYTES = 1024
 # Small media a repository legitimately tracks; flagged only when large.
 BENIGN_BINARY_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".ico", ".svg", ".webp", ".pdf")
 
@@ -84,7 +88,9 @@ def suspicion_reasons(file: BundleFile) -> list[str]:
     archive = next((s for s in ARCHIVE_SUFFIXES if lower.endswith(s)), None)
     if archive:
         reasons.append(f"archive ({archive})")
-    if "wheelhouse" in lower.split("/")[:-1]:
+    parts = file.path.split("/")
+    placeholder = parts[-1] in PLACEHOLDER_NAMES and file.size_bytes <= PLACEHOLDER_MAX_BYTES
+    if "wheelhouse" in lower.split("/")[:-1] and not placeholder:
         reasons.append("inside a wheelhouse/ directory")
     binary = next((s for s in BINARY_SUFFIXES if lower.endswith(s)), None)
     if binary:

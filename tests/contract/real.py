@@ -93,6 +93,7 @@ UPSTREAM_REST = {
     "docker/sync_gpu_rl_env.sh": "#!/usr/bin/env bash\n",
     "docker/validate_harbor_artifact_writer.py": "",
     "docker/validate_gpu_rl_pip_check.sh": "#!/usr/bin/env bash\n",
+    "docker/wheelhouse/.keep": "",  # "docker/wheelhouse/ always exists (committed .keep)": Dockerfile.gpu-rl
 }
 
 

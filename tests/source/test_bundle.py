@@ -100,12 +100,20 @@ def test_suspicious_rules_pure():
         BundleFile(path="blob", size_bytes=3, head=b"a\0b"),
         BundleFile(path="logo.png", size_bytes=3, head=b"\x89PNG\0"),
         BundleFile(path="ok.py", size_bytes=3, head=b"x=1"),
+        BundleFile(path="docker/wheelhouse/.keep", size_bytes=0),  # the real tree commits it (Dockerfile.gpu-rl)
+        BundleFile(path="docker/wheelhouse/.gitignore", size_bytes=14, head=b"*\n!.gitignore\n"),
+        BundleFile(path="docker/wheelhouse/notes.txt", size_bytes=3, head=b"abc"),
+        BundleFile(path="docker/wheelhouse/.keep2", size_bytes=0),
+        BundleFile(path="docker/wheelhouse/x/.keep", size_bytes=4096),  # too big to be only a placeholder
     ]))
     assert found == {
         "a/model.safetensors": "binary by extension (.safetensors)",
         "w.tar.gz": "archive (.tar.gz)",
         "data.txt": "large file (6.0 MiB > 5.0 MiB)",
         "blob": "binary content (NUL byte)",
+        "docker/wheelhouse/notes.txt": "inside a wheelhouse/ directory",
+        "docker/wheelhouse/.keep2": "inside a wheelhouse/ directory",
+        "docker/wheelhouse/x/.keep": "inside a wheelhouse/ directory",
     }
 
 
