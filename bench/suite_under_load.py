@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SUMMARY = re.compile(r"^=+ (?P<body>.*\d+ (?:passed|failed|error).*) in (?P<secs>[\d.]+)s")
+# pytest's closing line, bare under -q ("2 failed, 888 passed, 2 skipped in 2249.51s (0:37:29)") or framed.
+SUMMARY = re.compile(r"^(?:=+ )?(?P<body>\d+ (?:passed|failed|errors?|skipped)[^=]*?) in (?P<secs>[\d.]+)s")
 FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)")
 
 
