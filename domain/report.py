@@ -173,6 +173,10 @@ def report_markdown(rep: PipelineReport) -> str:
         out += [f"- {t.key} build log: {evidence_ref(t.log_check.log)}" for t in rep.targets if t.log_check]
         out += [line for t in rep.targets if t.log_check for line in log_evidence_lines(t.key, t.log_check)]
         out.append("")
+        # What the planned command proved before it was submitted (or why it was not rehearsed).
+        rehearsed = [f"- `{t.key}` {t.rehearsal.describe()}" for t in rep.plan if t.rehearsal]
+        if rehearsed:
+            out += rehearsed + [""]
         if any(t.provenance for t in rep.plan):  # collapsed in the PR body; plain text in a terminal
             out += ["<details><summary>Where each planned value came from</summary>", ""]
             for t in rep.plan:

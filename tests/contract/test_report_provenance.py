@@ -37,3 +37,16 @@ def test_final_report_keeps_provenance_collapsed():
     text = report_markdown(_report(status="merged", targets=[done]))
     assert "<details><summary>Where each planned value came from</summary>" in text
     assert "| timeout | `18000 s` |" in text
+
+
+def test_final_report_says_what_the_rehearsal_proved():
+    from domain.rehearsal import RehearsalResult
+
+    rep = _report(status="merged", targets=[TargetResult(
+        key="amd64-standard", architecture="amd64", variant="standard", status="validated", cluster="cw-rno2a",
+        job_ids=["/u/j"], tag="t", image_ref="r:t")])
+    rep.plan[0].rehearsal = RehearsalResult(status="passed", seconds=0.8, tools=["apt-get", "/kaniko/executor"])
+    text = report_markdown(rep)
+    assert "- `amd64-standard` rehearsal passed in 0.8 s (stand-ins: apt-get, /kaniko/executor)" in text
+    rep.plan[0].rehearsal = RehearsalResult(status="skipped", reason="bwrap is not installed on this worker")
+    assert "- `amd64-standard` rehearsal skipped: bwrap is not installed on this worker" in report_markdown(rep)
