@@ -11,8 +11,9 @@ import pytest
 
 from domain.issue_ref import check_issue_host, github_web_host
 from tests.cli.starter_cli import ROOT, STARTER, starter
-from tests.cli.test_cli_bad_input import OK_REQUEST, _branches, _workflows_on, one_line_error
+from tests.cli.test_cli_bad_input import OK_REQUEST, _branches, one_line_error
 from tests.deploy.wheel_venv import minimal_config
+from tests.visibility import workflows_started_on
 
 BUILD = ("build", "--arch", "amd64", "--variant", "standard", "--cluster", "amd64=sandbox-amd64")
 
@@ -37,7 +38,7 @@ async def test_issue_url_on_another_host_and_a_schedule_id_with_a_space_create_n
     one_line_error(await starter(s.config_path, "schedule", "create", "night ly", "--every", "24", "--arch", "amd64",
                                  *OK_REQUEST, timeout=60), 2, "SCHEDULE_ID 'night ly'")
     assert time.monotonic() - started < 60  # at once, not after a hang
-    assert await _workflows_on(s.client, s.task_queue) == []
+    assert await workflows_started_on(s.client, s.task_queue) == []
     assert [sc async for sc in await s.client.list_schedules() if "night" in sc.id] == []
     assert _branches(s.remotes.marinskyrl_url) == before
 
