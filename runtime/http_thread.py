@@ -76,8 +76,9 @@ class _Server(ThreadingHTTPServer):
         self.peak = 0  # the most connections with a thread at once
         self.refused = 0  # connections answered 503 (over max_connections)
         self.cut = 0  # connections shut down at a read deadline
-        super().__init__(address, handler)
+        # Made before binding: a taken port makes TCPServer.__init__ call server_close(), which joins it.
         self._watchdog = threading.Thread(target=self._watch, name=f"{name}-read-deadlines", daemon=True)
+        super().__init__(address, handler)
         self._watchdog.start()
 
     # -- connection slots
@@ -155,7 +156,8 @@ class _Server(ThreadingHTTPServer):
             self._closing = True
             self._cond.notify()
         super().server_close()
-        self._watchdog.join(timeout=10)
+        if self._watchdog.is_alive():  # not started when binding failed
+            self._watchdog.join(timeout=10)
 
 
 class BackgroundHTTPServer:

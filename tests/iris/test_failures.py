@@ -97,6 +97,10 @@ CASES = {
     "assertion: missing marker on a green job": (
         Evidence(job_state="succeeded", missing_markers=["Pushed <repo>@sha256:<digest>"]),
         FailureClass.ASSERTION_FAILURE, "missing marker"),
+    "log_lost: a green job whose log and image cannot prove the markers": (
+        Evidence(job_state="succeeded", missing_markers=["Pushed <repo>@sha256:<digest>"],
+                 log_lost=["the log store kept no line of the job and the image cannot stand in for 31 markers"]),
+        FailureClass.LOG_LOST, "log store kept no line"),
     "timeout: per-task": (
         Evidence(job_state="failed", error="Execution timeout exceeded",
                  attempts=[att("failed", 0, "Execution timeout exceeded")]),
