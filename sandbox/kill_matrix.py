@@ -51,7 +51,8 @@ PHASES = (
     Phase("load", "load_build_state", slow_git=("fetch",)),
     Phase("publish", "publish_source", slow_git=("push",)),
     Phase("submit", "submit_job", in_target=True, slow_git=("clone",)),
-    Phase("validate", "validate_image", in_target=True, slow_git=("fetch",)),
+    # Validation reads no git (the target carries its layer ceiling): its registry credential is made slow.
+    Phase("validate", "validate_image", in_target=True, slow_git=("registry-token",)),
     Phase("record", "record_artifact", slow_git=("push",)),
     Phase("merge", "merge_pull_request", slow_merge=True),
 )
@@ -104,13 +105,28 @@ class KillMatrix:
         wrapper.chmod(0o755)
         return bin_dir
 
+    def _slow_registry_token(self, text: str) -> str:
+        """The [registry] token read by a command that waits as the delay file says ("registry-token N"), as a
+        slow credential command (`gh auth token`, a vault CLI) would; the value is the same file's."""
+        head, sep, rest = text.partition("\n[registry]\n")
+        if not sep:
+            return text
+        def command(m: re.Match) -> str:
+            argv = ["bash", str(SLOW_GIT_DIR / "secret"), str(self.slow_file), "registry-token", m["path"]]
+            return "token = {kind = \"command\", argv = [" + ", ".join(f'"{a}"' for a in argv) + "]}"
+        section, nxt, tail = rest.partition("\n[")
+        section = re.sub(r'(?m)^token = \{"?kind"? = "file", "?path"? = "(?P<path>[^"]+)"\}$', command, section,
+                         count=1)
+        return head + sep + section + nxt + tail
+
     def start_worker(self) -> subprocess.Popen:
         """A new worker process with an empty work directory of its own."""
         n = len(self._workers) + 1
         work = self.state_dir / f"work-{n}"
         text = self.config_path.read_text()
         config = self.state_dir / f"config-worker-{n}.toml"
-        config.write_text(re.sub(r'(?m)^work_dir = ".*"$', f'work_dir = "{work}"', text, count=1))
+        text = re.sub(r'(?m)^work_dir = ".*"$', f'work_dir = "{work}"', text, count=1)
+        config.write_text(self._slow_registry_token(text))
         env = {**os.environ, "PATH": f"{self._slow_git_dir()}{os.pathsep}{os.environ.get('PATH', '')}"}
         log = open(self.state_dir / f"worker-{n}.log", "w")  # noqa: SIM115 - the process owns it
         proc = subprocess.Popen([sys.executable, str(ROOT / "worker.py"), "--config", str(config),
