@@ -403,7 +403,8 @@ class BuildActivities(ActivityGroup):
         try:
             if t.image_repository.partition("/")[0].lower() != bound:
                 raise CredentialError(f"registry.token is bound to {bound}, not {t.image_repository}")
-            token = fetch_secret(self.config.registry.token, what="registry.token")
+            # Off the event loop: a credential command (`gh auth token`, a vault CLI) may take seconds.
+            token = await asyncio.to_thread(fetch_secret, self.config.registry.token, what="registry.token")
             creds = (await asyncio.to_thread(registry_user, self.config, token), token)
         except (CredentialError, GitHubError) as err:
             activity.logger.warning(f"validating without registry credentials: {err}")
