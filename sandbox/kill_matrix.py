@@ -15,6 +15,8 @@ noticing the dead worker, the retry backoff, and the new worker picking the step
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import functools
 import os
 import re
@@ -36,6 +38,17 @@ from workflows.pipeline import BuildPipelineWorkflow
 ROOT = Path(__file__).resolve().parents[1]
 SLOW_GIT_DIR = Path(__file__).resolve().parent / "slow_git"
 STEP_DELAY_S = 8.0  # long enough to be seen running and killed, short against every timeout
+
+
+_LIVE: set[subprocess.Popen] = set()
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for proc in _LIVE:
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -121,6 +134,11 @@ class KillMatrix:
 
     def start_worker(self) -> subprocess.Popen:
         """A new worker process with an empty work directory of its own."""
+        proc = self._start_worker()
+        _LIVE.add(proc)  # stopped at exit too: a driver cut short (a test's timeout) leaves no worker behind
+        return proc
+
+    def _start_worker(self) -> subprocess.Popen:
         n = len(self._workers) + 1
         work = self.state_dir / f"work-{n}"
         text = self.config_path.read_text()
