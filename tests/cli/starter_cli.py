@@ -120,7 +120,14 @@ class Follower:
         except TimeoutError:
             kill_group(self.proc)
             await self.proc.wait()
-            raise AssertionError("follow did not end in time; output:\n" + "\n".join(self.lines)) from None
+            rest = []  # what it printed after the last line read, and its stderr: why it did not end
+            for stream in (self.proc.stdout, self.proc.stderr):
+                try:
+                    rest.append((await asyncio.wait_for(stream.read(), 5)).decode(errors="replace")[-4000:])
+                except (TimeoutError, ValueError, AttributeError):
+                    rest.append("")
+            raise AssertionError("follow did not end in time; output:\n" + "\n".join(self.lines) + rest[0]
+                                 + "\nstderr:\n" + self.err + rest[1]) from None
         _LIVE.discard(self.proc)
         self.lines.extend(out.decode().splitlines())
         self.err += err.decode()
