@@ -150,3 +150,24 @@ def kill_group(proc) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def minimal_config(tmp_path: Path, address: str, queue: str) -> Path:
+    """A configuration that reaches only Temporal (``address``, ``queue``): for commands against stand-in
+    workflows, which read no repository, registry or cluster."""
+    path = tmp_path / f"{queue}.toml"
+    path.write_text(f"""work_dir = "{tmp_path / 'work'}"
+[temporal]
+address = "{address}"
+namespace = "default"
+task_queue = "{queue}"
+[repos]
+marinskyrl_url = "file:///nonexistent/m.git"
+harbor_url = "file:///nonexistent/h.git"
+[registry]
+image_repository = "127.0.0.1:5000/x/y"
+user = {{kind = "literal_public", value = "u"}}
+token = {{kind = "env", name = "GRB_UNSET_TOKEN"}}
+[clusters]
+""")
+    return path

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import io
 import uuid
-from pathlib import Path
 
 import pytest
 from temporalio import workflow
@@ -23,29 +22,11 @@ from domain.models import JobProgress, Stage, TargetStatus
 from runtime import progress
 from sandbox.temporal_server import start_temporal_dev_server
 from starter import RECONNECT_RETRY_S
-from tests.cli.starter_cli import Follower
+from tests.cli.starter_cli import Follower, minimal_config
 
 REQUEST = {"architectures": ["amd64"], "variants": ["standard"], "compatibility_request": None}
 JOB_45 = "gpurl-kaniko-amd64-megatron-0a1b2c3d-r2-abcdefg"[:45]
 
-
-def _config(tmp_path: Path, address: str, queue: str) -> Path:
-    path = tmp_path / f"{queue}.toml"
-    path.write_text(f"""work_dir = "{tmp_path / 'work'}"
-[temporal]
-address = "{address}"
-namespace = "default"
-task_queue = "{queue}"
-[repos]
-marinskyrl_url = "file:///nonexistent/m.git"
-harbor_url = "file:///nonexistent/h.git"
-[registry]
-image_repository = "127.0.0.1:5000/x/y"
-user = {{kind = "literal_public", value = "u"}}
-token = {{kind = "env", name = "GRB_UNSET_TOKEN"}}
-[clusters]
-""")
-    return path
 
 
 @workflow.defn(name="BuildPipelineWorkflow")
@@ -91,7 +72,7 @@ async def test_a_dead_workers_queue_is_named(temporal_dev_server, temporal_clien
         wid = await _start(temporal_client, queue)
         await _running(temporal_client, wid)
     # The worker is gone, but its poller stays in DescribeTaskQueue for minutes.
-    follower = await Follower.start(_config(tmp_path, temporal_dev_server.address, queue), "follow", wid)
+    follower = await Follower.start(minimal_config(tmp_path, temporal_dev_server.address, queue), "follow", wid)
     try:
         await follower.read_until(lambda x: x.startswith("following "), timeout=60)  # it starts waiting
         line = await follower.read_until(lambda x: "no worker is polling" in x, timeout=60)
@@ -116,7 +97,7 @@ async def test_follow_rides_out_a_temporal_restart_and_keeps_sdk_logs_off_the_te
         async with _worker(client, queue):
             wid = await _start(client, queue)
             await _running(client, wid)
-            follower = await Follower.start(_config(tmp_path, server.address, queue), "follow", wid, "--interval", "1")
+            follower = await Follower.start(minimal_config(tmp_path, server.address, queue), "follow", wid, "--interval", "1")
             await follower.read_until(lambda x: wid in x, timeout=60)
             server.stop()  # Temporal goes away for two more of follow's retry rounds ...
             await follower.read_until(lambda x: "reconnecting" in x, timeout=60)

@@ -8,7 +8,6 @@ attributes and count the re-checks they receive), so no Iris job runs; Temporal 
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 from temporalio import workflow
@@ -16,7 +15,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from domain.models import target_workflow_id
 from domain.outcome import recheck_refusal
-from tests.cli.starter_cli import starters
+from tests.cli.starter_cli import minimal_config, starters
 
 pytestmark = pytest.mark.stack
 
@@ -53,23 +52,6 @@ class StandInTarget:
         return self.rechecks
 
 
-def _config(tmp_path: Path, address: str, queue: str) -> Path:
-    path = tmp_path / "recheck.toml"
-    path.write_text(f"""work_dir = "{tmp_path / 'work'}"
-[temporal]
-address = "{address}"
-task_queue = "{queue}"
-[repos]
-marinskyrl_url = "file:///nonexistent/m.git"
-harbor_url = "file:///nonexistent/h.git"
-[registry]
-image_repository = "127.0.0.1:5000/x/y"
-user = {{kind = "literal_public", value = "u"}}
-token = {{kind = "env", name = "GRB_UNSET_TOKEN"}}
-[clusters]
-""")
-    return path
-
 
 TARGETS = {"amd64-standard": {"stage": "waiting", "class": "visibility"},
            "arm64-standard": {"stage": "waiting", "class": "validation_inconclusive"},
@@ -92,7 +74,7 @@ async def test_recheck_is_sent_only_to_a_target_waiting_for_one(temporal_dev_ser
             if key != "amd64-done":
                 await handles[key].query("received")
         try:
-            cfg = _config(tmp_path, temporal_dev_server.address, queue)
+            cfg = minimal_config(tmp_path, temporal_dev_server.address, queue)
             ran = dict(zip([*TARGETS, "nope"], await starters(cfg, *(("recheck", wid, k) for k in [*TARGETS, "nope"])),
                            strict=True))
             counts = {k: await handles[k].query("received") for k in TARGETS if k != "amd64-done"}

@@ -23,7 +23,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from domain.models import target_workflow_id
 from domain.outcome import decide_command
-from tests.cli.starter_cli import _env, argv, starter
+from tests.cli.starter_cli import _env, argv, minimal_config, starter
 from tests.e2e.helpers import wait_until
 from tests.workflows.standins import plan, request
 
@@ -58,23 +58,6 @@ class StandInTarget:
     def status(self) -> dict:
         return self._status
 
-
-def _config(tmp_path: Path, address: str, queue: str) -> Path:
-    path = tmp_path / "terminal.toml"
-    path.write_text(f"""work_dir = "{tmp_path / 'work'}"
-[temporal]
-address = "{address}"
-task_queue = "{queue}"
-[repos]
-marinskyrl_url = "file:///nonexistent/m.git"
-harbor_url = "file:///nonexistent/h.git"
-[registry]
-image_repository = "127.0.0.1:5000/x/y"
-user = {{kind = "literal_public", value = "u"}}
-token = {{kind = "env", name = "GRB_UNSET_TOKEN"}}
-[clusters]
-""")
-    return path
 
 
 class Tmux:
@@ -133,7 +116,7 @@ async def test_status_and_follow_fit_80_columns_with_ids_and_commands_whole(temp
     }
     report = {"workflow_id": wid, "status": "running", "request": request().model_dump(mode="json"),
               "plan": [t.model_dump(mode="json") for t in targets]}
-    cfg = _config(tmp_path, temporal_dev_server.address, queue)
+    cfg = minimal_config(tmp_path, temporal_dev_server.address, queue)
     handles = []
     try:
         async with Worker(client, task_queue=queue, workflows=[StandInPipeline, StandInTarget],
