@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -49,6 +50,7 @@ async def _spawn(config_path: Path, *args: str):
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "GPU_RL_BUILDER_"))}
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"  # a command that hangs is sent SIGABRT first: its threads' stacks reach stderr
     return env
 
 
@@ -85,29 +87,58 @@ async def starters(config_path: Path, *commands: tuple[str, ...], limit: int = 4
 
 
 class Follower:
-    """A long-running ``starter.py follow`` whose output is read line by line while it runs."""
+    """A long-running ``starter.py follow`` whose output is read line by line while it runs.
+
+    Both streams are drained by tasks from the start, so everything the process printed is kept, even when
+    a wait times out (``communicate()`` under a timeout would drop what it had read)."""
 
     def __init__(self, proc: asyncio.subprocess.Process):
         self.proc = proc
         self.lines: list[str] = []
         self.err = ""
+        self._seen = 0  # lines already offered to a read_until predicate
+        self._more = asyncio.Condition()
+        self._eof = False
+        self._pumps = [asyncio.ensure_future(self._pump_out()), asyncio.ensure_future(self._pump_err())]
 
     @classmethod
     async def start(cls, config_path: Path, *args: str) -> Follower:
         return cls(await _spawn(config_path, *args))
 
+    async def _pump_out(self) -> None:
+        try:
+            while raw := await self.proc.stdout.readline():
+                async with self._more:
+                    self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+                    self._more.notify_all()
+        finally:
+            async with self._more:
+                self._eof = True
+                self._more.notify_all()
+
+    async def _pump_err(self) -> None:
+        while chunk := await self.proc.stderr.read(4096):
+            self.err += chunk.decode(errors="replace")
+
     async def read_until(self, predicate, timeout: float = 240.0) -> str:
-        """Read output lines until one satisfies ``predicate``; return that line."""
+        """Wait for an output line (not offered before) that satisfies ``predicate``; return it."""
         async def go():
-            while True:
-                raw = await self.proc.stdout.readline()
-                if not raw:
-                    raise AssertionError("follow ended before the expected line; output:\n" + "\n".join(self.lines))
-                line = raw.decode().rstrip("\n")
-                self.lines.append(line)
-                if predicate(line):
-                    return line
-        return await asyncio.wait_for(go(), timeout)
+            async with self._more:
+                while True:
+                    while self._seen < len(self.lines):
+                        line = self.lines[self._seen]
+                        self._seen += 1
+                        if predicate(line):
+                            return line
+                    if self._eof:
+                        raise AssertionError("follow ended before the expected line; output:\n" + self.output
+                                             + "\nstderr:\n" + self.err)
+                    await self._more.wait()
+        try:
+            return await asyncio.wait_for(go(), timeout)
+        except TimeoutError:
+            raise AssertionError(f"no expected line within {timeout:.0f}s; output:\n" + self.output
+                                 + "\nstderr:\n" + self.err) from None
 
     async def interrupt(self, timeout: float = 30.0) -> int:
         """Ctrl-C, as an operator closing the terminal would; returns the exit code."""
@@ -115,32 +146,54 @@ class Follower:
         return await self.finish(timeout)
 
     async def finish(self, timeout: float = 240.0) -> int:
+        """Wait for the exit and the end of both streams; returns the exit code."""
         try:
-            out, err = await asyncio.wait_for(self.proc.communicate(), timeout)
+            await asyncio.wait_for(asyncio.gather(self.proc.wait(), *self._pumps), timeout)
         except TimeoutError:
+            signals = _signal_state(self.proc.pid)
+            await _abort(self.proc)  # faulthandler prints every thread's stack on SIGABRT
             kill_group(self.proc)
             await self.proc.wait()
-            rest = []  # what it printed after the last line read, and its stderr: why it did not end
-            for stream in (self.proc.stdout, self.proc.stderr):
-                try:
-                    rest.append((await asyncio.wait_for(stream.read(), 5)).decode(errors="replace")[-4000:])
-                except (TimeoutError, ValueError, AttributeError):
-                    rest.append("")
-            raise AssertionError("follow did not end in time; output:\n" + "\n".join(self.lines) + rest[0]
-                                 + "\nstderr:\n" + self.err + rest[1]) from None
-        _LIVE.discard(self.proc)
-        self.lines.extend(out.decode().splitlines())
-        self.err += err.decode()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*self._pumps), 5)
+            raise AssertionError(f"follow did not end within {timeout:.0f}s; output:\n" + self.output
+                                 + f"\nsignals: {signals}\nstderr:\n" + self.err) from None
+        finally:
+            _LIVE.discard(self.proc)
         return self.proc.returncode
 
     def stop(self) -> None:
         """Idempotent cleanup for a test that failed half-way."""
         if self.proc.returncode is None:
             kill_group(self.proc)
+        for pump in self._pumps:
+            pump.cancel()
 
     @property
     def output(self) -> str:
         return "\n".join(self.lines)
+
+
+def _signal_state(pid: int) -> str:
+    """The process's pending, blocked, ignored and caught signal masks (why a Ctrl-C went unanswered)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError as e:
+        return f"unreadable ({e})"
+    return " ".join(line.replace("\t", "") for line in status.splitlines()
+                    if line.startswith(("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")))
+
+
+async def _abort(proc, grace: float = 5.0) -> None:
+    """SIGABRT and a bounded wait for the exit, so faulthandler writes the stacks before the group is killed."""
+    try:
+        proc.send_signal(signal.SIGABRT)
+    except ProcessLookupError:
+        return
+    try:
+        await asyncio.wait_for(proc.wait(), grace)
+    except TimeoutError:
+        pass
 
 
 def kill_group(proc) -> None:
