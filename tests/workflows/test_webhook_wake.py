@@ -121,6 +121,18 @@ class Build:
         assert "accepted and queued" in ack
         await self.reads(before + 2)  # the re-read on the authorization, then the authorized watch's first look
 
+    async def watch_sleeping(self) -> None:
+        """Wait until the watch that waits for a change has read all of GitHub and sleeps: the second watch
+        (the first look returned at once) has heartbeated, which it does after reading checks, reviews and
+        comments. Counting check reads alone is not enough: a comment added between the watch's checks
+        read and its comments read is seen by that watch, with no wake needed."""
+        async def done():
+            if len(_scheduled(await self.events(), "watch_pull_request")) < 2:
+                return False
+            pending = (await self.handle.describe()).raw_description.pending_activities
+            return any(p.activity_type.name == "watch_pull_request" and p.heartbeat_details.payloads for p in pending)
+        await _until(done, "the watch sleeping after its first read")
+
     async def events(self):
         return [e async for e in self.handle.fetch_history_events()]
 
