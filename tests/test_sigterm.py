@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SESSION = '''
@@ -33,12 +35,15 @@ def test_never_reached():
 '''
 
 
-def test_sigterm_during_an_async_test_ends_the_session_and_stops_its_services(tmp_path):
+# scripts/test runs two xdist workers: the SIGTERM reaches only the controller (the process CI started),
+# which must end its workers so that their fixtures stop their services too.
+@pytest.mark.parametrize("workers", [[], ["-n", "1"]], ids=["one-process", "xdist"])
+def test_sigterm_during_an_async_test_ends_the_session_and_stops_its_services(tmp_path, workers):
     pidfile, ready, reached = tmp_path / "pid", tmp_path / "ready", tmp_path / "reached"
     test_file = tmp_path / "test_session.py"
     test_file.write_text(SESSION.format(pidfile=str(pidfile), ready=str(ready), reached=str(reached)))
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.conftest",
-                             "-q", "-o", "asyncio_mode=strict", "--rootdir", str(tmp_path), str(test_file)],
+                             "-q", "-o", "asyncio_mode=strict", "--rootdir", str(tmp_path), *workers, str(test_file)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 60
