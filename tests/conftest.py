@@ -16,10 +16,38 @@ def pytest_configure(config):
     finalizers and atexit hooks stop every service process the session started.
 
     KeyboardInterrupt, not SystemExit: pytest records a SystemExit raised inside a running test as that
-    test's failure and goes on with the next test; an interrupt ends the session and tears it down."""
+    test's failure and goes on with the next test; an interrupt ends the session and tears it down.
+
+    Under pytest-xdist (scripts/test) the SIGTERM reaches the controller only; it passes it on to its
+    workers (its child processes) first, so each ends its running test and stops its own stack at once.
+    Without that the controller's shutdown waits for every worker's current test to finish."""
+    import os
     import signal
 
+    controller = not hasattr(config, "workerinput")
+
     def _terminate(signum, _frame):
+        if controller:
+            for child in _children(os.getpid()):
+                try:
+                    os.kill(child, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, _terminate)
+
+
+def _children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (the xdist workers, for the controller), from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
