@@ -598,6 +598,8 @@ class WatchActivities(ActivityGroup):
         details = activity.info().heartbeat_details
         engine.resume(details[0] if details else None)
         first = await _read_changes_at_start(me, engine)
+        if _replaced(first):
+            return result  # an attempt of a run that has continued as new: the new run's activity watches
         if first.adopting:
             await _adopt_previous(client, me, first.adopting)
             await _read_changes(me, engine)
@@ -634,28 +636,40 @@ class WatchActivities(ActivityGroup):
                             "signals": result.signals + beat.signals}
             if time.monotonic() - started >= inp.return_after_s or activity.is_worker_shutdown():
                 break
+            empty_polls = empty_polls + 1 if not engine.jobs else 0
+            beat.step(None)
+            next_poll = engine.next_poll(next_poll)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(activity.wait_for_worker_shutdown(), max(0.0, next_poll - time.monotonic()))
+            if activity.is_worker_shutdown():
+                break
+            # The watch set is read right before each poll (not after the previous one, an interval
+            # earlier): a job registered meanwhile is in this poll, and a replaced run is noticed before
+            # it polls again.
+            beat.step("poll")
             try:
                 page = await _read_changes(me, engine, on_page=lambda: beat.step("poll"))
             except RPCError as e:
                 activity.logger.warning(f"watch set changes not readable, keeping the last ones: {e}")
             else:
-                if page.continue_suggested:
+                if page.continue_suggested or _replaced(page):
                     break
-                if page.run_id and page.run_id != activity.info().workflow_run_id:
-                    # This activity's run continued as new and a new run's activity watches now; its
-                    # cancellation would reach this one only with a heartbeat reply, seconds later, and two
-                    # watchers read and signal every change twice meanwhile.
-                    activity.logger.info(f"watcher run {page.run_id} has replaced this activity's run; stopping")
-                    break
-            empty_polls = empty_polls + 1 if not engine.jobs else 0
+            if engine.jobs:
+                empty_polls = 0
             if empty_polls >= 2:
                 break
-            beat.step(None)
-            next_poll = engine.next_poll(next_poll)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(activity.wait_for_worker_shutdown(), max(0.0, next_poll - time.monotonic()))
         result.signals += beat.signals
         return result
+
+
+def _replaced(page: WatchPage) -> bool:
+    """The watch set was read from a newer run than this activity's: its run continued as new and the new
+    run's activity watches now. This one's cancellation would reach it only with a heartbeat reply, seconds
+    later, and two watchers would read and signal every change twice meanwhile: it stops at once."""
+    if page.run_id and page.run_id != activity.info().workflow_run_id:
+        activity.logger.info(f"watcher run {page.run_id} has replaced this activity's run; stopping")
+        return True
+    return False
 
 
 class _Watchdog(Heartbeater):

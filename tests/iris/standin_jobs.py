@@ -18,6 +18,8 @@ class StandinJobs(httpx.AsyncBaseTransport):
         self.jobs: dict[str, str] = dict(jobs or {})
         self.finished_ms: dict[str, int] = {}
         self.requests: Counter[str] = Counter()
+        # (method, the calling activity's "run-id-prefix/attempt" or "", loop time): who asked what, when
+        self.calls: list[tuple[str, str, float]] = []
         self.lines: list[dict] = []  # {"key", "data", "seq"}
         self.stall_s = 0.0  # answer every request this late (a stalled controller)
         self.stall_once: dict[str, float] = {}  # method -> hang its next request this long (then answer)
@@ -43,8 +45,14 @@ class StandinJobs(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         import asyncio
 
+        from temporalio import activity
+
         method = request.url.path.rsplit("/", 1)[-1]
         self.requests[method] += 1
+        caller = ""
+        if activity.in_activity():
+            caller = f"{activity.info().workflow_run_id[:8]}/{activity.info().attempt}"
+        self.calls.append((method, caller, asyncio.get_running_loop().time()))
         if self.stall_s:
             await asyncio.sleep(self.stall_s)
         if method in self.stall_once:

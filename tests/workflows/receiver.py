@@ -1,14 +1,19 @@
 """Shared by tests/workflows/test_watcher_scale.py and bench/watcher_scale.py (a module of its own so the
-workflow sandbox re-imports only this small file): a payload size recorder and a target stand-in."""
+workflow sandbox re-imports only this small file): a payload size recorder, a target stand-in and a
+superseded watcher run."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
+from temporalio.common import RetryPolicy
 from temporalio.converter import PayloadCodec
 
 with workflow.unsafe.imports_passed_through():
     from domain.models import JobProgress
+    from domain.watch import PageRequest, WatchClusterInput, WatchClusterResult, WatchPage, WatchRequest
 
 
 class SizeRecorder(PayloadCodec):
@@ -47,3 +52,24 @@ class EndReceiver:
     async def run(self) -> JobProgress:
         await workflow.wait_condition(lambda: self.progress is not None and self.progress.terminal)
         return self.progress
+
+
+@workflow.defn
+class SupersededWatcher:
+    """Plays a watcher run that has continued as new while its watch activity was being started: the
+    workflow id's current run (whose ``changes`` the activity reads) is another one."""
+
+    @workflow.init
+    def __init__(self, cluster: str, watch: WatchRequest) -> None:
+        self.watch = watch
+
+    @workflow.query
+    def changes(self, req: PageRequest) -> WatchPage:
+        return WatchPage(watches=[self.watch] if not req.since else [], next=1, watched=1, run_id="a-newer-run")
+
+    @workflow.run
+    async def run(self, cluster: str, watch: WatchRequest) -> WatchClusterResult:
+        return await workflow.execute_activity("watch_cluster", WatchClusterInput(cluster=cluster, return_after_s=60),
+                                               result_type=WatchClusterResult,
+                                               start_to_close_timeout=timedelta(seconds=120),
+                                               retry_policy=RetryPolicy(maximum_attempts=1))

@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
         watcher_id,
     )
     from tests.iris.standin_jobs import StandinJobs
-    from tests.workflows.receiver import EndReceiver, SizeRecorder
+    from tests.workflows.receiver import EndReceiver, SizeRecorder, SupersededWatcher
     from workflows.watcher import IrisWatcherWorkflow
 
 N_WATCHES = 1500
@@ -126,7 +126,9 @@ async def test_1500_watches_keep_every_payload_under_512kb_and_an_end_is_deliver
     # activity that started after it (a continue-as-new or a stall under load: it rebuilds from the workflow,
     # which may not have recorded the end yet; at least once, never per poll).
     restarted = sum(1 for t in starts if t > ended_at)
-    assert iris.requests["GetJobState"] >= 1 and iris.requests["GetJobStatus"] <= 1 + restarted, (iris.requests, starts)
+    readers = [(caller, round(t - ended_at, 2)) for method, caller, t in iris.calls if method == "GetJobStatus"]
+    assert iris.requests["GetJobState"] >= 1 and iris.requests["GetJobStatus"] <= 1 + restarted, \
+        (iris.requests, "starts after the end:", [round(t - ended_at, 2) for t in starts], "end read by:", readers)
 
 
 async def _eventually(predicate, what: str, attempts: int = 600, interval: float = 0.2):
@@ -136,6 +138,24 @@ async def _eventually(predicate, what: str, attempts: int = 600, interval: float
             return value
         await asyncio.sleep(interval)
     raise AssertionError(f"gave up waiting for {what}")
+
+
+async def test_an_activity_of_a_run_that_continued_as_new_polls_nothing(temporal_client, tmp_path):
+    """A watch attempt started just before its run continued as new reads the watch set from the newer run:
+    it returns at once, with no request to Iris (its cancellation would reach it only on a heartbeat reply,
+    and until then two watchers would read and signal every change)."""
+    run = uuid.uuid4().hex[:8]
+    cluster, tq = f"superseded-{run}", f"tq-superseded-{run}"
+    job = f"/runner/superseded-{run}"
+    iris = StandinJobs({job: "running"})
+    watch = WatchActivities(_config(tmp_path, cluster), transport=iris)
+    req = WatchRequest(job_id=job, workflow_id=f"gone-{run}", registered_at="2026-12-01T00:00:00+00:00",
+                       known=JobProgress(job_id=job, state="running", terminal=False))
+    async with Worker(temporal_client, task_queue=tq, workflows=[SupersededWatcher],
+                      activities=[watch.watch_cluster]):
+        got = await asyncio.wait_for(temporal_client.execute_workflow(
+            SupersededWatcher.run, args=[cluster, req], id=f"superseded-{run}", task_queue=tq), 60)
+    assert got.polls == 0 and not iris.calls, (got, iris.calls)
 
 
 async def test_a_stalled_watcher_is_replaced_and_the_end_still_delivered(temporal_client, tmp_path):
