@@ -42,9 +42,11 @@ def test_sigterm_during_an_async_test_ends_the_session_and_stops_its_services(tm
     pidfile, ready, reached = tmp_path / "pid", tmp_path / "ready", tmp_path / "reached"
     test_file = tmp_path / "test_session.py"
     test_file.write_text(SESSION.format(pidfile=str(pidfile), ready=str(ready), reached=str(reached)))
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a hung session is sent SIGABRT: its stacks reach the output
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.conftest",
                              "-q", "-o", "asyncio_mode=strict", "--rootdir", str(tmp_path), *workers, str(test_file)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 60
         while not ready.exists():
@@ -52,7 +54,10 @@ def test_sigterm_during_an_async_test_ends_the_session_and_stops_its_services(tm
             time.sleep(0.1)
         service_pid = int(pidfile.read_text())
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(_hung(proc))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -64,3 +69,40 @@ def test_sigterm_during_an_async_test_ends_the_session_and_stops_its_services(tm
     except ProcessLookupError:
         alive = False
     assert not alive, "the session fixture's process outlived the interrupted session"
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, from /proc."""
+    from tests.conftest import _children
+
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo.extend(_children(p))
+    return found
+
+
+def _hung(proc: subprocess.Popen) -> str:
+    """What a session that did not end after SIGTERM was doing: each process's state and signal masks, then
+    every thread's stack (faulthandler, on SIGABRT)."""
+    report = []
+    for pid in _tree(proc.pid):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text().splitlines()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:160]
+        except OSError:
+            continue
+        report.append(f"{pid} {cmd}: " + "; ".join(line for line in status if line.startswith(
+            ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"))))
+    for pid in reversed(_tree(proc.pid)):
+        try:
+            os.kill(pid, signal.SIGABRT)
+        except ProcessLookupError:
+            pass
+    try:
+        out, _ = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return "the session did not end within 60 s of SIGTERM\n" + "\n".join(report) + "\n" + out[-6000:]
