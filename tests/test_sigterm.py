@@ -43,9 +43,9 @@ def test_sigterm_during_an_async_test_ends_the_session_and_stops_its_services(tm
     test_file = tmp_path / "test_session.py"
     test_file.write_text(SESSION.format(pidfile=str(pidfile), ready=str(ready), reached=str(reached)))
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a hung session is sent SIGABRT: its stacks reach the output
-    # Its own --basetemp: with pytest's default one the session, as it ends, deletes the other sessions' old
-    # numbered temp dirs and garbage-* leftovers under /tmp/pytest-of-<user> (this suite's are ~900 MB each),
-    # which took over 60 s under load and made this test time out in 6 of 8 loaded suite runs.
+    # Its own --basetemp: with pytest's default one the session, as it ends, deletes older sessions' numbered
+    # temp dirs under /tmp/pytest-of-<user> (a previous run of this suite leaves ~900 MB), which took over 60 s
+    # under load and timed this test out in 10 of 14 loaded suite runs.
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.conftest",
                              "-q", "-o", "asyncio_mode=strict", "--rootdir", str(tmp_path),
                              "--basetemp", str(tmp_path / "basetemp"), *workers, str(test_file)],
