@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from domain.contract import BuildContract, EchoLine
 from domain.contract.models import guards_hold
-from domain.contract.script import shell_values
+from domain.contract.script import errexit_covers, shell_values
 
 _PART = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)|\$\([^)]*\)")
 DIGEST_RE = r"sha256:([0-9a-f]{64})"
@@ -33,6 +33,7 @@ class Marker(BaseModel):
     # "script": a script echo that must have run for the final push to happen (the script stops at its first
     # error, `set -e`, and prints it before kaniko): our image at the tag proves it when the log lost it.
     image_proof: Literal["script"] | None = None
+    line: int = 0  # the source line of the echo (the script's: errexit is read per line)
 
     def search(self, log: str, start: int = 0) -> re.Match[str] | None:
         rx = self.pattern if self.pattern is not None else re.escape(self.text or "")
@@ -127,10 +128,12 @@ def expected_markers(
             if s.pin_value_var:
                 pin_values[s.pin_value_var] = df.pins.get(pin, "")
             markers.append(_to_marker(s.pin_echo, pin_values, "script"))
+    pin_line = s.lines.get("pinned_args", 0)
+    for m in markers:
+        m.line = pin_line
     markers.extend(_echo_markers(s.echoes, cond_env, values, "script"))
-    errexit = s.lines.get("errexit")
-    if errexit and errexit < min((e.line for e in s.echoes), default=errexit + 1):
-        for m in markers:  # every marker so far is the script's: a `set -e` above them, the final push proves them
+    for m in markers:  # the script's: under errexit (as bash reads it) the final push proves they ran
+        if m.line and errexit_covers(s.errexit_spans, m.line):
             m.image_proof = "script"
 
     # Dockerfile: the final target's stage chain with its build args.
@@ -163,7 +166,9 @@ def _echo_markers(echoes: list[EchoLine], cond_env: dict[str, str], values: dict
     for e in echoes:
         if e.in_loop or guards_hold(e.guards, cond_env) is not True:
             continue
-        out.append(_to_marker(e.template, values, source, e.source_text))
+        m = _to_marker(e.template, values, source, e.source_text)
+        m.line = e.line
+        out.append(m)
     return out
 
 

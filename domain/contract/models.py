@@ -208,6 +208,8 @@ class ScriptContract(BaseModel):
     # finds its own directory: BASH_SOURCE, dirname "$0"; it then needs its siblings beside it)
     # (absent: not in the script).
     lines: dict[str, int] = Field(default_factory=dict)
+    # Where errexit is on: [(set -e line, set +e line or None)] (domain/contract/script.py _errexit_spans).
+    errexit_spans: list[tuple[int, int | None]] = Field(default_factory=list)
 
     @property
     def always_required(self) -> list[str]:

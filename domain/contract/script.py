@@ -558,11 +558,13 @@ def parse_script(text: str, path: str = SCRIPT_PATH) -> ScriptContract:
                          code)
     if self_ref:
         lines["self_location"] = code.count("\n", 0, self_ref.start()) + 1
-    # A top-level `set -e` (`set -euo pipefail`, `set -o errexit`): the script stops at its first error, so
-    # reaching its final kaniko push proves the echoes before it ran (domain/log_evidence.py).
-    errexit = re.search(r"^set[ \t]+(?:-[A-Za-z]*e[A-Za-z]*\b|(?:-[A-Za-z]+[ \t]+)*-o[ \t]+errexit\b)", code, re.M)
-    if errexit:
-        lines["errexit"] = code.count("\n", 0, errexit.start()) + 1
+    # errexit as bash reads it (`set -e`, `-euo pipefail`, `-o errexit`; `set +e`, `+o errexit` ends it): while
+    # it is on, reaching the final kaniko push proves the echoes it covered ran (domain/log_evidence.py).
+    spans = _errexit_spans(r)
+    if spans:
+        lines["errexit"] = spans[0][0]
+        if spans[0][1] is not None:
+            lines["errexit_off"] = spans[0][1]
 
     return ScriptContract(
         path=path,
@@ -598,7 +600,74 @@ def parse_script(text: str, path: str = SCRIPT_PATH) -> ScriptContract:
         pin_loop_var=loop_var,
         pin_value_var=value_var,
         lines=lines | {"arch_var": arch_line},
+        errexit_spans=spans,
     )
+
+
+def _set_errexit(node: Node) -> bool | None:
+    """What one `set` command does to errexit: True (`-e`, `-o errexit`), False (`+e`, `+o errexit`), None."""
+    words = [src(a) for a in command_args(node)]
+    effect: bool | None = None
+    i = 0
+    while i < len(words):
+        w = words[i]
+        i += 1
+        if w in ("-", "--") or w[:1] not in ("-", "+") or len(w) < 2:
+            break
+        for c in w[1:]:
+            if c == "o":
+                name = words[i] if i < len(words) else ""
+                i += 1
+                if name == "errexit":
+                    effect = w[0] == "-"
+            elif c == "e":
+                effect = w[0] == "-"
+    return effect
+
+
+def _errexit_spans(r: _Reader) -> list[tuple[int, int | None]]:
+    """Script line ranges [on, off) where errexit is on, read from the syntax tree like bash would run it.
+
+    Only an unguarded `set -e` outside functions, subshells and loops turns it on (elsewhere it may not
+    run, or not in this shell); any `set +e` turns it off from its line, or, inside a function, from the
+    function's definition (the function may run at any later point)."""
+    plain = {(s.node.start_byte, s.node.end_byte) for s in r.stmts
+             if not s.guards and not s.in_loop and not s.case_arms}
+    events: list[tuple[int, bool]] = []
+    for n in r.nodes:
+        if n.type != "command" or command_name(n) != "set":
+            continue
+        effect = _set_errexit(n)
+        if effect is None:
+            continue
+        ancestors = []
+        p = n.parent
+        while p is not None:
+            ancestors.append(p)
+            p = p.parent
+        func = next((a for a in reversed(ancestors) if a.type == "function_definition"), None)
+        nested = any(a.type in ("subshell", "command_substitution", "process_substitution") for a in ancestors)
+        if effect:
+            if func is None and not nested and (n.start_byte, n.end_byte) in plain:
+                events.append((line(n), True))
+        elif not nested or func is not None:
+            events.append((line(func) if func is not None else line(n), False))
+    spans: list[tuple[int, int | None]] = []
+    start: int | None = None
+    for at, on in sorted(events, key=lambda e: (e[0], e[1])):
+        if on and start is None:
+            start = at
+        elif not on and start is not None:
+            spans.append((start, at))
+            start = None
+    if start is not None:
+        spans.append((start, None))
+    return spans
+
+
+def errexit_covers(spans: list[tuple[int, int | None]], at: int) -> bool:
+    """errexit is on at script line ``at``."""
+    return any(on < at and (off is None or at < off) for on, off in spans)
 
 
 def _interpret_arches(r: _Reader, table, arch_var, tag: str, ws_knob: Knob, dockerfile_knob: Knob | None,

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from domain.contract.script import parse_script
 from domain.failures import Classification, Evidence, FailureClass, classify, decide_retry
 from domain.log_evidence import ImageFacts, LogIntegrity, SeqGap, judge, seq_gaps, unexplained_gaps
 from domain.markers import DIGEST_RE, Marker, check_log
+from tests.contract.real import REAL  # found from a worktree too
 
-REAL = Path(__file__).resolve().parents[3] / "shared" / "real-marinskyrl"
 REPO, TAG = "registry.local/gpu-rl", "gpu-rl-abc"
 DOCKERFILE = "docker/Dockerfile.gpu-rl"
 LAYER = 'echo "uv sync layer 0 (small pkgs + torch) done"'
