@@ -38,7 +38,6 @@ from clients.git_source import (
     resolve_ref,
 )
 from clients.iris import IrisError
-from clients.rehearsal import TaskImages, rehearse_targets
 from domain.boundary import BoundaryRule, decide
 from domain.buildset import TargetSpec, plan_targets
 from domain.contract import (
@@ -63,6 +62,7 @@ from domain.models import (
     SourceSnapshot,
 )
 from domain.pins import read_pins
+from rehearsal.runner import TaskImages, rehearse_targets
 
 HARBOR_PIN = "HARBOR_COMMIT"
 
@@ -315,7 +315,7 @@ class SourceActivities(ActivityGroup):
             raise input_error(str(e)) from None
 
     def _rehearse(self, inp: PlanTargetsInput, contract: BuildContract, targets: list[TargetSpec]) -> str | None:
-        """Run every planned command in the rehearsal (clients/rehearsal.py) against the build commit's bundle."""
+        """Run every planned command in the rehearsal (rehearsal/runner.py) against the build commit's bundle."""
         repo = self.repos.marinskyrl()
         rid = inp.request_id or f"plan-{inp.build_commit[:12]}"
         wt = self.paths.worktree(rid)

@@ -2,7 +2,7 @@
 """Rehearsal time per target (target ≤ 5 s warm): the real era-B/era-C trees and the sandbox fixture.
 
 Each round plans the tree in-process (contract → targets), builds its Iris bundle, and times
-``clients.rehearsal.rehearse_targets`` for one target at a time (isolation probe, task image root,
+``rehearsal.runner.rehearse_targets`` for one target at a time (isolation probe, task image root,
 bwrap run with the bundle unpacked at /app and the stand-ins, verdict), twice: with a cold image cache
 (an empty cache directory: the task image's manifest and layers are fetched and unpacked) and warm
 (the cache another rehearsal filled: one manifest HEAD, no layer download). The task image is the
@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from clients import rehearsal  # noqa: E402
-from clients.task_image import TaskImages  # noqa: E402
+from rehearsal import runner  # noqa: E402
+from rehearsal.task_image import TaskImages  # noqa: E402
 from sandbox.registry import start_registry  # noqa: E402
 from sandbox.task_image import build_layer, mirrors_for, push_task_image  # noqa: E402
 from tests.rehearsal.helpers import planned, rehearse  # noqa: E402
@@ -37,7 +37,7 @@ def main() -> int:
     ap.add_argument("--trees", default="era-c,era-b,fixture")
     args = ap.parse_args()
     t0 = time.monotonic()
-    reason = rehearsal.isolation_unavailable()
+    reason = runner.isolation_unavailable()
     probe = time.monotonic() - t0
     if reason:
         print(f"rehearsal skipped: {reason}")

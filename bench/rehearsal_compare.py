@@ -2,8 +2,8 @@
 """What comparing every step costs per target (issue #26): the verdict and the build-context scan.
 
 Runs each era-C target's rehearsal once (bwrap, as bench/rehearsal.py), then times, in-process and
-``--n`` times each, (1) ``domain.rehearsal.evaluate`` on its records (every kaniko and crane call, pins,
-image reads, COPY sources against the context listing) and (2) ``clients.rehearsal.read_context`` on a
+``--n`` times each, (1) ``rehearsal.model.evaluate`` on its records (every kaniko and crane call, pins,
+image reads, COPY sources against the context listing) and (2) ``rehearsal.runner.read_context`` on a
 context of ``--mib`` MiB that the script wrote (the scan reads only what the script wrote; the bundle cap
 is 25 MiB), for the target's credential placeholders in every encoding. Prints a Markdown table
 (p50 / max in ms). Asserts nothing; needs bwrap (else says so and exits 1).
@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from clients import rehearsal  # noqa: E402
 from domain.markers import variant_env  # noqa: E402
-from domain.rehearsal import (  # noqa: E402
+from rehearsal import runner  # noqa: E402
+from rehearsal.model import (  # noqa: E402
     evaluate,
     expected_build_args,
     placeholder_forms,
@@ -45,7 +45,7 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--mib", type=int, default=25)
     args = ap.parse_args()
-    reason = rehearsal.isolation_unavailable()
+    reason = runner.isolation_unavailable()
     if reason:
         print(f"rehearsal skipped: {reason}")
         return 1
@@ -59,7 +59,7 @@ def main() -> int:
             (ctx / f"d{i % 8}" / f"f{i}").write_bytes(os.urandom(args.mib * 2**20 // 64))
         for t in targets:
             plan = rehearsal_plan(t, bundle_sha256=bundle.sha256, script_b64=None, cluster_env={})
-            r = rehearsal.run(plan, bundle.path, image)
+            r = runner.run(plan, bundle.path, image)
             expected = expected_build_args(t, harbor_commit=harbor, build_commit=contract.commit,
                                            wheel_source_var=contract.script.wheel_source_var,
                                            megatron=variant_env(contract, t.variant))
@@ -73,7 +73,7 @@ def main() -> int:
                              dockerfiles=contract.dockerfiles, context=r.context, leaks=r.leaks, script_text=script)
                 verdicts.append(time.perf_counter() - started)
                 started = time.perf_counter()
-                rehearsal.read_context(ctx, placeholder_forms(rehearsal_placeholders(plan.env)))
+                runner.read_context(ctx, placeholder_forms(rehearsal_placeholders(plan.env)))
                 scans.append(time.perf_counter() - started)
             rows.append((t.key, v.status, len(r.calls), verdicts, scans, r.seconds))
     print(f"rounds: {args.n}; context scanned: {args.mib} MiB written by the script\n")

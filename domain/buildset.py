@@ -14,8 +14,8 @@ from pydantic import BaseModel
 from domain.contract import BuildContract, LayerCeiling, render
 from domain.contract.reconcile import credential_renames, script_inputs
 from domain.markers import Marker, expected_markers, variant_env
-from domain.rehearsal import RehearsalResult
 from domain.request import VARIANTS, BuildRequest, CompatibilityRequest  # noqa: F401 - re-exported
+from rehearsal.result import RehearsalResult
 
 # Iris priority bands and the CLI's memory units (the reference client reads "GB" as GiB).
 PRIORITY_BANDS = ("production", "interactive", "batch")
@@ -74,7 +74,7 @@ class TargetSpec(BaseModel):
     # The commit every cited file:line refers to (the base commit until the build commit is pushed).
     lines_at: str | None = None
     cache_repo: str | None = None  # the kaniko cache repository the script derives for this architecture
-    # The planned command run in an isolated root before anything is submitted (domain/rehearsal.py).
+    # The planned command run in an isolated root before anything is submitted (rehearsal/model.py).
     rehearsal: RehearsalResult | None = None
     # Where each planned value came from: field -> "file:line" (at the build commit), "config:<key>"
     # or "flag:<option>" (the operator's request). Fields: cluster, priority, resources.*, max_retries,

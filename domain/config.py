@@ -398,7 +398,7 @@ class PolicySettings(_Model):
                                         "(still at the validated digest, still anonymously pullable): a tag moved "
                                         "or deleted, or a package made private, by someone else holds the merge.")
 
-    # The rehearsal (clients/rehearsal.py) runs every planned command in the task image's userland under
+    # The rehearsal (rehearsal/runner.py) runs every planned command in the task image's userland under
     # bwrap before anything is submitted. A worker that cannot isolate (no user namespaces) or cannot
     # pull the task image cannot rehearse: "required" refuses the plan saying what is missing,
     # "best_effort" plans on with "rehearsal skipped: <reason>".

@@ -23,7 +23,7 @@ from domain.models import (
     TargetBrief,
     WaitingReason,
 )
-from domain.rehearsal import PIN_OVERRIDE
+from rehearsal.model import PIN_OVERRIDE
 
 STARTER = "python starter.py"
 

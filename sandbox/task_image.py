@@ -8,7 +8,7 @@ bash, sh, coreutils, sed, grep, awk, tar, gzip, find, cmp/diff, which and apt-ge
 ubuntu, never run: the rehearsal stands in for apt), with their shared libraries, and deliberately
 NOT jq, python3, curl, wget or git: the real ubuntu:22.04 lacks them until the build script installs
 them, and the rehearsal must notice a script that uses one first. One linux/<host arch> image (an
-arm64 target on an amd64 worker rehearses in the host variant, as clients/task_image.py says).
+arm64 target on an amd64 worker rehearses in the host variant, as rehearsal/task_image.py says).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from clients.task_image import TaskImages, host_platform
+from rehearsal.task_image import TaskImages, host_platform
 
 REPOSITORY = "library/ubuntu"
 TAG = "22.04"

@@ -41,7 +41,7 @@ def token_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registr
 def task_images(open_registry: RegistryHandle):
     """The rehearsal's task images: the stand-in ubuntu:22.04 (sandbox/task_image.py) pushed to the open
     registry, which is the docker.io mirror; unpacked once per session under the registry's state dir."""
-    from clients.task_image import TaskImages
+    from rehearsal.task_image import TaskImages
     from sandbox.task_image import mirrors_for, push_task_image
 
     push_task_image(open_registry.host)

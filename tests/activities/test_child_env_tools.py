@@ -89,7 +89,7 @@ def test_every_process_production_code_starts_is_given_an_environment():
     root = Path(__file__).resolve().parents[2]
     spawners = {"subprocess": {"run", "Popen", "call", "check_call", "check_output"},
                 "asyncio": {"create_subprocess_exec", "create_subprocess_shell"}}
-    files = [p for d in ("clients", "activities", "runtime", "domain", "workflows") for p in (root / d).rglob("*.py")]
+    files = [p for d in ("clients", "rehearsal", "activities", "runtime", "domain", "workflows") for p in (root / d).rglob("*.py")]
     files += [root / "worker.py", root / "starter.py"]
     calls, missing = 0, []
     for path in files:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from clients import rehearsal
+from rehearsal import runner
 from tests.cli.test_cli_plan_real import _plan, _report
 from tests.real_tree_stack import real_tree_service
 
@@ -19,7 +19,7 @@ async def test_plan_refused_when_rehearsal_is_required_and_the_worker_cannot_iso
     refused.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace, likely because the kernel "
                        "does not allow non-privileged user namespaces.' >&2\nexit 1\n")
     refused.chmod(0o755)
-    monkeypatch.setattr(rehearsal, "bwrap_path", lambda: str(refused))  # the in-process worker's rehearsal
+    monkeypatch.setattr(runner, "bwrap_path", lambda: str(refused))  # the in-process worker's rehearsal
     async with real_tree_service(service_config, "era-c", request.node.nodeid) as s:
         assert s.config.policy.rehearsal == "required"
         ran = await _plan(s, "--arch", "amd64", "--variant", "standard", "--cluster", "amd64=sandbox-amd64")

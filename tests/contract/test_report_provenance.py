@@ -40,7 +40,7 @@ def test_final_report_keeps_provenance_collapsed():
 
 
 def test_final_report_says_what_the_rehearsal_proved():
-    from domain.rehearsal import RehearsalResult
+    from rehearsal.result import RehearsalResult
 
     rep = _report(status="merged", targets=[TargetResult(
         key="amd64-standard", architecture="amd64", variant="standard", status="validated", cluster="cw-rno2a",

@@ -11,7 +11,7 @@ import pytest
 
 from tests.deploy.wheel_venv import ROOT, dockerfile_stages
 
-SERVICE_PACKAGES = ("domain", "clients", "activities", "workflows", "runtime")
+SERVICE_PACKAGES = ("domain", "clients", "rehearsal", "activities", "workflows", "runtime")
 
 
 def test_wheel_holds_every_service_package_and_module(wheel_venv):
@@ -25,7 +25,7 @@ def test_wheel_holds_every_service_package_and_module(wheel_venv):
                if "__pycache__" not in p.parts}
     assert not sorted(modules - names), f"modules left out of the wheel: {sorted(modules - names)}"
     assert {"worker.py", "starter.py"} <= names
-    assert "clients/rehearsal_standins/standin" in names  # production rehearses with it (clients/rehearsal.py)
+    assert "rehearsal/standins/standin" in names  # production rehearses with it (rehearsal/runner.py)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel_venv.wheel).read(entry_points).decode()
     assert "gpu-rl-builder = starter:main" in text and "gpu-rl-builder-worker = worker:main" in text

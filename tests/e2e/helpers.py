@@ -11,7 +11,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from domain.buildset import BuildRequest, CompatibilityRequest
 from domain.models import PipelineInput, PipelineReport, TargetStatus, pipeline_id, target_workflow_id
-from domain.rehearsal import PLACEHOLDER
+from rehearsal.model import PLACEHOLDER
 from starter import ls_remote_head
 from workflows.pipeline import BuildPipelineWorkflow
 from workflows.target import TargetBuildWorkflow
@@ -20,7 +20,7 @@ from workflows.target import TargetBuildWorkflow
 def in_the_real_job_only(snippet: str) -> str:
     """``snippet`` guarded so it runs in the Iris job but not in the pre-submission rehearsal.
 
-    The rehearsal (domain/rehearsal.py) runs the planned command with credentials as placeholders, and
+    The rehearsal (rehearsal/model.py) runs the planned command with credentials as placeholders, and
     refuses a build whose script fails there, so a test that needs a *job* to misbehave (print its token,
     then fail) must keep the rehearsal on the good path: the guard is the placeholder value itself."""
     prefix = PLACEHOLDER.split("{", 1)[0]

@@ -6,19 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from clients import rehearsal
 from clients.bundle import build_bundle
 from domain.buildset import BuildRequest, CompatibilityRequest, TargetSpec, plan_targets
 from domain.contract import load_contract
+from rehearsal import runner
 from tests.contract.real import commit_tree, files_at
 
 FIXTURE = Path(__file__).resolve().parents[2] / "sandbox" / "fixtures"
-IMAGES = None  # clients.task_image.TaskImages, set by conftest.py (the session's stand-in task image)
+IMAGES = None  # rehearsal.task_image.TaskImages, set by conftest.py (the session's stand-in task image)
 TASK_IMAGE = "docker.io/library/ubuntu:22.04"
 
 
 def need_isolation() -> None:
-    reason = rehearsal.isolation_unavailable()
+    reason = runner.isolation_unavailable()
     if reason:
         pytest.skip(f"rehearsal cannot isolate on this host: {reason}")
 
@@ -53,7 +53,7 @@ def planned(tmp_path: Path, era: str, edits=None, arches: list[str] | None = Non
 
 def rehearse(contract, targets: list[TargetSpec], bundle, script: str, harbor: str,
              cluster_env: dict[str, dict[str, str]] | None = None, mode: str = "required", images=None) -> str | None:
-    return rehearsal.rehearse_targets(contract, targets, bundle_path=bundle.path, bundle_sha256=bundle.sha256,
+    return runner.rehearse_targets(contract, targets, bundle_path=bundle.path, bundle_sha256=bundle.sha256,
                                       script_text=script, harbor_commit=harbor, cluster_env=cluster_env or {},
                                       images=images or IMAGES, mode=mode)
 

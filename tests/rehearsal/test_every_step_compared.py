@@ -10,7 +10,7 @@ import pytest
 
 from domain.buildset import BuildRequest, CompatibilityRequest
 from domain.outcome import input_failure
-from domain.rehearsal import crane_images, find_placeholder, placeholder_forms
+from rehearsal.model import crane_images, find_placeholder, placeholder_forms
 from tests.contract.real import line_in
 from tests.rehearsal.helpers import need_isolation, planned, rehearse
 

@@ -1,4 +1,4 @@
-"""Task image layers applied in order (clients/task_image.py): whiteouts, opaque directories, links,
+"""Task image layers applied in order (rehearsal/task_image.py): whiteouts, opaque directories, links,
 zstd, and no entry of a layer reaching outside the root. Layers are built here with tarfile."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from clients.task_image import apply_layer, parse_image_reference
+from rehearsal.task_image import apply_layer, parse_image_reference
 
 
 def layer(*entries: tuple, compress: str = "gzip") -> io.BytesIO:

@@ -1,7 +1,7 @@
 """The rehearsal runs each planned command against the real era-B/era-C trees and the sandbox fixture.
 
 Real bwrap, real bash, the real scripts and bundles; only the network tools are the rehearsal's own
-stand-ins (clients/rehearsal_standins). Expectations were read from ../shared/real-marinskyrl by eye.
+stand-ins (rehearsal/standins). Expectations were read from ../shared/real-marinskyrl by eye.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import tempfile
 
-from clients import rehearsal
-from domain.rehearsal import PLACEHOLDER, parse_kaniko_argv, rehearsal_plan
+from rehearsal import runner
+from rehearsal.model import PLACEHOLDER, parse_kaniko_argv, rehearsal_plan
 from tests.rehearsal.helpers import image_root, need_isolation, planned, rehearse
 
 SCRIPT = "docker/build_gpu_rl_kaniko.sh"
@@ -118,7 +118,7 @@ def test_no_real_credential_reaches_the_rehearsal_and_nothing_is_left_behind(tmp
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     before = set(os.listdir(tempfile.gettempdir()))
-    r = rehearsal.run(plan, bundle.path, root)
+    r = runner.run(plan, bundle.path, root)
     assert r.exit_code == 0
     seen = " ".join(a for c in r.calls for a in c.argv)
     assert "REGISTRY_TOKEN=rehearsal-placeholder-registry_token" in seen and sentinel not in seen
@@ -131,14 +131,14 @@ def test_no_network_inside_the_rehearsal(tmp_path):
     contract, targets, bundle, script, harbor = planned(tmp_path, "era-c", arches=["amd64"])
     plan = rehearsal_plan(targets[0], bundle_sha256=bundle.sha256, script_b64=None, cluster_env={})
     plan.argv = ["bash", "-c", "sed -n '3,$p' /proc/net/dev | cut -d: -f1 | tr -d ' ' >&2; exec 3<>/dev/tcp/1.1.1.1/53"]
-    r = rehearsal.run(plan, bundle.path, image_root())
+    r = runner.run(plan, bundle.path, image_root())
     assert r.stderr.splitlines()[0] == "lo"  # the network namespace holds only the loopback device
     assert r.exit_code != 0 and "Network is unreachable" in r.stderr
 
 
 def test_skipped_where_the_host_cannot_isolate(tmp_path, monkeypatch):
     contract, targets, bundle, script, harbor = planned(tmp_path, "era-c", arches=["amd64"])
-    monkeypatch.setattr(rehearsal, "bwrap_path", lambda: None)
+    monkeypatch.setattr(runner, "bwrap_path", lambda: None)
     assert rehearse(contract, targets, bundle, script, harbor, mode="best_effort") is None
     (t, *_) = targets
     assert t.rehearsal.status == "skipped"

@@ -7,8 +7,8 @@ is one line of the real script; the expected line is found by its text, not hard
 
 from __future__ import annotations
 
-from clients import rehearsal
-from clients.task_image import TaskImages, host_platform
+from rehearsal import runner
+from rehearsal.task_image import TaskImages, host_platform
 from sandbox.task_image import mirrors_for, push_task_image
 from tests.contract.real import line_in
 from tests.rehearsal.helpers import TASK_IMAGE, need_isolation, planned, rehearse
@@ -93,7 +93,7 @@ def test_era_c_sibling_script_run_directly_is_refused_as_iris_would_fail_it(tmp_
 
 def test_required_without_isolation_refuses_naming_the_setting(tmp_path, monkeypatch):
     contract, targets, bundle, script, harbor = planned(tmp_path, "era-c", arches=["amd64"])
-    monkeypatch.setattr(rehearsal, "bwrap_path", lambda: None)
+    monkeypatch.setattr(runner, "bwrap_path", lambda: None)
     refusal = rehearse(contract, targets, bundle, script, harbor, mode="required")
     assert refusal and 'policy.rehearsal = "required"' in refusal and "bwrap is not installed" in refusal
     assert "nothing was submitted" in refusal and all(t.rehearsal is None for t in targets)
@@ -107,7 +107,7 @@ def test_required_refuses_when_the_host_cannot_create_namespaces(tmp_path, monke
     fake = tmp_path / "bwrap"
     fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
     fake.chmod(0o755)
-    monkeypatch.setattr(rehearsal, "bwrap_path", lambda: str(fake))
+    monkeypatch.setattr(runner, "bwrap_path", lambda: str(fake))
     refusal = rehearse(contract, targets, bundle, script, harbor, mode="required")
     assert 'policy.rehearsal = "required"' in refusal and "No permissions to create new namespace" in refusal
 
@@ -154,13 +154,13 @@ def test_a_target_the_worker_cannot_execute_rehearses_in_the_host_variant_and_sa
 def test_the_stand_ins_come_back_after_a_profile_resets_path(tmp_path):
     """Debian's /etc/profile sets root's PATH in a login shell; the scripts it runs still get the stand-ins."""
     need_isolation()
-    from domain.rehearsal import rehearsal_plan
+    from rehearsal.model import rehearsal_plan
     from tests.rehearsal.helpers import image_root
 
     contract, targets, bundle, script, harbor = planned(tmp_path, "era-c", arches=["arm64"])
     plan = rehearsal_plan(targets[0], bundle_sha256=bundle.sha256, script_b64=None, cluster_env={})
     plan.argv = ["bash", "-c", 'PATH=/usr/sbin:/usr/bin:/sbin:/bin; exec bash -c "uname -m >&2"']
-    r = rehearsal.run(plan, bundle.path, image_root())
+    r = runner.run(plan, bundle.path, image_root())
     assert r.exit_code == 0 and r.stderr.split() == ["aarch64"], r.stderr  # the stand-in, not the host's uname
 
 
@@ -168,7 +168,7 @@ def test_an_unpullable_task_image_refuses_naming_it_and_an_unreachable_registry_
                                                                                            open_registry):
     import pytest
 
-    from clients.task_image import TaskImageError
+    from rehearsal.task_image import TaskImageError
 
     need_isolation()
     missing = TaskImages(tmp_path / "c1", mirrors={"docker.io": open_registry.host},

@@ -9,13 +9,13 @@ rehearsal cannot run (``isolation_unavailable``): ``policy.rehearsal = "required
 naming what the host lacks, ``"best_effort"`` says "rehearsal skipped: <reason>".
 
 The root is laid out as Iris lays out a task. Its userland is the planned task image's own
-(clients/task_image.py: unpacked once per manifest digest, shared read-only): ``/usr`` and the other
+(rehearsal/task_image.py: unpacked once per manifest digest, shared read-only): ``/usr`` and the other
 top-level directories bound read-only, with per-run writable copies of the small ones a script may
 write (``/etc``, ``/var``, ``/root``, ``/home``, ``/opt``, ``/run``, ``/srv``, ``/mnt``, ``/usr/local``),
 a private ``/tmp`` and writable ``/kaniko``; nothing of the worker's own ``/usr`` is visible, so a tool
 the image lacks is missing here as on the cluster. The build commit's bundle is unpacked at ``/app``
 (``IRIS_WORKDIR``, also the working directory) exactly as Iris extracts it (``_unpack_bundle``). The
-stand-ins (clients/rehearsal_standins/standin) are first on ``PATH`` under ``/.rehearsal/bin``, with
+stand-ins (rehearsal/standins/standin) are first on ``PATH`` under ``/.rehearsal/bin``, with
 their records; a stand-in whose tool neither the image has nor an earlier stood-in install provided
 answers "command not found" (127) as the task would, and ``apt-get install``/``pip install`` leave
 stand-ins for the commands they would install in ``/.rehearsal/installed`` (last on ``PATH``).
@@ -37,11 +37,10 @@ import zipfile
 from pathlib import Path
 from typing import Literal
 
-from clients.task_image import TaskImageError, TaskImageRoot, TaskImages
 from domain.buildset import TargetSpec
 from domain.contract import BuildContract
 from domain.markers import variant_env
-from domain.rehearsal import (
+from rehearsal.model import (
     KANIKO_EXECUTOR,
     STANDIN_TOOLS,
     RehearsalPlan,
@@ -56,8 +55,9 @@ from domain.rehearsal import (
     rehearsal_placeholders,
     rehearsal_plan,
 )
+from rehearsal.task_image import TaskImageError, TaskImageRoot, TaskImages
 
-STANDIN = Path(__file__).with_name("rehearsal_standins") / "standin"
+STANDIN = Path(__file__).with_name("standins") / "standin"
 TIMEOUT_S = 60.0
 STDERR_LINES = 12
 PATH = "/.rehearsal/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/.rehearsal/installed"

@@ -2,7 +2,7 @@
 
 Why: parsing cannot tell whether the script will actually run as launched (a script that finds its
 siblings from its own path, run from a copy in /tmp, dies after minutes of downloads on a 48-core
-host). The rehearsal runs the exact planned command in an isolated root (clients/rehearsal.py) with
+host). The rehearsal runs the exact planned command in an isolated root (rehearsal/runner.py) with
 stand-ins for the network tools; this module decides, without I/O, what that run is given (env with
 credential placeholders, the task's Iris variables, the expected kaniko call) and what its records
 mean (the failing script line, every difference between the kaniko argv and the plan).
@@ -14,11 +14,12 @@ import difflib
 import fnmatch
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from domain.redact import encoded_forms
+from rehearsal.result import Difference, KanikoCall, RehearsalResult
 
 if TYPE_CHECKING:
     from domain.buildset import TargetSpec
@@ -41,61 +42,6 @@ class StandinCall(BaseModel):
     # "source:line" of the statement that ran the tool in every bash process above it, outermost first
     # (the BASH_ENV trap exports it), so a call and a failure name the build script's own line.
     lines: list[str] = Field(default_factory=list)
-
-
-class KanikoCall(BaseModel):
-    """The kaniko executor flags a build script passed (both `--flag value` and `--flag=value`)."""
-
-    destinations: list[str] = Field(default_factory=list)
-    cache_repo: str | None = None
-    cache: bool | None = None
-    build_args: dict[str, str] = Field(default_factory=dict)
-    dockerfile: str | None = None
-    context: str | None = None
-    platform: str | None = None  # --custom-platform (None: kaniko builds for its host)
-    target: str | None = None
-    skip_unused_stages: bool = False
-    no_push: bool = False  # --no-push: builds, pushes nothing
-    line: str | None = None  # the build script's file:line that ran it
-
-
-class Difference(BaseModel):
-    field: str
-    planned: str
-    script: str
-    planned_source: str = ""
-    script_source: str = ""  # the script's file:line that asked for it
-    text: str = ""  # a difference that is not "the plan has X, the script Y" says itself
-
-    def describe(self) -> str:
-        if self.text:
-            return self.text
-        src = f" ({self.planned_source})" if self.planned_source else ""
-        at = f" at {self.script_source}" if self.script_source else ""
-        return f"{self.field}: the plan has {self.planned}{src}, the script asked kaniko for {self.script}{at}"
-
-
-class RehearsalResult(BaseModel):
-    """How one target's rehearsal ended; ``status`` "passed", "failed" or "skipped" (with ``reason``)."""
-
-    status: Literal["passed", "failed", "skipped"]
-    reason: str = ""
-    seconds: float = 0.0
-    line: str | None = None  # "file:line" of the script statement that failed
-    exit_code: int | None = None
-    stderr_tail: list[str] = Field(default_factory=list)
-    kaniko: KanikoCall | None = None
-    differences: list[Difference] = Field(default_factory=list)
-    tools: list[str] = Field(default_factory=list)  # stand-ins the script called, in order, once each
-    root: str = ""  # the task image userland it ran in (reference, platform, manifest digest)
-
-    def describe(self) -> str:
-        if self.status == "passed":
-            return (f"rehearsal passed in {self.seconds:.1f} s (stand-ins: {', '.join(self.tools) or 'none'})"
-                    + (f" in {self.root}" if self.root else ""))
-        if self.status == "skipped":
-            return f"rehearsal skipped: {self.reason}"
-        return f"rehearsal failed: {self.reason}"
 
 
 class RehearsalPlan(BaseModel):
