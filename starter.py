@@ -154,12 +154,15 @@ def cli(ctx: click.Context, config_path: str | None, **connection) -> None:
 @click.option("--harbor-ref", help="Harbor branch, tag or commit to bake (default: Harbor's default branch head).")
 @click.option("--push-floating", is_flag=True, help="Also move the floating tag (only when explicitly asked).")
 @click.option("--issue-url", help="Issue on which to post the build evidence.")
+@click.option("--accept-unrehearsed", is_flag=True,
+              help="Plan although a step of the build script could not be rehearsed (policy.rehearsal = "
+                   "\"required\" refuses otherwise); the plan and report record it per target.")
 @click.option("--plan", "plan_only", is_flag=True, help="Resolve everything, submit nothing, print the plan.")
 @click.option("--follow", "follow_", is_flag=True, help="Follow progress until the pipeline ends.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan/report as JSON.")
 @click.pass_context
 def build(ctx, architectures, variants, requested_by, reason, link, clusters, priority, harbor_ref,
-          push_floating, issue_url, plan_only, follow_, as_json):
+          push_floating, issue_url, accept_unrehearsed, plan_only, follow_, as_json):
     """Start (or attach to) the build pipeline for the latest MarinSkyRL + Harbor commits.
 
     Returns once the request is planned (every check done before any job is submitted): exit 2 when
@@ -168,7 +171,7 @@ def build(ctx, architectures, variants, requested_by, reason, link, clusters, pr
         request = build_request(
             architectures=architectures, variants=variants, requested_by=requested_by, reason=reason, link=link,
             clusters=clusters, priority=priority, harbor_ref=harbor_ref, push_floating=push_floating,
-            issue_url=issue_url)
+            issue_url=issue_url, accept_unrehearsed=accept_unrehearsed)
     except OperatorInputError as e:
         _fail(str(e))
     config = _config(ctx, request, plan=plan_only)

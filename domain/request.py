@@ -28,6 +28,8 @@ class BuildRequest(BaseModel):
     harbor_ref: str | None = None
     push_floating: bool = False
     issue_url: str | None = None
+    # --accept-unrehearsed: plan although part of the job could not be rehearsed (recorded per target).
+    accept_unrehearsed: bool = False
 
     @field_validator("issue_url")
     @classmethod

@@ -42,6 +42,9 @@ class StandinCall(BaseModel):
     # "source:line" of the statement that ran the tool in every bash process above it, outermost first
     # (the BASH_ENV trap exports it), so a call and a failure name the build script's own line.
     lines: list[str] = Field(default_factory=list)
+    # kaniko only: False when the script exited (or its launching process ended) while the call still
+    # ran, as a backgrounded `/kaniko/executor … &` never waited for; on the cluster it dies with the task.
+    finished: bool = True
 
 
 class RehearsalPlan(BaseModel):
@@ -580,7 +583,7 @@ def evaluate(plan: RehearsalPlan, target: TargetSpec, *, exit_code: int, stderr:
              timeout_s: float, expected_args: dict[str, tuple[str, str]],
              dockerfile_defaults: dict[str, str | None], dockerfiles: dict[str, DockerfileContract] | None = None,
              context: Iterable[str] | None = None, leaks: list[tuple[str, str]] | None = None,
-             script_text: str = "") -> RehearsalResult:
+             script_text: str = "", background: list[tuple[str, str]] | None = None) -> RehearsalResult:
     """One rehearsal's verdict from what the run recorded.
 
     ``unrehearsable``: stood-in downloads (StandinCall records); the run is "skipped" only when the
@@ -612,14 +615,27 @@ def evaluate(plan: RehearsalPlan, target: TargetSpec, *, exit_code: int, stderr:
         needs = _unrehearsable_here(unrehearsable, f"{rec[1]}:{rec[2]}" if rec else None)
         if needs is not None:
             return RehearsalResult(status="skipped", seconds=seconds, line=line, exit_code=exit_code,
-                                   stderr_tail=tail, tools=tools,
+                                   stderr_tail=tail, tools=tools, unrehearsed_from=line,
                                    reason=f"the script needs {needs}" + (f" at {line}" if line else "")
                                    + "; the steps after it were not rehearsed")
         return RehearsalResult(status="failed", seconds=seconds, line=line, exit_code=exit_code, stderr_tail=tail,
                                tools=tools, kaniko=final, reason=failure_reason(line, exit_code, tail))
+    left = [c for c in kaniko if not c.finished]
+    if left:
+        at = ", ".join(call_line(c, plan) or "an unknown line" for c in left)
+        return RehearsalResult(
+            status="failed", seconds=seconds, exit_code=exit_code, stderr_tail=tail, tools=tools, kaniko=final,
+            line=call_line(left[0], plan),
+            reason=f"the kaniko call at {at} was still running when the script exited (started in the background "
+                   "and never waited for): on the cluster the task ends with the script and kaniko is killed "
+                   "before it pushes; run it in the foreground (or `wait` for it)")
     if final is None:
+        own = [j for where, j in background or [] if _script_exit(plan, [(0, where)]) is not None]
+        left_running = ("; it exited with background jobs still running, killed with the task on the cluster: "
+                        + " | ".join(" ".join(j.split()) for j in own)) if own else ""
         return RehearsalResult(status="failed", seconds=seconds, exit_code=0, stderr_tail=tail, tools=tools,
-                               reason=f"the script exits 0 without running the kaniko executor ({KANIKO_EXECUTOR})")
+                               reason=f"the script exits 0 without running the kaniko executor ({KANIKO_EXECUTOR})"
+                                      + left_running)
     diffs = compare_kaniko(final, target, uname_m=plan.uname_m, expected_build_args=expected_args,
                            dockerfile_defaults=dockerfile_defaults)
     for d in diffs:
@@ -629,6 +645,15 @@ def evaluate(plan: RehearsalPlan, target: TargetSpec, *, exit_code: int, stderr:
     if diffs:
         return RehearsalResult(status="failed", seconds=seconds, exit_code=0, tools=tools, kaniko=final,
                                differences=diffs, reason="; ".join(d.describe() for d in diffs))
+    unrun = [u for u in unrehearsable if not isinstance(u, str)]
+    if unrun:  # the script went on past a step that was not run: its outcome there was made up
+        line = call_line(unrun[0], plan)
+        what = " ".join(unrun[0].argv)
+        return RehearsalResult(
+            status="skipped", seconds=seconds, exit_code=0, tools=tools, kaniko=final, line=line,
+            unrehearsed_from=line, stderr_tail=tail,
+            reason=f"the script went on past {what} at {line or 'an unknown line'}, which the rehearsal could not "
+                   "run (it answered with a failure); what followed depended on it and is not proven")
     return RehearsalResult(status="passed", seconds=seconds, exit_code=0, tools=tools, kaniko=final)
 
 

@@ -57,11 +57,18 @@ class RehearsalResult(BaseModel):
     differences: list[Difference] = Field(default_factory=list)
     tools: list[str] = Field(default_factory=list)  # stand-ins the script called, in order, once each
     root: str = ""  # the task image userland it ran in (reference, platform, manifest digest)
+    # "file:line" of the first step the rehearsal could not run (a program a stood-in interpreter was
+    # given, a download with no stand-in content): what follows depends on it and was not rehearsed.
+    unrehearsed_from: str | None = None
+    unrehearsed_accepted: bool = False  # the operator planned anyway with --accept-unrehearsed
 
     def describe(self) -> str:
         if self.status == "passed":
             return (f"rehearsal passed in {self.seconds:.1f} s (stand-ins: {', '.join(self.tools) or 'none'})"
                     + (f" in {self.root}" if self.root else ""))
+        if self.status == "skipped" and self.unrehearsed_from:
+            return (f"rehearsal incomplete: unrehearsed from {self.unrehearsed_from}: {self.reason}"
+                    + (" (accepted by the operator with --accept-unrehearsed)" if self.unrehearsed_accepted else ""))
         if self.status == "skipped":
             return f"rehearsal skipped: {self.reason}"
         return f"rehearsal failed: {self.reason}"

@@ -73,10 +73,15 @@ PATH_GUARD = """case ":$PATH:" in *:/.rehearsal/bin:*) ;; *) PATH="/.rehearsal/b
 # Records "<rc>\t<source>:<line>" for every bash process that exits: the DEBUG trap keeps the last
 # statement (skipping the trap's own firings while the EXIT trap runs, which report line 1).
 # __RH_LINES (exported) is the chain of calling lines down to this statement, read by the stand-ins.
+# Both traps send their own xtrace to /dev/null (a script under `set -x` shows bash's own last words, e.g.
+# "NOPE: unbound variable", not the trap's), and the EXIT trap forks nothing (no `$(mktemp)`: a command
+# substitution while bash exits on an error could report "wait_for: No record of process N" and change the
+# exit status); its file is named by time and PID, so the records sort in the order the processes ended.
+# It adds the process's background jobs still running (`jobs -r`, a builtin): killed with the task there.
 LINE_TRAP = r"""set -o functrace
 __rh_outer=${__RH_LINES:+$__RH_LINES|}
-trap '[[ $LINENO == 1 && $BASH_COMMAND == "${__rh_cmd-}" ]] || { __rh_cmd=$BASH_COMMAND; __rh_line="${BASH_SOURCE[0]:-}:$LINENO"; export __RH_LINES="$__rh_outer$__rh_line"; }' DEBUG
-trap '__rh_rc=$?; printf "%s\t%s\n" "$__rh_rc" "${__rh_line-}" > "$(mktemp /.rehearsal/exits/$$.XXXXXX)"' EXIT
+trap '{ [[ $LINENO == 1 && $BASH_COMMAND == "${__rh_cmd-}" ]] || { __rh_cmd=$BASH_COMMAND; __rh_line="${BASH_SOURCE[0]:-}:$LINENO"; export __RH_LINES="$__rh_outer$__rh_line"; }; } 2>/dev/null' DEBUG
+trap '{ __rh_rc=$?; { printf "%s\t%s\n" "$__rh_rc" "${__rh_line-}"; jobs -r; } > "/.rehearsal/exits/${EPOCHREALTIME-0}.$BASHPID"; } 2>/dev/null' EXIT
 """
 
 
@@ -185,6 +190,7 @@ class Rehearsal:
 
     context: list[str] = []  # the build context's paths after the run ("dir/" for directories)
     leaks: list[tuple[str, str]] = []  # (file, placeholder form) found in the build context
+    background: list[tuple[str, str]] = []  # (exit record's "source:line", `jobs -r` line) left running
 
     def kaniko_calls(self) -> list[StandinCall]:
         return [c for c in self.calls if c.tool == "executor"]
@@ -213,20 +219,27 @@ def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_
         calls: list[StandinCall] = []
         unrehearsable: list[StandinCall] = []
         for f in sorted((top / "rehearsal" / "records").iterdir()):
+            if f.name.endswith(".done"):
+                continue
             rec = read_record(f.read_bytes())
             if rec is None:
                 continue
+            if rec.tool == "executor":  # the stand-in marks a call done only when the script waited for it
+                rec.finished = f.with_name(f.name + ".done").exists()
             (unrehearsable if f.name.endswith(".unrehearsable") else calls).append(rec)
         exits: list[tuple[int, str]] = []
+        background: list[tuple[str, str]] = []
         for f in sorted((top / "rehearsal" / "exits").iterdir()):
-            rc, _, where = f.read_text().strip().partition("\t")
+            first, *jobs = f.read_text().strip().splitlines() or [""]
+            rc, _, where = first.partition("\t")
             if rc.isdigit():
                 exits.append((int(rc), where))
+                background += [(where, j) for j in jobs if j.strip()]
         # The build context as kaniko sees it (before the temp dir goes): its paths, and any placeholder in it.
         context, leaks = read_context(top / "app", placeholder_forms(rehearsal_placeholders(plan.env)), unpacked)
     r = Rehearsal(proc.returncode, err.decode("utf-8", "replace"), calls, exits, unrehearsable,
                   time.monotonic() - started, timed_out)
-    r.context, r.leaks = context, leaks
+    r.context, r.leaks, r.background = context, leaks, background
     return r
 
 
@@ -284,13 +297,16 @@ def required_refusal(reason: str, fix: str = "give the worker what it lacks (dep
 
 def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bundle_path: Path, bundle_sha256: str,
                      script_text: str, harbor_commit: str, cluster_env: dict[str, dict[str, str]],
-                     images: TaskImages, mode: Mode = "required", timeout_s: float = TIMEOUT_S) -> str | None:
+                     images: TaskImages, mode: Mode = "required", timeout_s: float = TIMEOUT_S,
+                     accept_unrehearsed: bool = False) -> str | None:
     """Rehearse every target (setting ``target.rehearsal``); the refusal message when one failed, else None.
 
     Where the host cannot isolate or the task image cannot be laid out, ``mode`` decides: ``required``
     refuses the plan naming the setting and the cause, ``best_effort`` marks the target "rehearsal
     skipped: <reason>". A transient registry error (5xx, 429, network) raises TaskImageError for the
-    caller's bounded retry."""
+    caller's bounded retry. A step the rehearsal could not run leaves the rest "unrehearsed from file:line";
+    under ``required`` that refuses the plan unless ``accept_unrehearsed`` (the CLI's --accept-unrehearsed),
+    which each such target's result records."""
     reason = isolation_unavailable()
     if reason is not None:
         if mode == "required":
@@ -328,6 +344,18 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
                                               wheel_source_var=contract.script.wheel_source_var,
                                               megatron=variant_env(contract, t.variant)),
             dockerfile_defaults=dict(df.global_args) if df else {}, dockerfiles=contract.dockerfiles,
-            context=r.context, leaks=r.leaks, script_text=script_text)
+            context=r.context, leaks=r.leaks, script_text=script_text, background=r.background)
         t.rehearsal.root = roots[key].describe()
-    return refusal(targets)
+    failed = refusal(targets)
+    if failed:
+        return failed
+    unrun = [t for t in targets if t.rehearsal is not None and t.rehearsal.unrehearsed_from]
+    for t in unrun:
+        t.rehearsal.unrehearsed_accepted = accept_unrehearsed
+    if unrun and mode == "required" and not accept_unrehearsed:
+        return required_refusal(
+            "part of the planned job could not be rehearsed: " + "; ".join(
+                f"{t.key}: unrehearsed from {t.rehearsal.unrehearsed_from} ({t.rehearsal.reason})" for t in unrun),
+            "make that step rehearsable (a program python3 runs needs the image's own python3 and packages), "
+            "or pass --accept-unrehearsed to plan with it unrehearsed (the report records it)")
+    return None

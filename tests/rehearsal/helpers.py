@@ -52,10 +52,11 @@ def planned(tmp_path: Path, era: str, edits=None, arches: list[str] | None = Non
 
 
 def rehearse(contract, targets: list[TargetSpec], bundle, script: str, harbor: str,
-             cluster_env: dict[str, dict[str, str]] | None = None, mode: str = "required", images=None) -> str | None:
+             cluster_env: dict[str, dict[str, str]] | None = None, mode: str = "required", images=None,
+             **kw) -> str | None:
     return runner.rehearse_targets(contract, targets, bundle_path=bundle.path, bundle_sha256=bundle.sha256,
                                       script_text=script, harbor_commit=harbor, cluster_env=cluster_env or {},
-                                      images=images or IMAGES, mode=mode)
+                                      images=images or IMAGES, mode=mode, **kw)
 
 
 def image_root(platform: str = "linux/amd64"):

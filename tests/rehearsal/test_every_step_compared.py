@@ -142,9 +142,11 @@ def test_skipped_only_when_the_failing_statement_is_the_stood_in_download(tmp_pa
     t.job.env += [e.model_copy(update={"name": n, "value": v, "secret": None}) for n, v in (
         ("PREBUILT_WHEEL_ARTIFACT_URI", "https://wheels.example.invalid/vllm-wheels.tar.gz"),
         ("PREBUILT_WHEEL_ARTIFACT_SHA256", "a" * 64))]
-    assert rehearse(contract, [t], bundle, script, harbor) is None
     at = _line('https://*) curl -fsSL "$PREBUILT_WHEEL_ARTIFACT_URI"')
-    assert t.rehearsal.status == "skipped" and t.rehearsal.line == at
+    refusal = rehearse(contract, [t], bundle, script, harbor)  # required: the unrehearsed rest refuses (#35)
+    assert refusal and f"unrehearsed from {at}" in refusal and "--accept-unrehearsed" in refusal, refusal
+    assert rehearse(contract, [t], bundle, script, harbor, accept_unrehearsed=True) is None
+    assert t.rehearsal.status == "skipped" and t.rehearsal.line == at and t.rehearsal.unrehearsed_accepted
     assert t.rehearsal.reason.startswith("the script needs curl download https://wheels.example.invalid/")
 
 
