@@ -231,7 +231,7 @@ class BuildActivities(ActivityGroup):
                                  f"{len(j.stood_in)} marker(s) proven by the image, {len(j.missing)} by nothing")
         return LogCheck(log=ref, found=j.found, missing=j.missing, cached=j.cached, final_push_seen=j.final_push_seen,
                         pushed_digest=j.pushed_digest, incomplete=j.incomplete, stood_in=j.stood_in,
-                        lost=j.reasons if j.verdict == "log_lost" else [])
+                        lost=j.reasons if j.verdict == "log_lost" else [], contradicted=j.contradicted)
 
     async def _image_facts(self, inp: LogCheckInput) -> ImageFacts:
         """The image at the target's tag as evidence for a log that lost lines: ours (labels), its digest and
@@ -293,7 +293,7 @@ class BuildActivities(ActivityGroup):
         # Classification reasons reach history: they are built from the redacted log only.
         await asyncio.to_thread(self.learn_secrets)
         text = redact(text)
-        evidence = _evidence(info, attempts, facts, text, inp.missing_markers, inp.log_lost)
+        evidence = _evidence(info, attempts, facts, text, inp.missing_markers, inp.log_lost, inp.contradicted)
         c = classify(evidence)
         c = c.model_copy(update={"reasons": [redact(r) for r in c.reasons]})  # Iris errors carry stderr too
         quoted = failing_line(text) if text else None
@@ -489,7 +489,7 @@ def _log_text(log: CompleteLog) -> str:
 
 
 def _evidence(info: JobInfo | None, attempts: list, facts: list[PodFacts], log_text: str,
-              missing_markers: list[str], log_lost: list[str] = ()) -> Evidence:
+              missing_markers: list[str], log_lost: list[str] = (), contradicted: list[str] = ()) -> Evidence:
     """Fold Iris state, attempts, pod facts and the log tail into the classifier's input."""
     last_pod = facts[-1] if facts else None
     return Evidence(
@@ -505,4 +505,5 @@ def _evidence(info: JobInfo | None, attempts: list, facts: list[PodFacts], log_t
         log_tail=[line.split("] ", 1)[-1] for line in log_text.splitlines()[-200:]],
         missing_markers=missing_markers,
         log_lost=list(log_lost),
+        contradicted=list(contradicted),
     )

@@ -59,6 +59,8 @@ class Evidence(_Model):
     missing_markers: list[str] = Field(default_factory=list)  # success markers absent from the log
     # The job succeeded, its log lost lines and the image could not stand in (domain/log_evidence.py): why.
     log_lost: list[str] = Field(default_factory=list)
+    # The job succeeded and its own output contradicts the plan (check_build_log): the line and the expectation.
+    contradicted: list[str] = Field(default_factory=list)
     controller_unreachable: bool = False  # the last poll failed with Unavailable/transport
 
 
@@ -73,6 +75,10 @@ RETRYABLE = {FailureClass.PREEMPTION, FailureClass.WORKER_LOSS, FailureClass.REG
              FailureClass.CONTROLLER_BLIP}
 NEVER_RETRY = {FailureClass.INPUT_ERROR, FailureClass.ASSERTION_FAILURE}
 
+# The one next step a lost log offers, on the target and on the build (domain/outcome.py targets_failure): the
+# target's message names the workflow id in place of the placeholder.
+RESUME_HINT = "python starter.py resume <workflow-id>"
+
 HINTS = {
     FailureClass.PREEMPTION: "Preempted by Kueue/priority; retry (kaniko resumes from cache) and keep the cache.",
     FailureClass.WORKER_LOSS: "The worker or pod went away; retry under the preemption budget.",
@@ -85,7 +91,7 @@ HINTS = {
     FailureClass.CONTROLLER_BLIP: "Controller unreachable; re-poll, the job state is unchanged.",
     FailureClass.LOG_LOST: ("The job succeeded but the log store lost lines and the pushed image could not prove "
                             "the missing markers (reasons above). Check the image named there; to build again run "
-                            "`starter.py resume <workflow-id>` (kaniko reuses its cache). If it recurs, tell the "
+                            f"`{RESUME_HINT}` (kaniko reuses its cache). If it recurs, tell the "
                             "cluster operators: an Iris worker's log client keeps at most 10,000 unsent lines and "
                             "drops the oldest beyond that."),
     FailureClass.UNKNOWN: "Unrecognised failure; an operator must look at the logs and events.",
@@ -132,6 +138,8 @@ def classify(evidence: Evidence) -> Classification:
                    f"{ev.job_state or 'unknown'}")
     # 0. A succeeded job whose log lost lines the image could not prove (only check_build_log says so): not
     # an assertion (a failed step fails the job), and nothing in a log known to be incomplete outweighs it.
+    if ev.contradicted:  # the build's own line against the plan: a shown line is proven, the image is wrong
+        return out(FailureClass.ASSERTION_FAILURE, *ev.contradicted)
     if ev.log_lost:
         return out(FailureClass.LOG_LOST, *ev.log_lost)
     # 1. Deterministic input errors first: a retry would fail identically.

@@ -13,18 +13,23 @@ lines, numbered without a single gap, and lost the marker. So:
   makes the log gapped (a shown marker is proven whatever else the log lost);
 - a seq-contiguous log can still have lost its beginning: a succeeded job's log proves the markers it
   shows, never that a marker is absent. A missing marker is therefore decided by the image the job pushed
-  (``judge``), the evidence the store cannot drop: its OCI labels (our build commit), its config history
-  (kaniko records each Dockerfile step there, its RUN text holding the marker's echo, and only after the
-  step exited 0) and its tag's digest. An empty log is the same case with every marker missing.
+  (``judge``), the evidence the store cannot drop, as far as it proves that the line was printed: its OCI
+  labels (our build commit) and tag digest prove the push; a config-history step that IS the marker's RUN
+  instruction (kaniko records it only after the step exited 0) proves a fixed, unguarded echo of that step's
+  final `&&` chain. History never proves a value (`megatron=1`, a commit, a platform) or a branch, and text
+  that merely holds the echo (a comment, another step) proves nothing. An empty log is the same case with
+  every marker missing.
 
 ``judge`` returns the verdict the target acts on: validated by the log, validated with the image standing
-in (the report says the log was incomplete and which evidence stood in), or ``log_lost`` when neither can
-prove it. Never ``assertion_failure``: a succeeded job's missing line is not a failed assertion (a failed
-step fails the job: kaniko exits non-zero), and the log that would say otherwise is the one in doubt.
+in (the report says the log was incomplete and which evidence stood in), ``log_lost`` when neither can
+prove it, or ``contradicted`` when the build's own output shows a marker with another value or a branch the
+plan excludes (an ``assertion_failure`` naming the line: a shown line is proven whatever else was lost). A
+missing line alone is never an assertion failure: the log that would say so is the one in doubt.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Literal
 
@@ -102,7 +107,7 @@ class ImageFacts(BaseModel):
 
 
 class LogJudgement(BaseModel):
-    verdict: Literal["log", "image", "log_lost"]
+    verdict: Literal["log", "image", "log_lost", "contradicted"]
     found: list[str]
     missing: list[str]  # neither the log nor the image proves them
     cached: list[str] = Field(default_factory=list)
@@ -111,29 +116,66 @@ class LogJudgement(BaseModel):
     incomplete: list[str] = Field(default_factory=list)  # why the log is not complete evidence
     stood_in: dict[str, str] = Field(default_factory=dict)  # marker -> the image evidence that proved it
     reasons: list[str] = Field(default_factory=list)  # for log_lost: why, and what the image could not prove
+    contradicted: list[str] = Field(default_factory=list)  # own-output lines against the plan (assertion_failure)
+    unproven: dict[str, str] = Field(default_factory=dict)  # marker -> why neither the log nor the image proves it
 
 
 def needs_image(check: MarkerCheck, integrity: LogIntegrity) -> bool:
     """The log alone does not prove the build: a marker or the final push is missing (an empty log misses
-    all). Holes alone do not: a log that shows every marker proves them, whatever else it lost."""
+    all). Holes alone do not: a log that shows every marker proves them, whatever else it lost. A log that
+    contradicts the plan needs nothing more: it fails."""
+    if check.contradicted:
+        return False
     return bool(check.missing) or not check.final_push_seen or integrity.empty
 
 
-def _history_proves(m: Marker, history: list[str]) -> bool:
-    needle = m.template or m.text
-    return bool(needle) and any(needle in h for h in history)
+def _normal_step(text: str) -> str:
+    """A RUN instruction as kaniko's history records it (`created_by` = the instruction as written, continuation
+    lines joined), whitespace collapsed, with the forms other builders write (`/bin/sh -c`, `|N ARG=..`) removed."""
+    t = " ".join(text.split())
+    t = re.sub(r"^RUN ", "", t)
+    t = re.sub(r"^\|\d+ (?:\S+=\S* )*", "", t)
+    t = re.sub(r"^/bin/sh -c ", "", t)
+    return re.sub(r" # buildkit$", "", t)
+
+
+def _history_step(m: Marker, history: list[str]) -> bool:
+    """A history entry IS the marker's RUN step (equal, not merely holding its text)."""
+    if not m.step:
+        return False
+    want = _normal_step(m.step)
+    return any(_normal_step(h) == want for h in history)
+
+
+def _why_unprovable(m: Marker) -> str | None:
+    """Why nothing but its own log line can prove ``m`` (None: the image may stand in)."""
+    if m.carries_value:
+        vals = ", ".join(f"{k}={v}" for k, v in m.values.items()) or "a value only the build knows"
+        return f"it carries a value ({vals}): only a line showing it proves it, never a step's existence"
+    if m.conditional:
+        return "it is printed on a branch of its step: the step's existence does not say which branch ran"
+    return None
 
 
 def judge(markers: list[Marker], check: MarkerCheck, integrity: LogIntegrity,
           image: ImageFacts | None) -> LogJudgement:
     """The verdict on a succeeded job from its log and, where the log cannot prove a marker, its image.
 
-    Per missing marker: a Dockerfile step's echo is proven by our image's config history holding that
-    RUN; a script echo on the planned path by our
-    image existing when the script stops at the first error (``Marker.image_proof == "script"``: it cannot
-    have reached its final kaniko push without printing it); kaniko's final push by the registry serving
-    our image at the tag. "Our image" = the tag resolves and its revision/Harbor labels are ours."""
+    A log line of the build's own output that shows a marker with another value, or a branch the plan excludes,
+    fails the build (``contradicted``: an assertion failure naming the line and the plan's expectation).
+
+    Per missing marker, only what proves that the line was printed stands in, never text that resembles it:
+    kaniko's final push by the registry serving our image at the tag; a script echo by our image at the tag when
+    errexit covered it (``Marker.image_proof == "script"``: the script cannot have reached its final push
+    without running it) and its text is fixed; a Dockerfile echo by a step of our image's config history that
+    IS its RUN instruction, when the echo is fixed text, unguarded, and in the step's final `&&` chain (a zero
+    exit ran it). A marker that carries a value (`megatron=1`, a commit, a platform) or is printed on a branch
+    is proven only by its own line. "Our image" = the tag resolves and its revision/Harbor labels are ours."""
     base = dict(found=list(check.found), cached=list(check.cached), pushed_digest=check.pushed_digest)
+    if check.contradicted:
+        return LogJudgement(verdict="contradicted", missing=list(check.missing),
+                            final_push_seen=check.final_push_seen, incomplete=integrity.reasons(),
+                            contradicted=list(check.contradicted), reasons=list(check.contradicted), **base)
     if not needs_image(check, integrity):  # holes are still reported
         return LogJudgement(verdict="log", missing=[], final_push_seen=True, incomplete=integrity.reasons(), **base)
     incomplete = integrity.reasons()
@@ -152,22 +194,30 @@ def judge(markers: list[Marker], check: MarkerCheck, integrity: LogIntegrity,
     for m in absent:
         if m.role in ("push", "pushed"):
             stood_in[m.name] = f"registry: {image.ref} -> {image.digest} with our OCI labels"
+            continue
+        if (why := _why_unprovable(m)) is not None:
+            unproven[m.name] = why
         elif m.source not in ("script", "kaniko"):
-            if _history_proves(m, image.history):
-                stood_in[m.name] = f"image config history: the {m.source} step that prints it"
+            if not m.must_run:
+                unproven[m.name] = "its step can exit 0 without running it (not in the step's final `&&` chain)"
+            elif _history_step(m, image.history):
+                stood_in[m.name] = (f"image config history: its RUN step ({m.source}:{m.line}) is a step of the "
+                                    "image, and that step's zero exit ran this fixed echo")
             else:
                 unproven[m.name] = ("the image config has no history" if not image.history_present
-                                    else f"no step of the image's config history holds its {m.source} echo")
+                                    else f"no step of the image's config history is its RUN instruction "
+                                         f"({m.source}:{m.line})")
         elif m.image_proof == "script":
-            stood_in[m.name] = ("our image at the tag: the script stops at its first error and prints it "
-                                "before its final kaniko push")
+            stood_in[m.name] = ("our image at the tag: the script stops at its first error (errexit covers this "
+                                "echo) and prints it before its final kaniko push")
         else:
-            unproven[m.name] = f"a {m.source} line the image does not record"
+            unproven[m.name] = (f"a {m.source} line the image does not record" if m.source != "script" else
+                                "a script line errexit does not cover: the script can reach its push without it")
     found = [*check.found, *stood_in]
     common = dict(found=found, cached=list(check.cached), pushed_digest=check.pushed_digest, incomplete=incomplete,
                   stood_in=stood_in, final_push_seen=True)
     if unproven:
-        return LogJudgement(verdict="log_lost", missing=list(unproven), **common,
+        return LogJudgement(verdict="log_lost", missing=list(unproven), unproven=unproven, **common,
                             reasons=[f"neither the log nor the image {image.ref}@{image.digest} proves "
                                      f"{len(unproven)} marker(s): " + "; ".join(
                                          f"`{n}` ({why})" for n, why in list(unproven.items())[:3])

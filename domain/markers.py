@@ -8,6 +8,7 @@ except kaniko's push lines.
 
 from __future__ import annotations
 
+import bisect
 import re
 from typing import Literal
 
@@ -34,6 +35,21 @@ class Marker(BaseModel):
     # error, `set -e`, and prints it before kaniko): our image at the tag proves it when the log lost it.
     image_proof: Literal["script"] | None = None
     line: int = 0  # the source line of the echo (the script's: errexit is read per line)
+    # What the judge of a log that lost lines needs (domain/log_evidence.py):
+    conditional: bool = False  # printed on a branch (if/case/&&) the plan selects: its step alone proves nothing
+    values: dict[str, str] = {}  # the variables its text expands -> the planned value (a value marker)
+    # The text with every planned value left open: an own-output line of this shape that the marker does not
+    # match shows another value (`done (megatron=0)` where the plan says 1).
+    shape: str | None = None
+    step: str | None = None  # a Dockerfile echo: its RUN instruction as written (kaniko's history `created_by`)
+    must_run: bool = False  # an unguarded `echo` in its step's final `&&` chain: the step's zero exit ran it
+    excludes: list[str] = []  # lines of the branch the plan excludes, printed by the same step
+
+    @property
+    def carries_value(self) -> bool:
+        """Its text expands a variable (a planned value, or one only the build knows): only a line showing it
+        proves it."""
+        return bool(self.values) or self.pattern is not None
 
     def search(self, log: str, start: int = 0) -> re.Match[str] | None:
         rx = self.pattern if self.pattern is not None else re.escape(self.text or "")
@@ -46,37 +62,59 @@ class MarkerCheck(BaseModel):
     cached: list[str] = []  # satisfied by kaniko reusing the cached layer of the step that prints them
     final_push_seen: bool
     pushed_digest: str | None  # "sha256:<64 hex>" of the final push
+    # Lines of the build's own output that contradict the plan (another value, the excluded branch): each names
+    # the log line and what the plan expects. A shown line is proven whatever else the log lost.
+    contradicted: list[str] = []
 
 
 def _to_marker(template: str, env: dict[str, str], source: str, source_text: str | None = None) -> Marker:
     """Resolve known variables; anything else (a shell local, `$(...)`) becomes a wildcard."""
     literal: list[str] = []
     regex: list[str] = []
+    shape: list[str] = []
+    values: dict[str, str] = {}
     wild = False
     pos = 0
     for m in _PART.finditer(template):
         lit = template[pos:m.start()]
         literal.append(lit)
         regex.append(re.escape(lit))
+        shape.append(re.escape(lit))
         pos = m.end()
         name = m.group(1) or m.group(3)
         default = m.group(2)
         if name and name in env and (env[name] != "" or default is None):
-            literal.append(env[name])
-            regex.append(re.escape(env[name]))
+            value = env[name]
         elif name and default is not None and name in env:
-            literal.append(default)
-            regex.append(re.escape(default))
+            value = default
         else:
             wild = True
             literal.append("…")
             regex.append(r"\S.*?")
+            shape.append(r"\S.*?")
+            continue
+        literal.append(value)
+        regex.append(re.escape(value))
+        shape.append(r"(.+?)")
+        values[name] = value
     literal.append(template[pos:])
     regex.append(re.escape(template[pos:]))
+    shape.append(re.escape(template[pos:]))
     name = "".join(literal).strip()
-    if wild:
-        return Marker(name=name, pattern="".join(regex), source=source, template=source_text or template)
-    return Marker(name=name, text="".join(literal), source=source, template=source_text or template)
+    lit_chars = len(re.sub(r"\s", "", "".join(template[a:b] for a, b in _literal_spans(template))))
+    out = Marker(name=name, source=source, template=source_text or template, values=values,
+                 shape="".join(shape) if values and lit_chars >= 6 else None,
+                 **({"pattern": "".join(regex)} if wild else {"text": "".join(literal)}))
+    return out
+
+
+def _literal_spans(template: str) -> list[tuple[int, int]]:
+    spans, pos = [], 0
+    for m in _PART.finditer(template):
+        spans.append((pos, m.start()))
+        pos = m.end()
+    spans.append((pos, len(template)))
+    return spans
 
 
 def _knob_values(contract: BuildContract, arch: str, job_env: dict[str, str]) -> dict[str, str]:
@@ -162,31 +200,76 @@ def expected_markers(
 
 def _echo_markers(echoes: list[EchoLine], cond_env: dict[str, str], values: dict[str, str],
                   source: str) -> list[Marker]:
-    out = []
+    """The echoes printed on the planned path; the lines of a branch the plan excludes go to ``excludes`` of a
+    marker of the same step (else of the same file), so a log showing them fails the plan."""
+    out: list[Marker] = []
+    excluded: list[tuple[EchoLine, str]] = []
     for e in echoes:
-        if e.in_loop or guards_hold(e.guards, cond_env) is not True:
+        if e.in_loop:
+            continue
+        holds = guards_hold(e.guards, cond_env)
+        if holds is not True:
+            if holds is False:
+                x = _to_marker(e.template, values, source, e.source_text)
+                if x.text is not None and len(x.text.strip()) >= 8:
+                    excluded.append((e, x.text))
             continue
         m = _to_marker(e.template, values, source, e.source_text)
-        m.line = e.line
+        m.line, m.conditional, m.step, m.must_run = e.line, bool(e.guards), e.step, e.must_run
         out.append(m)
+    planned = {m.text for m in out if m.text}
+    for e, text in excluded:
+        if text in planned or any(text in p or p in text for p in planned):
+            continue
+        owner = next((m for m in out if e.step and m.step == e.step), out[0] if out else None)
+        if owner is not None and text not in owner.excludes:
+            owner.excludes.append(text)
     return out
 
 
+# kaniko's own lines (logrus: `INFO[0003] RUN if …; then echo "…"`, `No cached layer found for cmd RUN …`, also
+# colored or `level=info msg=`), after the log store's `[key source] ` prefix; and a shell's xtrace of an echo.
+# They quote commands, never their output: a marker seen only there is not proven.
+_NOT_OUTPUT = re.compile(
+    r"^(?:\[[^\]\n]*\] )?(?:\x1b\[[0-9;]*m)*(?:"
+    r"(?:INFO|WARN|WARNING|ERRO|ERROR|DEBU|DEBUG|TRAC|FATA|PANI)(?:\x1b\[[0-9;]*m)*(?:\[[^\]\n]*\]|[ :])"
+    r"|(?:time=\S+ )?level=\w+ msg="
+    r"|\++ (?:echo|printf|print)\b)")
+
+
+def own_output(log_text: str) -> tuple[str, list[int]]:
+    """The build's own output lines (kaniko's lines and xtrace removed), joined, and each one's 1-based line
+    number in ``log_text``."""
+    kept: list[str] = []
+    numbers: list[int] = []
+    for i, line in enumerate(log_text.splitlines(), 1):
+        if not _NOT_OUTPUT.match(line):
+            kept.append(line)
+            numbers.append(i)
+    return "\n".join(kept), numbers
+
+
 def check_log(markers: list[Marker], log_text: str) -> MarkerCheck:
-    """Which markers the log shows; the final push counts only as `Pushing image to` then `Pushed`."""
+    """Which markers the build's own output shows; the final push counts only as `Pushing image to` then
+    `Pushed` (kaniko's lines). A kaniko cache hit of the printing step stands in only for a marker with a fixed
+    text printed unconditionally (kaniko's cache key holds the step and its env values, but the line does not
+    show which value or branch the step took). Lines that show a marker's text with another value, or a branch
+    the plan excludes, are ``contradicted``."""
     found: list[str] = []
     missing: list[str] = []
     push_end: int | None = None
     digest: str | None = None
+    own, numbers = own_output(log_text)
     cache_hits = [line for line in log_text.splitlines() if CACHE_HIT in line]
     cached: list[str] = []
     for m in markers:
         if m.role == "assert":
-            if m.search(log_text) and not _only_in_cache_lines(m, log_text):
+            if m.search(own):
                 found.append(m.name)
-            elif m.template and any(m.template in line for line in cache_hits):
+            elif (m.template and not m.carries_value and not m.conditional
+                  and any(m.template in line for line in cache_hits)):
                 # kaniko skipped the step: its layer, built earlier from identical inputs (same cache
-                # key), already printed this marker; the log proves the reuse, so the assertion holds.
+                # key), already printed this fixed line; the log proves the reuse, so the assertion holds.
                 cached.append(m.name)
             else:
                 missing.append(m.name)
@@ -205,12 +288,49 @@ def check_log(markers: list[Marker], log_text: str) -> MarkerCheck:
             else:
                 missing.append(m.name)
     return MarkerCheck(found=found, missing=missing, cached=cached, final_push_seen=digest is not None,
-                       pushed_digest=digest)
+                       pushed_digest=digest, contradicted=_contradictions(markers, own, numbers))
+
+
+def _contradictions(markers: list[Marker], own: str, numbers: list[int]) -> list[str]:
+    asserts = [m for m in markers if m.role == "assert"]
+    lines = own.split("\n") if own else []
+    out: list[str] = []
+    seen: set[int] = set()
+
+    def planned_line(line: str) -> bool:
+        return any(m.search(line) for m in asserts)
+
+    def where(m: Marker) -> str:
+        vals = ", ".join(f"{k}={v}" for k, v in m.values.items())
+        return f"{m.source}:{m.line}" + (f", planned {vals}" if vals else "")
+
+    starts = [0]
+    for line in lines[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+
+    def index_of(pos: int) -> int:
+        return bisect.bisect_right(starts, pos) - 1
+
+    for m in asserts:
+        checks: list[tuple[re.Pattern[str], str]] = []
+        if m.shape:
+            checks.append((re.compile(m.shape, re.M), "shows it with another value"))
+        for x in m.excludes:
+            checks.append((re.compile(re.escape(x), re.M), "is the branch the plan excludes"))
+        for rx, what in checks:
+            for hit in rx.finditer(own):
+                i = index_of(hit.start())
+                if i in seen:
+                    continue
+                line = lines[i]
+                if m.search(line) or planned_line(line):
+                    continue
+                seen.add(i)
+                out.append(f"log line {numbers[i]}: `{line.strip()[:300]}` {what}: the plan expects "
+                           f"`{m.name}` ({where(m)})")
+                if len(out) >= 10:
+                    return out
+    return out
 
 
 CACHE_HIT = "Using caching version of cmd: RUN"
-
-
-def _only_in_cache_lines(m: Marker, log_text: str) -> bool:
-    """True when every sighting of the marker is inside a cache-hit line (the echo's source text)."""
-    return all(CACHE_HIT in line for line in log_text.splitlines() if m.search(line))

@@ -300,6 +300,8 @@ class LogCheck(BaseModel):
     incomplete: list[str] = Field(default_factory=list)
     stood_in: dict[str, str] = Field(default_factory=dict)  # marker -> the image evidence that proved it
     lost: list[str] = Field(default_factory=list)  # log_lost: why neither the log nor the image proves ``missing``
+    # Lines of the build's own output against the plan (another value, an excluded branch): assertion_failure.
+    contradicted: list[str] = Field(default_factory=list)
 
 
 class CaptureInput(BaseModel):
@@ -309,6 +311,7 @@ class CaptureInput(BaseModel):
     target_key: str
     missing_markers: list[str] = Field(default_factory=list)
     log_lost: list[str] = Field(default_factory=list)  # LogCheck.lost: classify as log_lost with these reasons
+    contradicted: list[str] = Field(default_factory=list)  # LogCheck.contradicted: an assertion_failure
 
 
 class FailureRecord(BaseModel):

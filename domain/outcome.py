@@ -226,13 +226,18 @@ def step_failure(error_type: str, message: str, *, step: str, request: BuildRequ
                   f"then run {again}")
 
 
-def targets_failure(messages: list[str], failure_classes: list[str], request: BuildRequest) -> FailureInfo:
+def targets_failure(messages: list[str], failure_classes: list[str], request: BuildRequest,
+                    workflow_id: str | None = None) -> FailureInfo:
     """One or more targets failed: their messages already carry evidence and next step. The re-run
-    (same commits, same workflow id) adopts the targets that did validate and rebuilds only the rest."""
+    (same commits, same workflow id) adopts the targets that did validate and rebuilds only the rest. A lost
+    log offers the same command its target does (``resume``), so the report never names two."""
+    again = build_command(request)
+    if workflow_id and failure_classes and all(c == "log_lost" for c in failure_classes):
+        again = resume_command(workflow_id)
     return FailureInfo(
         failure_class=failure_classes[0] if failure_classes else "unknown", error_type="BuildFailed",
         message=" | ".join(messages), location=next((loc for m in messages if (loc := find_location(m))), None),
-        next_step=f"follow the failing target's next step above; then run `{build_command(request)}` "
+        next_step=f"follow the failing target's next step above; then run `{again}` "
                   "(targets already validated are adopted, not rebuilt)")
 
 

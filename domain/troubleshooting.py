@@ -96,8 +96,10 @@ _TARGET_MEANING = {
     failures.FailureClass.LOG_LOST: "The job succeeded, but its log lost lines (an Iris worker's log client keeps "
                                     "at most 10,000 unsent lines and drops the oldest, leaving no `seq` gap) and "
                                     "the image at the tag could not prove the missing markers (not our labels, no "
-                                    "such image, or no history step that prints them). Never an "
-                                    "`assertion_failure`: a failed step fails the job.",
+                                    "such image, a marker that carries a value or is printed on a branch: only its "
+                                    "own line proves those, or no history step that is its RUN instruction). A "
+                                    "missing line alone is never an `assertion_failure`; a line of the build's own "
+                                    "output against the plan is.",
     failures.FailureClass.TIMEOUT: "The job's per-task timeout expired (Iris: `Execution timeout exceeded`); "
                                    "also the class of a service step that exceeded its Temporal timeout.",
 }

@@ -283,7 +283,8 @@ class BuildPipelineWorkflow:
             classes = [self._targets[r.key].failure_class for r in failed
                        if r.key in self._targets and self._targets[r.key].failure_class]
             classes += [r.failures[-1].failure_class for r in failed if r.failures]
-            failure = outcome.targets_failure([r.message for r in failed], classes, inp.request)
+            failure = outcome.targets_failure([r.message for r in failed], classes, inp.request,
+                                              workflow_id=workflow.info().workflow_id)
             await self._finish(Stage.FAILED, "failed", failure)
             rep.message = failure.message
             # Nothing is pinned or proposed for a build set with a failed target.

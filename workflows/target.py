@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
         ValidateInput,
         WaitingReason,
     )
-    from domain.outcome import decide_command, details_markdown, recheck_command, target_step_failure
+    from domain.outcome import decide_command, details_markdown, q, recheck_command, target_step_failure
     from domain.validation import ValidationReport
     from domain.watch import WatchJobInput
     from runtime import search_attributes as sa
@@ -227,7 +227,7 @@ class TargetBuildWorkflow:
         if progress.state == "succeeded":
             check = await self._check_log(job_id)
             result.log_check = check
-            if not check.missing and check.final_push_seen:
+            if not check.missing and check.final_push_seen and not check.contradicted:
                 if check.stood_in:  # a result text only (no command): replays as before
                     result.message = (f"the build log of {job_id} was incomplete ({'; '.join(check.incomplete)}); "
                                       f"the image stood in for {len(check.stood_in)} marker(s): "
@@ -391,7 +391,8 @@ class TargetBuildWorkflow:
             BuildActivities.capture_failure,
             CaptureInput(request_id=self._inp.request_id, job_id=job_id, cluster=self._inp.target.cluster,
                          target_key=self._inp.target.key, missing_markers=list(check.missing) if check else [],
-                         log_lost=list(check.lost) if check else []),
+                         log_lost=list(check.lost) if check else [],
+                         contradicted=list(check.contradicted) if check else []),
             **options.CAPTURE, summary=f"capture summary, logs, pod reason and events for {job_id}")
         c = self._classification = captured.classification
         self._status.failure_class = str(c.failure_class)
@@ -447,7 +448,7 @@ class TargetBuildWorkflow:
         if not registry_has_our_image(await self._validate()):
             return None
         check = await self._check_log(job_id)
-        return check if not check.missing and check.final_push_seen else None
+        return check if not check.missing and check.final_push_seen and not check.contradicted else None
 
     async def _validate(self) -> ValidationReport:
         inp = self._inp
@@ -634,4 +635,4 @@ def _failure_message(key: str, f: FailureRecord, request_id: str) -> str:
     quoted = f"; failing line: {f.failing_line!r}" if f.failing_line else ""
     return (f"{key}: {f.failure_class} failure of {f.job_id} ({'; '.join(f.reasons[:3])}){quoted}; "
             f"evidence: {evidence} (`starter.py logs {request_id} {key}`); "
-            f"next step: {f.hint or 'inspect the evidence'}")
+            f"next step: {(f.hint or 'inspect the evidence').replace('<workflow-id>', q(request_id))}")

@@ -20,7 +20,7 @@ import dockerfile as bk
 
 from domain.contract.errors import ContractError
 from domain.contract.models import ArchSpec, CopyStep, DockerfileContract, EchoLine, ScriptContract, Stage
-from domain.contract.shell import parse_bash, printed_lines, statements
+from domain.contract.shell import command_name, parse_bash, printed_lines, statements
 
 _LAYER = {"RUN", "COPY", "ADD"}
 # BuildKit's instruction set: the parser accepts any word, the builder (and kaniko) rejects the rest.
@@ -87,7 +87,8 @@ def parse_dockerfile(text: str, path: str) -> DockerfileContract:
             if ins == "RUN" and not c.json:
                 scripts = [h.content for h in c.heredocs] if c.heredocs else [" ".join(c.value)]
                 for script in scripts:
-                    stage.echoes.extend(_run_markers(script, c.start_line, c.end_line, lines, stage.name, path))
+                    stage.echoes.extend(_run_markers(script, c.start_line, c.end_line, lines, stage.name, path,
+                                                     step=c.original.strip() if not c.heredocs else None))
     if not stages:
         raise ContractError(path, 0, "at least one `FROM ...`")
     return DockerfileContract(path=path, pins=pins, pin_lines=pin_lines, global_args=global_args, stages=stages)
@@ -99,20 +100,51 @@ def _copy_step(ins: str, c) -> CopyStep:
     return CopyStep(instruction=ins, sources=[_unquote(w) for w in words], from_=frm or None, line=c.start_line)
 
 
-def _run_markers(command: str, start: int, end: int, lines: list[str], stage: str, path: str) -> list[EchoLine]:
+def _run_markers(command: str, start: int, end: int, lines: list[str], stage: str, path: str,
+                 step: str | None = None) -> list[EchoLine]:
     """The lines a RUN step prints to the build log, each with the file line it is written on."""
     try:
         root = parse_bash(command, path, line_offset=start - 1)
     except ContractError:
         return []  # a RUN body we cannot read prints no marker we rely on; BuildKit runs it regardless
+    final = _final_chain(root)
     out = []
     for s in statements(root):
         for p in printed_lines(s):
             at = next((i for i in range(start, end + 1) if i <= len(lines) and p.source_text[:40] in lines[i - 1]),
                       start)
+            must = (command_name(s.node) == "echo" and not s.guards and not s.in_loop
+                    and _span(s.node) in final)
             out.append(EchoLine(template=p.template, guards=s.guards, in_loop=s.in_loop, stage=stage, line=at,
-                                source_text=p.source_text))
+                                source_text=p.source_text, step=step, must_run=must))
     return out
+
+
+def _span(node) -> tuple[int, int]:
+    return node.start_byte, node.end_byte
+
+
+def _final_chain(root) -> set[tuple[int, int]]:
+    """The commands a zero exit of ``sh -c`` proves ran: the step's last top-level statement, split on `&&`
+    (`a; b && c` exits 0 only if b and c ran; `a && b; c` says nothing of a or b). An `||`, `if`, loop or
+    anything else there proves nothing."""
+    top = [n for n in root.named_children if n.type != "comment"]
+    if not top:
+        return set()
+    out: set[tuple[int, int]] = set()
+
+    def walk(n) -> bool:
+        if n.type == "list":
+            kids = n.children
+            if len(kids) == 3 and kids[1].type == "&&":
+                return walk(kids[0]) and walk(kids[2])
+            return False
+        if n.type in ("command", "variable_assignment", "declaration_command"):
+            out.add(_span(n))
+            return True
+        return False
+
+    return out if walk(top[-1]) else set()
 
 
 def arch_dockerfiles(script: ScriptContract, texts: Mapping[str, str], commit: str) -> dict[str, DockerfileContract]:

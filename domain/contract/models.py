@@ -249,6 +249,8 @@ class EchoLine(BaseModel):
     stage: str | None = None
     line: int
     source_text: str | None = None  # as written in the file (what a kaniko cache-hit line quotes)
+    step: str | None = None  # a Dockerfile echo: its whole RUN instruction as written (what kaniko's history records)
+    must_run: bool = False  # an `echo` a zero exit of its RUN step proves ran (its final `&&` chain, unguarded)
 
 
 class CopyStep(BaseModel):

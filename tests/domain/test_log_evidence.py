@@ -17,7 +17,7 @@ LAYER = 'echo "uv sync layer 0 (small pkgs + torch) done"'
 MARKERS = [
     Marker(name="[arch] build host=x86_64", text="[arch] build host=x86_64", source="script", image_proof="script"),
     Marker(name="uv sync layer 0 (small pkgs + torch) done", text="uv sync layer 0 (small pkgs + torch) done",
-           source=DOCKERFILE, template=LAYER),
+           source=DOCKERFILE, template=LAYER, step=f"RUN uv sync --frozen && {LAYER}", must_run=True, line=7),
     Marker(name=f"push {REPO}:{TAG}", text=f"Pushing image to {REPO}:{TAG}", source="kaniko", role="push"),
     Marker(name=f"pushed {REPO}@sha256", pattern=re.escape(f"Pushed {REPO}@") + DIGEST_RE, source="kaniko",
            role="pushed"),
@@ -27,7 +27,7 @@ FULL = ("[arch] build host=x86_64\nuv sync layer 0 (small pkgs + torch) done\n"
 # What the store kept of a 20,000-line burst after the markers: the newest lines, then kaniko's push.
 TAIL = "\n".join(str(i) for i in range(10_002, 10_010)) + f"\nINFO Pushing image to {REPO}:{TAG}\n" \
        f"INFO Pushed {REPO}@sha256:{'ab' * 32}\n"
-HISTORY = ["COPY . /app", f"RUN {LAYER} && uv sync --frozen", "RUN seq 1 20000"]
+HISTORY = ["COPY . /app", f"RUN uv sync --frozen &&   {LAYER}", "RUN seq 1 20000"]
 
 
 def _ours(history: list[str] = HISTORY) -> ImageFacts:
@@ -82,7 +82,7 @@ def test_what_the_image_cannot_prove_stays_lost():
     markers = [unprovable, *MARKERS[1:]]
     j = judge(markers, check_log(markers, TAIL), LogIntegrity(lines=10), _ours(history=["RUN seq 1 20000"]))
     assert j.verdict == "log_lost" and j.missing == [MARKERS[0].name, MARKERS[1].name]
-    assert "proves 2 marker(s)" in j.reasons[0] and "no step of the image's config history" in j.reasons[0]
+    assert "proves 2 marker(s)" in j.reasons[0] and "no step of the image's config history is its RUN" in j.reasons[0]
     # A seq hole is reported; a log that still shows every marker proves them, a log that misses one does not.
     hole = LogIntegrity(lines=4, holes=[SeqGap(key="/u/j/0:0", after=2, before=9)])
     j = judge(MARKERS, check_log(MARKERS, FULL), hole, None)
@@ -124,3 +124,23 @@ def test_the_report_says_the_log_was_incomplete_and_what_stood_in():
                for line in lines[1:]), lines
     full = check.model_copy(update={"incomplete": [], "stood_in": {}})
     assert log_evidence_lines("amd64-standard", full) == []
+
+
+def test_a_lost_log_offers_one_next_step_on_the_target_and_on_the_build():
+    """Issue #34: the target said `starter.py resume <workflow-id>`, the build `starter.py build ...`."""
+    from domain.buildset import BuildRequest, CompatibilityRequest
+    from domain.failures import HINTS
+    from domain.models import FailureRecord
+    from domain.outcome import resume_command, targets_failure
+    from workflows.target import _failure_message
+
+    wid = "gpu-rl-build-abc"
+    req = BuildRequest(architectures=["amd64"], variants=["standard"],
+                       compatibility_request=CompatibilityRequest(requested_by="ana", reason="test"))
+    f = FailureRecord(job_id="/u/j", failure_class="log_lost", reasons=["why"], decision="fail",
+                      hint=HINTS[FailureClass.LOG_LOST])
+    target = _failure_message("amd64-standard", f, wid)
+    build = targets_failure([target], ["log_lost"], req, workflow_id=wid).next_step
+    command = resume_command(wid)
+    assert f"`{command}`" in target and f"`{command}`" in build
+    assert "<workflow-id>" not in target and "starter.py build" not in build

@@ -63,7 +63,7 @@ def _markers(repo: str, tag: str) -> list[Marker]:
     return [
         Marker(name=ARCH_LINE, text=ARCH_LINE, source="script", image_proof="script"),
         Marker(name="uv sync layer 0 (small pkgs + torch) done", text="uv sync layer 0 (small pkgs + torch) done",
-               source="docker/Dockerfile.gpu-rl", template=LAYER_ECHO),
+               source="docker/Dockerfile.gpu-rl", template=LAYER_ECHO, step=f"RUN {LAYER_ECHO}", must_run=True),
         Marker(name=f"push {repo}:{tag}", text=f"Pushing image to {repo}:{tag}", source="kaniko", role="push"),
         Marker(name=f"pushed {repo}@sha256", pattern=re.escape(f"Pushed {repo}@") + DIGEST_RE, source="kaniko",
                role="pushed"),
@@ -133,7 +133,7 @@ async def test_a_good_image_whose_markers_a_burst_pushed_out_of_the_log_validate
         assert set(check.stood_in) == set(stored.missing), (what, check.stood_in)
         if stored.missing:
             assert any("absence is not proof" in r for r in check.incomplete)
-            assert "config history" in check.stood_in["uv sync layer 0 (small pkgs + torch) done"]
+            assert "is a step of the image" in check.stood_in["uv sync layer 0 (small pkgs + torch) done"]
         print(f"{what}: the store kept {len(text.splitlines()):,} lines; the image stood in for "
               f"{len(check.stood_in)} marker(s)")
         report = await ActivityEnvironment().run(acts.validate_image, ValidateInput(

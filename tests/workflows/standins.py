@@ -134,6 +134,7 @@ class Round:
     log_error: tuple[str, str] | None = None  # check_build_log fails for good: (ActivityFailure type, message)
     lost: list[str] = field(default_factory=list)  # check_build_log's log_lost reasons (missing markers unproven)
     stood_in: dict[str, str] = field(default_factory=dict)  # markers the image proved for an incomplete log
+    contradicted: list[str] = field(default_factory=list)  # check_build_log: own-output lines against the plan
 
 
 class Standins:
@@ -235,14 +236,15 @@ class Standins:
             raise ApplicationError(r.log_error[1], type=r.log_error[0], non_retryable=True)
         return LogCheck(log=_ref(f"{inp.job_id}.log"), found=list(r.stood_in), missing=list(r.missing),
                         final_push_seen=r.final_push, pushed_digest=DIGEST if r.final_push else None,
-                        lost=list(r.lost), stood_in=dict(r.stood_in),
+                        lost=list(r.lost), stood_in=dict(r.stood_in), contradicted=list(r.contradicted),
                         incomplete=["the log store holds no line of the job"] if r.lost or r.stood_in else [])
 
     @activity.defn(name="capture_failure")
     async def capture_failure(self, inp: CaptureInput) -> CapturedFailure:
         await self._enter("capture_failure", inp)
         ev = self._round(inp.job_id).evidence or Evidence(job_state="succeeded", missing_markers=inp.missing_markers,
-                                                          log_lost=inp.log_lost)
+                                                          log_lost=inp.log_lost,
+                                                          contradicted=inp.contradicted)
         return CapturedFailure(classification=classify(ev),
                                diagnostics=_ref(f"evidence/{inp.job_id.rsplit('/', 1)[-1]}.diagnostics.json"))
 

@@ -325,6 +325,23 @@ async def test_a_lost_log_the_image_cannot_prove_ends_log_lost_at_once_with_the_
     assert s.names("check_build_log")[0].build_commit == target_input(wid).build_commit
 
 
+async def test_a_log_line_against_the_plan_is_an_assertion_failure_never_validated(time_skipping_env):
+    """Issue #34: the build's own output shows a marker with another value (every marker else present, the
+    push seen): the target fails as assertion_failure naming the line, is not retried and never validated."""
+    wid, tq = _ids()
+    line = ("log line 41: `uv sync FINAL (...) done (megatron=0)` shows it with another value: the plan expects "
+            "`uv sync FINAL (...) done (megatron=1)` (docker/Dockerfile.gpu-rl:56, planned INSTALL_MEGATRON=1)")
+    s = Standins(rounds={KEY: [Round(state="succeeded", contradicted=[line])]}, validations={KEY: ["pass"]})
+    async with worker(time_skipping_env.client, tq, s):
+        cause, res = await _failure(await _start(time_skipping_env, s, tq, wid))
+
+    assert [c.contradicted for c in s.names("capture_failure")] == [[line]]
+    assert len(s.names("submit_job")) == 1 and s.names("validate_image") == []
+    (f,) = res.failures
+    assert (f.failure_class, f.decision, f.reasons) == ("assertion_failure", "fail", [line])
+    assert "assertion_failure" in cause.message and "planned INSTALL_MEGATRON=1" in cause.message
+
+
 async def test_an_image_that_stood_in_for_the_log_validates_and_says_so(time_skipping_env):
     wid, tq = _ids()
     stood = {"uv sync layer 0 (small pkgs + torch) done": "image config history: the docker/Dockerfile step"}

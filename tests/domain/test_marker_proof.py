@@ -1,0 +1,122 @@
+"""A marker is proven only by the build's own output (issue #34 item 1): never by kaniko's echo of a command, its
+cache lines, or the text of a history step; a marker that carries a value must show the planned value, and a
+line showing another value, or the branch the plan excludes, fails as an assertion naming the line."""
+
+from __future__ import annotations
+
+import re
+
+from domain.failures import Evidence, FailureClass, classify
+from domain.log_evidence import ImageFacts, LogIntegrity, judge
+from domain.markers import DIGEST_RE, Marker, check_log, expected_markers
+from tests.contract.helpers import COMMIT, DF_AMD, contract, edited
+
+REPO = "registry.local/marinskyrl"
+TAG = f"gpu-rl-megatron-{COMMIT}"
+MEG = "Megatron native imports OK"
+FINAL1 = "uv sync FINAL (vllm, cufft, triton, nvshmem, nvrtc + closure verify) done (megatron=1)"
+PUSH = f"INFO[0009] Pushing image to {REPO}:{TAG}\nINFO[0010] Pushed {REPO}@sha256:{'ab' * 32}\n"
+BRANCH_RUN = next(line for line in (contract().dockerfiles[DF_AMD].final_stage.echoes) if line.template == MEG).step
+
+
+def _megatron(files=None) -> list[Marker]:
+    return expected_markers(contract(files), "amd64", "megatron", "wheel-builder", TAG, image_repository=REPO)
+
+
+def _ours(history: list[str]) -> ImageFacts:
+    return ImageFacts(ref=f"{REPO}:{TAG}", digest="sha256:" + "ab" * 32, ours=True, history=history,
+                      history_present=bool(history))
+
+
+def _own_lines(markers: list[Marker], edit=lambda s: s) -> str:
+    return "".join(edit(m.text or m.name.replace("…", "3")) + "\n" for m in markers if m.role == "assert")
+
+
+def test_kaniko_echo_and_cache_lines_are_not_the_build_output():
+    markers = _megatron()
+    meg = next(m for m in markers if m.name == MEG)
+    # kaniko quotes the command (both branches) and its cache misses; the step itself printed nothing we kept
+    log = (f"INFO[0003] RUN {BRANCH_RUN.removeprefix('RUN ')}\n"
+           f"INFO[0003] No cached layer found for cmd RUN {BRANCH_RUN.removeprefix('RUN ')}\n"
+           f'\x1b[36mINFO\x1b[0m[0004] Args: [-c echo "{MEG}"]\n'
+           f'+ echo "{MEG}"\n' + PUSH)
+    check = check_log(markers, log)
+    assert meg.name in check.missing and meg.name not in check.found and meg.name not in check.cached
+    assert not check.contradicted  # kaniko's quote of the excluded branch is not output either
+
+
+def test_a_cache_hit_proves_only_a_fixed_unconditional_line():
+    fixed = Marker(name="uv sync layer 1 done", text="uv sync layer 1 done", source=DF_AMD,
+                   template='echo "uv sync layer 1 done"')
+    value = Marker(name=FINAL1, text=FINAL1, source=DF_AMD, values={"INSTALL_MEGATRON": "1"},
+                   template='echo "uv sync FINAL (vllm, cufft, triton, nvshmem, nvrtc + closure verify) done '
+                            '(megatron=${INSTALL_MEGATRON})"')
+    branch = Marker(name=MEG, text=MEG, source=DF_AMD, conditional=True, template=f'echo "{MEG}"')
+    log = "".join(f"INFO[0003] Using caching version of cmd: RUN if x; then {m.template}; fi\n"
+                  for m in (fixed, value, branch))
+    check = check_log([fixed, value, branch], log)
+    assert check.cached == [fixed.name] and check.missing == [value.name, branch.name]
+
+
+def test_a_complete_log_with_another_value_or_the_excluded_branch_is_an_assertion_failure():
+    """The megatron target whose Dockerfile gained `ENV INSTALL_MEGATRON=0`: the plan still says megatron=1
+    (the ARG the job passes), the build printed the standard branch."""
+    files = edited(DF_AMD, lambda t: t.replace("FROM base AS rl\n", "FROM base AS rl\nENV INSTALL_MEGATRON=0\n"))
+    markers = _megatron(files)
+    log = _own_lines(markers, lambda s: s.replace("megatron=1", "megatron=0").replace(
+        MEG, "megatron backend not installed (INSTALL_MEGATRON=0)")) + PUSH
+    check = check_log(markers, log)
+    assert FINAL1 in check.missing and MEG in check.missing
+    text = "\n".join(check.contradicted)
+    assert "`megatron backend not installed (INSTALL_MEGATRON=0)` is the branch the plan excludes: the plan " \
+           f"expects `{MEG}`" in text, text
+    assert re.search(r"log line \d+: `uv sync FINAL .* done \(megatron=0\)` shows it with another value: the plan "
+                     r"expects `uv sync FINAL .* done \(megatron=1\)` \(docker/Dockerfile.gpu-rl:\d+, planned "
+                     r"INSTALL_MEGATRON=1\)", text), text
+    j = judge(markers, check, LogIntegrity(lines=len(log.splitlines())), _ours(["RUN whatever"]))
+    assert j.verdict == "contradicted" and j.contradicted == check.contradicted
+    c = classify(Evidence(job_state="succeeded", missing_markers=j.missing, contradicted=j.contradicted))
+    assert c.failure_class is FailureClass.ASSERTION_FAILURE and c.reasons == check.contradicted
+
+
+def _history_of(files) -> list[str]:
+    """What kaniko's config history records for the fixture Dockerfile: each RUN instruction as written."""
+    import dockerfile
+
+    return [c.original for c in dockerfile.parse_string(files[DF_AMD]) if c.cmd.upper() == "RUN"]
+
+
+def test_a_silent_or_lost_log_never_passes_on_history_text_or_a_value():
+    files = edited(DF_AMD, lambda t: t.replace("FROM base AS rl\n", "FROM base AS rl\nENV INSTALL_MEGATRON=0\n"))
+    markers = _megatron(files)
+    history = _history_of(files)  # holds every marker's template, `(megatron=${INSTALL_MEGATRON})` included
+    assert any(f'echo "{MEG}"' in h for h in history)
+    for what, log, lines in (("silent", "", 0), ("lost", "\n".join(map(str, range(10_000))) + "\n" + PUSH, 10_002)):
+        check = check_log(markers, log)
+        j = judge(markers, check, LogIntegrity(lines=lines), _ours(history))
+        assert j.verdict == "log_lost", (what, j.stood_in)
+        assert FINAL1 in j.missing and MEG in j.missing, what
+        assert "carries a value (INSTALL_MEGATRON=1)" in j.unproven[FINAL1]
+        assert "printed on a branch" in j.unproven[MEG]
+        assert MEG not in j.stood_in and FINAL1 not in j.stood_in
+
+
+def test_a_commented_out_echo_in_the_history_step_proves_nothing():
+    """The plan's step prints the marker; the image's step holds the echo only in a comment."""
+    markers = _megatron()
+    boto = next(m for m in markers if m.name.startswith("boto3 s3 client ctor OK"))
+    assert boto.must_run and not boto.carries_value and boto.step
+    history = [f"RUN true # {boto.template}", f"RUN true && \\\n  # {boto.template}\n  true"]
+    j = judge([boto], check_log([boto], ""), LogIntegrity(lines=0), _ours(history))
+    assert j.verdict == "log_lost" and j.missing == [boto.name], j
+    # the very step (kaniko records the instruction as written) proves the fixed, unguarded echo ran
+    j = judge([boto], check_log([boto], ""), LogIntegrity(lines=0), _ours(["COPY x /", boto.step]))
+    assert j.verdict == "image" and "is a step of the image" in j.stood_in[boto.name]
+
+
+def test_pushed_lines_are_kaniko_lines_and_still_prove_the_push():
+    m = [Marker(name=f"push {REPO}:{TAG}", text=f"Pushing image to {REPO}:{TAG}", source="kaniko", role="push"),
+         Marker(name=f"pushed {REPO}@sha256", pattern=re.escape(f"Pushed {REPO}@") + DIGEST_RE, source="kaniko",
+                role="pushed")]
+    check = check_log(m, PUSH)
+    assert check.final_push_seen and check.pushed_digest == "sha256:" + "ab" * 32
