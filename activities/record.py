@@ -128,6 +128,10 @@ class RecordActivities(ActivityGroup):
     def _commit_pins(self, inp: RecordInput, gh: GitHubSettings) -> tuple[str, str]:
         src = inp.source
         repo = self.repos.marinskyrl()
+        if src.digests_in == "pr_body":
+            # Decided at plan time: the repository has no pin table, so the PR is the build commit (re-pinned
+            # Dockerfiles, ops doc fixes) and the digests with their evidence go in its body and the issue.
+            return src.build_commit, repo.default_branch
         dest = self.paths.worktree(f"{inp.request_id}-record")
         try:
             wt = create_worktree(repo, src.build_commit, dest)
@@ -208,6 +212,19 @@ class RecordActivities(ActivityGroup):
                   f"- legacy image path, tracked for removal in {self.config.github.tracking_issue_url}"
                   if self.config.github else "", ""]
         lines += target_rows(inp.targets) + [""]
+        if src.digests_in == "pr_body":
+            lines += [f"Digests recorded here and in the issue, not in a pin table ({src.pin_target_reason}):"]
+            lines += [f"- `{t.key}`: `{t.image_ref.rsplit(':', 1)[0] if t.image_ref else ''}@{t.digest}` "
+                      f"(tag `{t.tag}`, source `{src.build_commit[:12]}`, Harbor `{src.harbor_commit[:12]}`)"
+                      for t in inp.targets] + [""]
+        elif src.digests_in == "pin_table":
+            lines += [f"Digests pinned in `{src.pin_table}` by this PR.", ""]
+        if src.ops_doc_corrected:
+            lines += [f"Stale ops documentation corrected in the build commit (file:line at base "
+                      f"`{src.base_commit[:12]}`; the script and the runbook win):"]
+            # Upstream prose: rendered inert (no HTML, mentions, closing keywords).
+            lines += [f"- {inert_markdown(c)}" for c in src.ops_corrections] or ["- (lines not recorded)"]
+            lines.append("")
         if drift:
             lines += drift_markdown(drift) + [""]
         for t in inp.targets:

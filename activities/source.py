@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from typing import Literal
 
 import git
 from temporalio import activity
@@ -33,6 +34,7 @@ from clients.git_source import (
     create_worktree,
     diff_names,
     push_branch,
+    read_blobs_at,
     read_files_at,
     repin_dockerfiles,
     resolve_ref,
@@ -45,9 +47,9 @@ from domain.contract import (
     OPS_PATH,
     BuildContract,
     ContractError,
-    corrected_ops_doc,
     describe_disagreement,
     load_contract,
+    ops_fix,
 )
 from domain.harbor_manifest import diff_manifests, extras_installed_by_dockerfile, parse_harbor_manifest
 from domain.models import (
@@ -139,13 +141,19 @@ class SourceActivities(ActivityGroup):
             repin_dockerfiles(wt, dockerfiles, {HARBOR_PIN: inp.harbor_commit})
         except GitSourceError as e:
             raise input_error(str(e)) from None
-        corrected = False
-        fixed = corrected_ops_doc(contract)
-        if fixed is not None:
+        digests_in, pin_table, pin_reason = self._pin_target(repo, inp.base_commit, contract)
+        # Corrections are computed from the base commit, never from the worktree: a worktree (or a pushed
+        # branch) that already holds the corrected doc gives the same answer, on any worker.
+        try:
+            fix = ops_fix(contract, pin_table=pin_table,
+                          protected=self.config.github.do_not_touch if self.config.github else ())
+        except ContractError as e:
+            raise input_error(f"{e} (stale ops doc at {inp.base_commit[:12]}; nothing was built)") from None
+        corrected = fix.text is not None
+        if fix.text is not None:
             ops_path = wt / contract.ops.path
-            if ops_path.read_text() != fixed:
-                ops_path.write_text(fixed)
-                corrected = True
+            if ops_path.read_text() != fix.text:
+                ops_path.write_text(fix.text)
         message = (f"Bake Harbor {inp.harbor_commit[:12]} into the GPU-RL Dockerfiles\n\n"
                    f"Every architecture's Dockerfile pins HARBOR_COMMIT={inp.harbor_commit}.")
         if corrected:
@@ -177,10 +185,33 @@ class SourceActivities(ActivityGroup):
             created_commit=result.sha != inp.base_commit, harbor_commit=inp.harbor_commit, harbor_diff=diff,
             changed_files=changed_paths(repo, inp.base_commit, result.sha) if result.sha != inp.base_commit
             and self._in_mirror(repo, result.sha) else diff_names(wt, inp.base_commit, result.sha),
-            ops_doc_corrected=corrected,
+            ops_doc_corrected=corrected, ops_corrections=[c.describe(contract.ops.path) for c in fix.corrections],
+            digests_in=digests_in, pin_table=pin_table, pin_target_reason=pin_reason,
             bundle=BundleSummary(sha256=bundle.sha256, size_bytes=bundle.size_bytes, file_count=bundle.file_count,
                                  largest=[(p, s) for p, s in bundle.largest][:5],
                                  suspicious=[(p, r) for p, r in bundle.suspicious]))
+
+    def _pin_target(self, repo: FetchedRepo, base: str, contract: BuildContract
+                    ) -> tuple[Literal["pin_table", "pr_body"], str | None, str]:
+        """Where the validated digests go, known before anything is built: the configured pin table when the
+        repository has it, else the PR body and the issue (runbook). A pin table that is a protected file (the
+        Iris training launcher) refuses the request now, naming the file."""
+        gh = self.config.github
+        path = gh.pin_table_path if gh else None
+        if not path:
+            return "pr_body", None, "no github.pin_table_path configured: digests go in the PR body and the issue"
+        configured = set(gh.do_not_touch) if gh else set()
+        if path in configured or path in contract.agents.do_not_touch:
+            by = "github.do_not_touch" if path in configured else f"{contract.agents.path} policy"
+            raise input_error(f"github.pin_table_path {path} is protected ({by}: the Iris training launcher "
+                              "never receives digests, runbook); nothing was built. Point github.pin_table_path "
+                              "at the repository's pin table, or at a path the repository lacks to record the "
+                              "digests in the PR body and the issue")
+        if path not in read_blobs_at(repo, base, [path], missing_ok=True):
+            return "pr_body", None, (f"no pin table at {base[:12]} ({path}, config:github.pin_table_path): the PR "
+                                     "carries the re-pinned Dockerfiles and ops doc fixes; the digests and their "
+                                     "evidence go in the PR body and the issue (runbook)")
+        return "pin_table", path, f"{path} at {base[:12]} (config:github.pin_table_path): the PR updates it"
 
     @staticmethod
     def _in_mirror(repo: FetchedRepo, sha: str) -> bool:

@@ -173,6 +173,15 @@ class SourceSnapshot(BaseModel):
     changed_files: list[str]
     ops_doc_corrected: bool
     bundle: BundleSummary
+    # What the build commit corrected in the ops doc, one "file:line: before → after (why)" per line,
+    # computed from the base commit (the same answer on any worker, also once the branch exists).
+    ops_corrections: list[str] = Field(default_factory=list)
+    # Where the validated digests go, decided at plan time: "pin_table" (the PR updates ``pin_table``) or
+    # "pr_body" (no pin table in the repository: the PR body and the issue carry them, as the runbook
+    # says). None: a snapshot from before this was decided (the record step looks for the table then).
+    digests_in: Literal["pin_table", "pr_body"] | None = None
+    pin_table: str | None = None
+    pin_target_reason: str = ""
 
 
 class PlanTargetsInput(BaseModel):

@@ -128,7 +128,12 @@ def report_markdown(rep: PipelineReport) -> str:
                        f" ({'affects the image' if s.harbor_diff.affects_image else 'no image-relevant change'}):")
             out += [f"  - {inert_markdown(line)}" for line in s.harbor_diff.lines] or ["  - no dependency change"]
         if s.ops_doc_corrected:
-            out.append("- stale ops documentation corrected in the same commit")
+            out.append("- stale ops documentation corrected in the same commit"
+                       + (f" (file:line at base `{s.base_commit[:12]}`):" if s.ops_corrections else ""))
+            out += [f"  - {inert_markdown(c)}" for c in s.ops_corrections]
+        if s.digests_in:
+            out.append(f"- digests go in: {'the pin table `' + (s.pin_table or '') + '`' if s.digests_in == 'pin_table' else 'the PR body and the issue (no pin table)'}"
+                       + (f" — {s.pin_target_reason}" if s.pin_target_reason else ""))
         out.append("")
     if rep.state and rep.state.disagreements:
         at = f", file:line at `{rep.state.base_commit[:12]}`" if rep.state.base_commit else ""

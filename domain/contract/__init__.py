@@ -39,7 +39,15 @@ from domain.contract.models import (
     WheelArtifact,
 )
 from domain.contract.ops import OPS_PATH, parse_bytes, parse_ops
-from domain.contract.reconcile import corrected_ops_text, find_disagreements, tag_form_disagreements
+from domain.contract.reconcile import (
+    OpsCorrection,
+    OpsFix,
+    UncorrectableProse,
+    correct_ops,
+    corrected_ops_text,
+    find_disagreements,
+    tag_form_disagreements,
+)
 from domain.contract.resolve import resolve_launch
 from domain.contract.script import SCRIPT_PATH, parse_script, render
 
@@ -49,8 +57,11 @@ __all__ = [
     "AGENTS_PATH", "CORE_PATHS", "OPS_PATH", "SCRIPT_PATH", "AgentsPolicy", "ArchSpec", "BuildContract",
     "Condition", "ConditionalPin", "ContractError", "ContractRow", "DeployRule", "Disagreement",
     "DockerfileContract", "EchoLine", "EnvPair", "Fallback", "Guard", "Knob", "LaunchTemplate", "LayerCeiling",
-    "OpsContract", "Placement", "PolicyLine", "RequiredVar", "ScriptContract", "Stage", "WheelArtifact",
-    "corrected_ops_doc", "describe_disagreement", "dockerfile_paths", "load_contract", "parse_agents", "parse_bytes",
+    "OpsContract", "OpsCorrection", "OpsFix", "Placement", "PolicyLine", "RequiredVar", "ScriptContract", "Stage",
+    "UncorrectableProse", "WheelArtifact",
+    "correct_ops", "corrected_ops_doc", "describe_disagreement", "dockerfile_paths", "load_contract", "ops_fix",
+    "parse_agents",
+    "parse_bytes",
     "parse_dockerfile", "parse_ops", "parse_script", "render",
 ]
 
@@ -155,3 +166,10 @@ def describe_disagreement(d: Disagreement) -> str:
 def corrected_ops_doc(contract: BuildContract) -> str | None:
     """The ops doc corrected to match the script (build-contract table), or None when it already does."""
     return corrected_ops_text(contract.script, contract.ops, contract.ops_text)
+
+
+def ops_fix(contract: BuildContract, *, pin_table: str | None = None, protected: list[str] | set[str] = ()) -> OpsFix:
+    """The ops doc corrected (script and runbook rules), each corrected line with why; raises
+    ``UncorrectableProse`` naming the line when a stale fact cannot be rewritten safely."""
+    return correct_ops(contract.script, contract.ops, contract.ops_text, pin_table=pin_table,
+                       protected=set(protected) | set(contract.agents.do_not_touch))

@@ -69,6 +69,7 @@ class _Block:
     header: list[str] = field(default_factory=list)  # table
     rows: list[tuple[int, list[str]]] = field(default_factory=list)  # table: (line, raw cells)
     before: str = ""  # the paragraph just before (a fence's lead-in)
+    end: int = 0  # para: 1-based last line
 
 
 def _plain(cell: str) -> str:
@@ -93,7 +94,7 @@ def _blocks(text: str) -> list[_Block]:
         titles = [h[1] for h in heads]
         if t.type == "paragraph_open":
             content = tokens[i + 1].content
-            out.append(_Block("para", line, titles, text=content))
+            out.append(_Block("para", line, titles, text=content, end=t.map[1] if t.map else line))
             last_para = content
             i += 3
             continue
