@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import shutil
+import tomllib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 
 from domain.config import load_config
 from sandbox.git_remotes import seed_tree_remote
+from sandbox.stack import to_toml
 from tests.contract.real import add_upstream_rest
 from worker import build_worker
 
@@ -37,8 +39,10 @@ def real_tree(era: str) -> Path:
 
 @contextlib.asynccontextmanager
 async def real_tree_service(stack, era: str, tag: str, *,
-                            edits: dict[str, Callable[[str], str] | None] | None = None) -> AsyncIterator:
-    """``stack`` (a ServiceStack from ``service_config``) re-pointed at a remote seeded from ``era``."""
+                            edits: dict[str, Callable[[str], str] | None] | None = None,
+                            config_update: dict[str, dict] | None = None) -> AsyncIterator:
+    """``stack`` (a ServiceStack from ``service_config``) re-pointed at a remote seeded from ``era``
+    (``config_update``: sections of the configuration copy to update, e.g. ``{"github": {...}}``)."""
     tree = stack.state_dir / f"tree-{era}"
     shutil.copytree(real_tree(era), tree)
     add_upstream_rest(tree)  # what the real Dockerfiles COPY from a full checkout
@@ -54,7 +58,13 @@ async def real_tree_service(stack, era: str, tag: str, *,
     path = stack.state_dir / f"config-{era}.toml"
     text = stack.config_path.read_text()
     assert stack.remotes.marinskyrl_url in text
-    path.write_text(text.replace(stack.remotes.marinskyrl_url, url))
+    text = text.replace(stack.remotes.marinskyrl_url, url)
+    if config_update:
+        data = tomllib.loads(text)
+        for section, values in config_update.items():
+            data.setdefault(section, {}).update(values)
+        text = to_toml(data)
+    path.write_text(text)
     config = load_config(path)
     remotes = stack.remotes.model_copy(update={"marinskyrl_url": url, "marinskyrl_head": head})
     real = dataclasses.replace(stack, config=config, config_path=path, remotes=remotes)

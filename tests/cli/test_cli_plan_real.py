@@ -97,10 +97,33 @@ async def test_plan_era_c_four_targets_with_provenance_and_corrected_credentials
     assert any("DOCKER_USER_ID" in d and f"{OPS}:49" in d and "REGISTRY_USER" in d for d in rep.state.disagreements)
     assert any("min_layers" in f and "config:build.min_layers" in f for f in rep.state.fallbacks)
     assert rep.source.ops_doc_corrected and OPS in rep.source.changed_files
+    # What the build commit corrects, line by line (issue 39): the unread BUILD_B64 and the launcher sentence.
+    fixed = "\n".join(rep.source.ops_corrections)
+    assert f"{OPS}:{at('BUILD_B64=$(base64').rsplit(':', 1)[1]}: removed" in fixed
+    assert f"{at('digests are pinned in')}: " in fixed and "training launcher" in fixed
+    # No cloud/iris/gpu_rl_images.py in era C: the plan says the digests go in the PR body and the issue.
+    assert (rep.source.digests_in, rep.source.pin_table) == ("pr_body", None)
     # The plan text shows where each value comes from.
     assert shown.code == 0, shown.text
     assert "where each value comes from" in shown.out and f"| resources.cpu | `48` | {OPS}:25 |" in shown.out
     assert f"file:line at `{rep.source.base_commit[:12]}`" in shown.out and "rehearsal passed in" in shown.out
+    assert "digests go in: the PR body and the issue (no pin table)" in shown.out
+    assert "nothing reads BUILD\\_B64" in shown.out or "nothing reads BUILD_B64" in shown.out
+
+
+async def test_pin_table_that_is_the_training_launcher_refuses_before_anything_is_built(service_config, request):
+    launcher = "cloud/iris/launch_rl_iris.py"
+    async with real_tree_service(service_config, "era-c", request.node.nodeid,
+                                 config_update={"github": {"pin_table_path": launcher}}) as s:
+        refs = _refs(s.remotes.marinskyrl_url)
+        try:
+            ran = await starter(s.config_path, "build", "--arch", "amd64", "--variant", "standard",
+                                "--cluster", "amd64=sandbox-amd64", *ASK, timeout=180)
+        finally:
+            await _terminate_running(s.client, s.task_queue)
+        assert _refs(s.remotes.marinskyrl_url) == refs, "nothing pushed"
+    assert ran.code == 2, ran.text
+    assert f"github.pin_table_path {launcher} is protected" in ran.text and "nothing was built" in ran.text
 
 
 async def test_plan_era_b_amd64_falls_back_to_configuration_and_says_so(service_config, request):
