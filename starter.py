@@ -962,7 +962,7 @@ def _schedule_cmd(name: str, doc: str):
     @schedule.command(name, help=doc)
     @click.argument("schedule_id")
     @click.pass_context
-    def _cmd(ctx, schedule_id, as_json=False):
+    def _cmd(ctx, schedule_id, as_json=False, force=False):
         from temporalio.client import ScheduleOverlapPolicy
         from temporalio.service import RPCError, RPCStatusCode
 
@@ -986,6 +986,11 @@ def _schedule_cmd(name: str, doc: str):
                     await h.unpause(note="unpaused from starter.py")
                 elif name == "delete":
                     await h.delete()
+                elif name == "trigger" and force:
+                    wid = await _forced_check(client, config, h)
+                    click.echo(f"schedule {schedule_id}: forced rebuild check {wid} started (a rebuild an operator "
+                               f"cancelled for these commits starts again); `python starter.py report {wid}`")
+                    return
                 elif name == "trigger":
                     await h.trigger(overlap=ScheduleOverlapPolicy.SKIP)
             except RPCError as e:
@@ -1005,6 +1010,26 @@ for _name, _doc in (("describe", "Show a schedule: when it runs, what it checks,
     _cmd = _schedule_cmd(_name, _doc)
     if _name == "describe":
         click.option("--json", "as_json", is_flag=True, help="Print it as JSON.")(_cmd)
+    if _name == "trigger":
+        click.option("--force", is_flag=True, help="Start the rebuild even if an operator cancelled it for the "
+                     "same source and Harbor commits (a cancel is otherwise remembered until they change).")(_cmd)
+
+
+async def _forced_check(client, config: ServiceConfig, handle) -> str:
+    """One rebuild check with the schedule's own request and ``force``: outside the schedule, so the
+    schedule's next runs still respect the cancel; named after the schedule's workflow id."""
+    from datetime import UTC, datetime
+
+    from domain.models import RebuildCheckInput
+    from runtime import search_attributes as sa
+    from workflows.rebuild import RebuildCheckWorkflow
+
+    action = (await handle.describe()).schedule.action
+    inp = (await client.data_converter.decode(list(action.args), [RebuildCheckInput]))[0]
+    wid = f"{action.id}-forced-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+    await client.start_workflow(RebuildCheckWorkflow.run, inp.model_copy(update={"force": True}), id=wid,
+                                task_queue=action.task_queue, typed_search_attributes=_kind(sa.BuildKind.REBUILD_CHECK))
+    return wid
 
 # --------------------------------------------------------------------------------------- evidence
 async def _evidence_items(config: ServiceConfig, wid: str):

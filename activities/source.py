@@ -72,7 +72,7 @@ HARBOR_PIN = "HARBOR_COMMIT"
 class SourceActivities(ActivityGroup):
     def all(self) -> list:
         return [self.load_build_state, self.prepare_source, self.plan_targets, self.publish_source,
-                self.rebuild_decision]
+                self.rebuild_decision, self.earlier_rebuild]
 
     def _contract(self, repo: FetchedRepo, sha: str) -> BuildContract:
         try:
@@ -370,7 +370,28 @@ class SourceActivities(ActivityGroup):
     async def rebuild_decision(self, inp: RebuildCheckInput) -> RebuildDecision:
         return await asyncio.to_thread(self._rebuild_decision, inp)
 
+    @activity.defn
+    async def earlier_rebuild(self, workflow_id: str) -> str:
+        """Empty unless the pipeline of these very commits was cancelled by an operator (its run ended
+        CANCELED: `starter.py cancel` or the UI); then when, for the rebuild check to hold it."""
+        from temporalio.client import WorkflowExecutionStatus
+        from temporalio.service import RPCError, RPCStatusCode
+
+        try:
+            desc = await activity.client().get_workflow_handle(workflow_id).describe()
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                return ""
+            raise
+        if desc.status != WorkflowExecutionStatus.CANCELED:
+            return ""
+        at = desc.close_time.strftime("%Y-%m-%d %H:%M UTC") if desc.close_time else "earlier"
+        return f"an operator cancelled {workflow_id} ({at})"
+
     def _rebuild_decision(self, inp: RebuildCheckInput) -> RebuildDecision:
+        """Per variant: each pinned image is compared with the head from its own pinned source and Harbor
+        commits, so variants pinned at different commits (an operator's standard-only build) are judged one by
+        one; a variant rebuilds only when a change that crosses the boundary reached it since its own pin."""
         repo, harbor = self.repos.marinskyrl(), self.repos.harbor()
         src = repo.head_sha
         try:
@@ -380,32 +401,55 @@ class SourceActivities(ActivityGroup):
         contract = self._contract(repo, src)
         gh = self.config.github
         pin_path = gh.pin_table_path if gh else "cloud/iris/gpu_rl_images.py"
-        pins = read_pins(read_files_at(repo, src, [pin_path])[pin_path])
-        wanted = [(a.upper(), v.upper()) for a in inp.request.architectures for v in inp.request.variants]
-        lasts = {(pins.get(k) or {}).get("source_commit") for k in wanted}
-        last_harbors = {(pins.get(k) or {}).get("harbor_commit") for k in wanted}
-        last_src = lasts.pop() if len(lasts) == 1 else None
-        last_harbor = last_harbors.pop() if len(last_harbors) == 1 else None
-        reasons: list[str] = []
-        if last_harbor is None:
-            return RebuildDecision(needed=True, source_commit=src, harbor_commit=harbor_head,
-                                   last_source_commit=last_src, last_harbor_commit=None,
-                                   reasons=[f"the pinned images do not share one Harbor commit ({pin_path}); "
-                                            "rebuild so every variant bakes the same Harbor"])
-        if last_src is None or not self._in_mirror(repo, last_src):
-            return RebuildDecision(needed=True, source_commit=src, harbor_commit=harbor_head,
-                                   last_source_commit=last_src, last_harbor_commit=last_harbor,
-                                   reasons=[f"the pinned images do not share one source commit known to the "
-                                            f"repository ({pin_path}); rebuild to re-establish provenance"])
-        changed = changed_paths(repo, last_src, src)
-        dockerfile_texts = read_files_at(repo, src, sorted({a.dockerfile for a in contract.script.arches.values()}))
-        verdict = decide([BoundaryRule(glob=r.glob, rebuild=r.rebuild, reaches=r.reaches, source=r.source)
-                          for r in contract.deploy_boundary],
-                         dockerfile_texts, changed, harbor_moved=bool(last_harbor) and last_harbor != harbor_head,
-                         old_harbor=last_harbor, new_harbor=harbor_head)
-        reasons.extend(verdict.reasons)
-        return RebuildDecision(needed=verdict.needed, reasons=reasons, source_commit=src, harbor_commit=harbor_head,
-                               last_source_commit=last_src, last_harbor_commit=last_harbor, changed_paths=changed)
+        table = read_files_at(repo, src, [pin_path], missing_ok=True).get(pin_path)
+        pins = read_pins(table) if table is not None else {}
+        rules = [BoundaryRule(glob=r.glob, rebuild=r.rebuild, reaches=r.reaches, source=r.source)
+                 for r in contract.deploy_boundary]
+        changed_since: dict[str, list[str]] = {}
+        deciding: list[str] = []
+        others: list[str] = []
+        rebuild: list[str] = []
+        quiet: list[str] = []
+        for arch in inp.request.architectures:
+            dockerfile = contract.script.arches[arch].dockerfile if arch in contract.script.arches else None
+            texts = read_files_at(repo, src, [dockerfile]) if dockerfile else {}
+            for variant in inp.request.variants:
+                key = f"{arch}-{variant}"
+                pin = pins.get((arch.upper(), variant.upper())) or {}
+                last, last_harbor = pin.get("source_commit"), pin.get("harbor_commit")
+                if not last or not self._in_mirror(repo, last):
+                    rebuild.append(key)
+                    deciding.append((f"no pinned image in {pin_path}" if table is not None and not pin
+                                     else f"no pin table at {pin_path}" if table is None
+                                     else f"the pinned source {last or '-'} is not a commit known to the "
+                                          f"repository ({pin_path})") + f"; rebuild to re-establish provenance ({key})")
+                    continue
+                if last not in changed_since:
+                    changed_since[last] = changed_paths(repo, last, src)
+                verdict = decide(rules, texts, changed_since[last], harbor_moved=bool(last_harbor) and
+                                 last_harbor != harbor_head, old_harbor=last_harbor, new_harbor=harbor_head)
+                at = f" ({key}, since its pin at {last[:12]})"
+                if verdict.needed:
+                    rebuild.append(key)
+                    deciding += [r + at for r in verdict.deciding]
+                    others += [r + at for r in verdict.reasons if r not in verdict.deciding]
+                else:
+                    quiet.append(f"{key} ({last[:12]})")
+                    others += [r + at for r in verdict.reasons]
+        if rebuild:
+            reasons = deciding + others
+        else:
+            reasons = [f"no rebuild needed: no change crossed the rebuild boundary for any variant since its own "
+                       f"pin: {', '.join(quiet)}"] + others
+        lasts = {(pins.get((a.upper(), v.upper())) or {}).get("source_commit") for a in inp.request.architectures
+                 for v in inp.request.variants}
+        last_harbors = {(pins.get((a.upper(), v.upper())) or {}).get("harbor_commit")
+                        for a in inp.request.architectures for v in inp.request.variants}
+        return RebuildDecision(
+            needed=bool(rebuild), reasons=reasons, source_commit=src, harbor_commit=harbor_head,
+            last_source_commit=lasts.pop() if len(lasts) == 1 else None,
+            last_harbor_commit=last_harbors.pop() if len(last_harbors) == 1 else None,
+            changed_paths=sorted({p for paths in changed_since.values() for p in paths}), rebuild_targets=rebuild)
 
 
 async def _live_architectures(config, clusters: list[str], deadline_s: float) -> dict[str, str]:

@@ -24,6 +24,7 @@ class BoundaryRule(BaseModel):
 class BoundaryVerdict(BaseModel):
     needed: bool
     reasons: list[str]
+    deciding: list[str] = []  # the reasons that crossed the boundary (a subset of ``reasons``, same order)
 
 
 def copy_sources(dockerfile_text: str) -> list[str]:
@@ -58,31 +59,32 @@ def _copied(path: str, sources: list[str]) -> str | None:
 def decide(rules: list[BoundaryRule], dockerfile_texts: dict[str, str], changed_paths: list[str], *,
            harbor_moved: bool, old_harbor: str | None = None, new_harbor: str | None = None) -> BoundaryVerdict:
     reasons: list[str] = []
-    needed = False
+    deciding: list[str] = []
+
+    def crosses(reason: str) -> None:
+        reasons.append(reason)
+        deciding.append(reason)
+
     if harbor_moved:
-        needed = True
-        reasons.append(f"Harbor moved {(old_harbor or '?')[:12]} → {(new_harbor or '?')[:12]} (HARBOR_COMMIT is baked)")
+        crosses(f"Harbor moved {(old_harbor or '?')[:12]} → {(new_harbor or '?')[:12]} (HARBOR_COMMIT is baked)")
     sources = sorted({s for text in dockerfile_texts.values() for s in copy_sources(text)})
     for path in changed_paths:
         if path in dockerfile_texts:
-            needed = True
-            reasons.append(f"{path}: a Dockerfile changed (pins, base or installs)")
+            crosses(f"{path}: a Dockerfile changed (pins, base or installs)")
             continue
         rule = next((r for r in rules if _glob_match(r.glob, path)), None)
         if rule is not None:
             at = f" ({rule.source})" if rule.source else ""
             if rule.rebuild:
-                needed = True
-                reasons.append(f"{path}: matches `{rule.glob}`{at} → image rebuild required")
+                crosses(f"{path}: matches `{rule.glob}`{at} → image rebuild required")
             else:
                 reasons.append(f"{path}: matches `{rule.glob}`{at} → {rule.reaches or 'no rebuild'}")
             continue
         src = _copied(path, sources)
         if src is not None:
-            needed = True
-            reasons.append(f"{path}: no deploy-boundary row, but the Dockerfile COPYs `{src}` → rebuild")
+            crosses(f"{path}: no deploy-boundary row, but the Dockerfile COPYs `{src}` → rebuild")
         else:
             reasons.append(f"{path}: outside the image (no row, not copied)")
     if not changed_paths and not harbor_moved:
         reasons.append("no change since the last validated image")
-    return BoundaryVerdict(needed=needed, reasons=reasons)
+    return BoundaryVerdict(needed=bool(deciding), reasons=reasons, deciding=deciding)

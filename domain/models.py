@@ -611,6 +611,8 @@ class PipelineReport(BaseModel):
 class RebuildCheckInput(BaseModel):
     request: BuildRequest
     start_pipeline: bool = True
+    # `schedule trigger --force`: start the rebuild even though an operator cancelled it for these inputs.
+    force: bool = False
 
 
 class RebuildDecision(BaseModel):
@@ -621,6 +623,9 @@ class RebuildDecision(BaseModel):
     last_source_commit: str | None
     last_harbor_commit: str | None
     changed_paths: list[str] = Field(default_factory=list)
+    # The (arch-variant) keys a change crossing the boundary reached since their own pins; the started
+    # pipeline builds these (the smallest architecture × variant request covering them).
+    rebuild_targets: list[str] = Field(default_factory=list)
 
 
 class RebuildCheckResult(BaseModel):
@@ -628,6 +633,9 @@ class RebuildCheckResult(BaseModel):
     pipeline_workflow_id: str | None = None
     started: bool = False
     note: str = ""
+    # An operator's `cancel` of the rebuild for these very inputs: remembered (not restarted) until the
+    # source or Harbor commit changes, or `schedule trigger --force`.
+    held_by_cancel: str = ""
 
 
 class MergeWaitState(BaseModel):

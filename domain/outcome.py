@@ -403,8 +403,11 @@ def rebuild_decision(result: RebuildCheckResult) -> str:
     head = "rebuild" if d.needed else "no rebuild"
     did = result.note or ("started " + result.pipeline_workflow_id if result.started and result.pipeline_workflow_id
                           else "")
-    why = "; ".join(d.reasons)
-    return f"{head} — {did}" + (f" — {why}" if why else "")
+    # The deciding reason first (the check orders them so), then what it did, then the rest: a listing that
+    # wraps or cuts the line still shows why.
+    first, rest = (d.reasons[0], "; ".join(d.reasons[1:4]) + (f" (and {len(d.reasons) - 4} more)"
+                                                               if len(d.reasons) > 4 else "")) if d.reasons else ("", "")
+    return " — ".join(x for x in (head, first, did, rest) if x)
 
 
 def rebuild_details_markdown(result: RebuildCheckResult | None = None, *, error: str = "") -> str:

@@ -13,7 +13,6 @@ from typing import Any
 
 from temporalio.client import Client, ScheduleActionExecutionStartWorkflow, ScheduleSpec
 
-from domain.terminal_text import shorten
 from runtime import operator_client as oc
 from runtime import search_attributes as sa
 from runtime.tables import duration, when
@@ -120,7 +119,7 @@ def schedule_table(rows: list[dict[str, Any]]) -> list[list[str]]:
     def t(iso: str | None) -> str:
         return when(datetime.fromisoformat(iso)) if iso else "-"
     return [[r["id"], "paused" if r["paused"] else "active" if r["paused"] is not None else "?", r["spec"],
-             t(r["next_run"]), t(r["last_run"]), shorten(r["last_check"]["decision"], 100) if r["last_check"] else "-",
+             t(r["next_run"]), t(r["last_run"]), r["last_check"]["decision"] if r["last_check"] else "-",  # whole: the table wraps it
              r["note"] or ""] for r in rows]
 
 

@@ -54,3 +54,8 @@ BOUNDED_WAITS = "bounded-target-waits"
 # BuildPipelineWorkflow's merge wait ends when someone else ends what it waits for on GitHub: the PR closed
 # unmerged, or its build branch deleted (runs started before kept waiting on a closed PR).
 CLOSED_OUTSIDE = "merge-wait-closed-outside"
+
+# RebuildCheckWorkflow asks whether an operator cancelled the rebuild of these very commits (earlier_rebuild)
+# and starts it again only with --force; it starts the variants the decision names (runs started before
+# started the whole request, and restarted a cancelled one).
+REBUILD_CANCEL_MEMORY = "rebuild-cancel-memory"

@@ -28,6 +28,17 @@ with workflow.unsafe.imports_passed_through():
     from workflows.pipeline import BuildPipelineWorkflow, _error_of
 
 
+def narrowed_request(request, keys: list[str]):
+    """The smallest architecture × variant request covering the variants a crossing change reached."""
+    if not keys:
+        return request
+    archs = [a for a in request.architectures if any(k.startswith(f"{a}-") for k in keys)]
+    variants = [v for v in request.variants if any(k.endswith(f"-{v}") for k in keys)]
+    if (archs, variants) == (list(request.architectures), list(request.variants)) or not archs or not variants:
+        return request
+    return request.model_copy(update={"architectures": archs, "variants": variants})
+
+
 @workflow.defn
 class RebuildCheckWorkflow:
     @workflow.run
@@ -58,17 +69,32 @@ class RebuildCheckWorkflow:
         if not inp.start_pipeline:
             result.note = "rebuild needed; not started (start_pipeline=false)"
             return result
+        request = inp.request
+        if workflow.patched(patches.REBUILD_CANCEL_MEMORY):
+            # The same inputs give the same pipeline id: an operator's cancel of it holds until they change.
+            cancelled = await workflow.execute_activity_method(
+                SourceActivities.earlier_rebuild, wid, **options.REBUILD_DECISION,
+                summary=f"was {wid} cancelled by an operator?")
+            if cancelled and not inp.force:
+                result.held_by_cancel = cancelled
+                result.note = (f"rebuild needed, not started: {cancelled}; held until the source or Harbor "
+                               "commit changes (or `python starter.py schedule trigger <schedule-id> --force`)")
+                return result
+            request = narrowed_request(inp.request, decision.rebuild_targets)
         try:
             await workflow.start_child_workflow(
                 BuildPipelineWorkflow.run,
-                PipelineInput(request=inp.request, request_id=wid, source_commit=decision.source_commit,
+                PipelineInput(request=request, request_id=wid, source_commit=decision.source_commit,
                               harbor_commit=decision.harbor_commit),
                 id=wid, parent_close_policy=ParentClosePolicy.ABANDON,
                 # Built and merged (completed) is never built again; attempted and failed (failed,
                 # cancelled, terminated, timed out) is built again as a new run with fresh job names.
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY)
             result.started = True
-            result.note = f"started {wid}"
+            result.note = f"started {wid}" + (
+                f" for {', '.join(request.architectures)} × {', '.join(request.variants)}"
+                if request is not inp.request else "") + (" (--force: an operator's cancel overridden)"
+                                                          if inp.force else "")
         except WorkflowAlreadyStartedError:
             result.note = (f"{wid} already exists for these commits (running, or built and merged); "
                            "nothing started")

@@ -31,12 +31,14 @@ def _tag(arch: str, variant: str, sha: str) -> str:
     return f"{prefix}-{sha}" + ("-arm64" if arch == "arm64" else "")
 
 
-def pin_current_head(stack, *, harbor_commit: str, harbor_by_variant: dict[str, str] | None = None) -> str:
+def pin_current_head(stack, *, harbor_commit: str, harbor_by_variant: dict[str, str] | None = None,
+                     variants: tuple[str, ...] = ("standard", "megatron")) -> str:
     """Commit a pin table whose every entry names the current head and ``harbor_commit``; return that head.
 
     This is what a merged record PR leaves behind: the pinned images were built from ``head``, and the
     commit after it changes only the pin table (under ``cloud/iris/``). ``harbor_by_variant`` overrides
-    the Harbor commit per variant (a table whose entries disagree).
+    the Harbor commit per variant (a table whose entries disagree); ``variants``: pin only these (an
+    operator's standard-only build leaves the others at their earlier pins).
     """
     harbor_by_variant = harbor_by_variant or {}
     url, path = stack.config.repos.marinskyrl_url, stack.config.github.pin_table_path
@@ -44,14 +46,15 @@ def pin_current_head(stack, *, harbor_commit: str, harbor_by_variant: dict[str, 
     entries = [PinEntry(architecture=a, variant=v, tag=_tag(a, v, head), source_commit=head,
                         harbor_commit=harbor_by_variant.get(v, harbor_commit),
                         digest="sha256:" + hashlib.sha256(f"{a}/{v}/{head}".encode()).hexdigest())
-               for a in ("amd64", "arm64") for v in ("standard", "megatron")]
+               for a in ("amd64", "arm64") for v in variants]
     text = update_pin_table(git_show(url, "main", path), entries, path=path)
     commit_to_remote(url, {path: text}, f"Pin GPU-RL images built from {head[:12]}")
     return head
 
 
-def check_input(*, start_pipeline: bool, variants=VARIANTS, **request_kw) -> RebuildCheckInput:
-    return RebuildCheckInput(request=request(ARCHS, variants, **request_kw), start_pipeline=start_pipeline)
+def check_input(*, start_pipeline: bool, variants=VARIANTS, force: bool = False, **request_kw) -> RebuildCheckInput:
+    return RebuildCheckInput(request=request(ARCHS, variants, **request_kw), start_pipeline=start_pipeline,
+                             force=force)
 
 
 async def run_check(stack, *, start_pipeline: bool, **input_kw) -> RebuildCheckResult:

@@ -71,4 +71,23 @@ def test_decision_line_names_what_it_did_and_why():
                                                       harbor_commit=HARBOR, last_source_commit=SRC,
                                                       last_harbor_commit=LAST),
                              pipeline_workflow_id="gpu-rl-build-x", started=True, note="started gpu-rl-build-x")
-    assert outcome.rebuild_decision(res) == "rebuild — started gpu-rl-build-x — harbor moved"
+    assert outcome.rebuild_decision(res) == "rebuild — harbor moved — started gpu-rl-build-x"
+
+
+def test_schedule_list_shows_the_deciding_reason_first_and_whole():
+    from domain import outcome
+    from runtime import listing
+
+    deciding = ("skyrl-train/skyrl_train/config/ppo_base_config.yaml: matches `skyrl-train/**` "
+                "(.agents/ops/gpu-rl-image-build.md:16) → image rebuild required (amd64-megatron, since its pin at "
+                "0123456789ab)")
+    res = RebuildCheckResult(decision=RebuildDecision(
+        needed=True, reasons=[deciding, "cloud/iris/x.yaml: matches `cloud/iris/**` → no rebuild"],
+        source_commit=SRC, harbor_commit=HARBOR, last_source_commit=None, last_harbor_commit=LAST,
+        rebuild_targets=["amd64-megatron"]), pipeline_workflow_id="gpu-rl-build-x", started=True,
+        note="started gpu-rl-build-x")
+    line = outcome.rebuild_decision(res)
+    assert line.startswith(f"rebuild — {deciding} — started gpu-rl-build-x")
+    row = {"id": "nightly", "paused": False, "note": "", "spec": "every 24h", "next_run": None, "last_run": None,
+           "last_check": {"decision": line}}
+    assert listing.schedule_table([row])[0][5] == line  # whole: the table wraps it, never cuts it
