@@ -172,4 +172,4 @@ def ops_fix(contract: BuildContract, *, pin_table: str | None = None, protected:
     """The ops doc corrected (script and runbook rules), each corrected line with why; raises
     ``UncorrectableProse`` naming the line when a stale fact cannot be rewritten safely."""
     return correct_ops(contract.script, contract.ops, contract.ops_text, pin_table=pin_table,
-                       protected=set(protected) | set(contract.agents.do_not_touch))
+                       protected=set(protected) | set(contract.agents.do_not_touch), megatron_env=contract.megatron_env)

@@ -254,7 +254,7 @@ def _rewrite_launcher_paragraph(content: str, launcher: str, pin_table: str | No
 
 
 def correct_ops(script: ScriptContract, ops: OpsContract, text: str, *, pin_table: str | None = None,
-                protected: set[str] | list[str] = ()) -> OpsFix:
+                protected: set[str] | list[str] = (), megatron_env: list[EnvPair] | None = None) -> OpsFix:
     """The ops doc corrected to match the script and the runbook's rules, line by line with why.
 
     Every disagreement ``find_disagreements`` reports is corrected here, plus two runbook rules read by
@@ -334,6 +334,16 @@ def correct_ops(script: ScriptContract, ops: OpsContract, text: str, *, pin_tabl
         if arch not in script.arches:
             drop.add(p.line - 1)
             because(p.line - 1, f"the script builds only {', '.join(sorted(script.arches))}")
+    for d in tag_form_disagreements(script, ops, megatron_env) if megatron_env is not None else []:
+        p = ops.placements[d.field.removeprefix("tag forms: ")]
+        i = p.line - 1
+        first, last = f"`{p.tag_forms[0]}`", f"`{p.tag_forms[-1]}`"
+        a = lines[i].find(first)
+        b = lines[i].find(last, a) + len(last) if a >= 0 and lines[i].find(last, a) >= 0 else -1
+        if a < 0 or b < 0:
+            refuse(p.line, f"the tag forms of {p.arch} should read {d.script_value} but the cell cannot be located")
+        lines[i] = lines[i][:a] + ", ".join(f"`{f}`" for f in d.script_value.split(", ")) + lines[i][b:]
+        because(i, f"the script derives the {p.arch} tags as {d.script_value} ({d.other_source})")
     _launch_env(script, ops, renames, reads, lines, extra, because, refuse)
     for i in _bundle_launch(script, ops, lines):
         because(i, f"the script finds files beside itself ({script.path}:{script.lines.get('self_location', 0)}): "
@@ -352,7 +362,7 @@ def correct_ops(script: ScriptContract, ops: OpsContract, text: str, *, pin_tabl
             corrections.append(OpsCorrection(line=i + 1, before="", after=new[len(old):], why=reason))
         else:
             corrections.append(OpsCorrection(line=i + 1, before=old, after=new, why=reason))
-    _check_residual(script, ops, out, pin_table, protected)
+    _check_residual(script, ops, out, pin_table, protected, megatron_env)
     return OpsFix(text=out, corrections=corrections)
 
 
@@ -429,7 +439,7 @@ def _runbook_rules(script, ops, reads, lines, drop, because, pin_table, protecte
         because(i, reason)
 
 
-def _check_residual(script, ops, out, pin_table, protected) -> None:
+def _check_residual(script, ops, out, pin_table, protected, megatron_env=None) -> None:
     """Re-read the corrected doc: whatever the service would still report is refused, naming its line."""
     from domain.contract.launch import needs_bundle_launch
     from domain.contract.ops import parse_ops
@@ -438,6 +448,8 @@ def _check_residual(script, ops, out, pin_table, protected) -> None:
                       wheel_source_var=script.wheel_source_var, wheel_sources=script.wheel_sources,
                       megatron_var=script.megatron_var)
     left = find_disagreements(script, again, out)
+    if megatron_env is not None:
+        left += tag_form_disagreements(script, again, megatron_env)
     for t in again.templates.values():
         carrier = next((e.name for e in t.env if f"${e.name}" in " ".join(t.command)), None)
         if t.command and needs_bundle_launch(script, t.command, carrier):

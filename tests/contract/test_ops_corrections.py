@@ -172,3 +172,15 @@ def test_stale_fact_that_cannot_be_rewritten_safely_refuses_naming_the_line():
     c = contract(files)
     with pytest.raises(UncorrectableProse, match=rf"{re.escape(OPS)}:{line_of(text, 'STALE_KNOB')}\b"):
         ops_fix(c)
+
+
+def test_era_c_stale_tag_forms_are_corrected(tmp_path):
+    swapped = _real(tmp_path, "era-c", {OPS: lambda t: t.replace("`gpu-rl-<sha>-arm64`", "`gpu-rl-arm64-<sha>`")})
+    assert [d for d in swapped.disagreements if d.field == "tag forms: arm64"]
+    fix = ops_fix(swapped, protected=[LAUNCHER])
+    row = line_in("era-c", OPS, "| arm64 | `cw-us-east-08a`")
+    (x,) = [x for x in fix.corrections if x.line == row]
+    assert "`gpu-rl-<sha>-arm64`, `gpu-rl-megatron-<sha>-arm64`" in x.after and "derives the arm64 tags" in x.why
+    again = _real(tmp_path / "again", "era-c", {OPS: lambda _: fix.text})
+    assert not [d for d in again.disagreements if d.field.startswith("tag forms")]
+    _named_everywhere(fix, row)
