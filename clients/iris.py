@@ -1,22 +1,32 @@
-"""Iris controller client: Connect RPC JSON over httpx, typed, Temporal-free.
+"""Iris controller client: Iris's own protobuf messages as Connect JSON over httpx, typed, Temporal-free.
 
 Targets ``iris.cluster.ControllerService`` of marin-iris 0.2.227 and the finelog log server behind the
 controller's endpoint proxy (``/proxy/system.log-server/finelog.logging.LogService/FetchLogs``; 0.2.227
-answers the old top-level ``/finelog.logging.LogService/FetchLogs`` with 404). Paths, RPCs and fields
-are checked against the installed marin-iris protos by tests/contract. Replies are parsed leniently:
-int64 arrives as strings, enums as names (sometimes numbers), default fields are omitted and newer
-controllers add fields; unknown fields are ignored, missing ones get defaults.
+answers the old top-level ``/finelog.logging.LogService/FetchLogs`` with 404).
+
+Why the generated classes (``iris.rpc.*_pb2``, ``finelog.rpc.logging_pb2``) and ``google.protobuf.json_format``
+rather than hand-written dicts: every request is a message of the RPC's own request type (a field or enum
+name that does not exist cannot be sent), and every reply is parsed into the RPC's reply type, so an
+unknown enum value, a renamed field or a changed scalar type is a ``ParseError`` naming the field, not a
+silent default. The worker image installs marin-iris and marin-finelog without their dependencies
+(docker/install.py): importing the pb2 modules needs ``protobuf`` alone. The transport stays httpx behind
+``clients/http_guard.py`` (allowed host, body caps, timeouts).
+
+A reply is parsed strictly first; when that fails only because the controller sends a field or an enum
+value this marin-iris does not know (a newer controller), it is parsed again ignoring those, and the
+difference is recorded in ``IrisClient.drift`` and logged once (tests/contract drives the client with
+replies of modified protos and reports every such line). A reply that does not parse even then (a changed
+scalar type) raises ``Internal`` naming the message and the field.
 
 Secrets: a LaunchSpec's env goes only into the LaunchJob body. ``GetJobStatus`` echoes the launch
-request (env included) as ``request``; that field is dropped before anything is returned, logged or
-put in an exception, and error messages from a launch are scrubbed of the spec's env values.
+request (env included) as ``request``; that field is dropped from the reply before it is parsed, logged
+or put in an exception, and error messages from a launch are scrubbed of the spec's env values.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import functools
+import logging
 import random
 import re
 from collections import Counter
@@ -25,6 +35,10 @@ from enum import StrEnum
 from typing import Any, Literal
 
 import httpx
+from finelog.rpc import logging_pb2
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from iris.rpc import controller_pb2, job_pb2, time_pb2
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from clients import http_guard
@@ -32,9 +46,14 @@ from clients.iris_pin import IRIS_REVISION_DATE, IRIS_VERSION
 from domain.credential_hosts import host_of
 
 JOB_NAME_RE = re.compile(r"^/[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)+$")
+_log = logging.getLogger(__name__)
+Controller = controller_pb2.Controller
 
 
 class JobState(StrEnum):
+    """``iris.job.JobState`` by short name (``JOB_STATE_RUNNING`` → ``running``); the contract test checks
+    the two agree value for value."""
+
     UNSPECIFIED = "unspecified"
     PENDING = "pending"
     BUILDING = "building"
@@ -51,10 +70,12 @@ class JobState(StrEnum):
 
     @classmethod
     def parse(cls, raw: Any) -> JobState:
-        return _parse_enum(cls, raw, "JOB_STATE_", _JOB_BY_NUMBER)
+        return _parse_enum(cls, raw, "JOB_STATE_", job_pb2.JobState)
 
 
 class TaskState(StrEnum):
+    """``iris.job.TaskState`` by short name."""
+
     UNSPECIFIED = "unspecified"
     PENDING = "pending"
     BUILDING = "building"
@@ -75,7 +96,7 @@ class TaskState(StrEnum):
 
     @classmethod
     def parse(cls, raw: Any) -> TaskState:
-        return _parse_enum(cls, raw, "TASK_STATE_", _TASK_BY_NUMBER)
+        return _parse_enum(cls, raw, "TASK_STATE_", job_pb2.TaskState)
 
 
 _TERMINAL_JOB = {
@@ -85,48 +106,40 @@ _TERMINAL_TASK = {
     TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.UNSCHEDULABLE,
     TaskState.WORKER_FAILED, TaskState.PREEMPTED, TaskState.COSCHED_FAILED,
 }
-_JOB_BY_NUMBER = dict(enumerate(JobState))
-_TASK_BY_NUMBER = dict(enumerate(TaskState))
 
 
-def _parse_enum(cls, raw: Any, prefix: str, by_number: dict[int, Any]):
+def _parse_enum(cls, raw: Any, prefix: str, proto_enum):
+    """A state number (as the parsed message holds it) or name → the short-name enum; a number this
+    marin-iris does not know → UNSPECIFIED (the parse already recorded it as drift)."""
     if raw is None or raw == "":
         return cls.UNSPECIFIED
     if isinstance(raw, int) or (isinstance(raw, str) and raw.isdigit()):
-        return by_number.get(int(raw), cls.UNSPECIFIED)
-    name = str(raw).upper().removeprefix(prefix).lower()
+        try:
+            raw = proto_enum.Name(int(raw))
+        except ValueError:
+            return cls.UNSPECIFIED
     try:
-        return cls(name)
+        return cls(str(raw).upper().removeprefix(prefix).lower())
     except ValueError:
         return cls.UNSPECIFIED
 
 
-def _int(raw: Any, default: int = 0) -> int:
-    try:
-        return int(raw)
-    except (TypeError, ValueError):
-        return default
+def _ts_ms(ts) -> int | None:
+    """An ``iris.time.Timestamp`` / ``finelog.logging.Timestamp`` → epoch ms, None when unset or zero."""
+    return ts.epoch_ms or None
 
 
-def _ts_ms(raw: Any) -> int | None:
-    """``{"epochMs": "…"}`` (or snake_case, or a bare number) → int, None when unset/zero."""
-    if isinstance(raw, dict):
-        raw = raw.get("epochMs", raw.get("epoch_ms"))
-    value = _int(raw, 0)
-    return value or None
+def parse_message(data: dict, cls: type[Message], *, strict: bool = True) -> Message:
+    """``data`` (a Connect JSON reply) as a ``cls`` message; ``strict``: unknown fields and enum values are a
+    ``json_format.ParseError``."""
+    msg = cls()
+    json_format.ParseDict(data, msg, ignore_unknown_fields=not strict)
+    return msg
 
 
-@functools.cache
-def _snake(camel: str) -> str:
-    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), camel)
-
-
-def _get(d: dict, camel: str, default: Any = None) -> Any:
-    """Read a field in camelCase or snake_case (the snake name is computed once per field name: a listing
-    of thousands of jobs reads a dozen fields of each)."""
-    if camel in d:
-        return d[camel]
-    return d.get(_snake(camel), default)
+def wire(msg: Message) -> dict:
+    """A request message as the Connect JSON body (camelCase names, int64 as strings, enums by name)."""
+    return json_format.MessageToDict(msg)
 
 
 class _Model(BaseModel):
@@ -143,26 +156,26 @@ class AttemptInfo(_Model):
     attempt_uid: str = ""
     started_at_ms: int | None = None
     finished_at_ms: int | None = None
-    pod_name: str | None = None  # newer upstream
-    node_name: str | None = None  # newer upstream
-    terminal_reason: str | None = None  # newer upstream
+    pod_name: str | None = None
+    node_name: str | None = None
+    terminal_reason: str | None = None
 
     @classmethod
-    def from_wire(cls, d: dict) -> AttemptInfo:
-        state = TaskState.parse(d.get("state"))
+    def from_proto(cls, a: job_pb2.TaskAttempt) -> AttemptInfo:
+        state = TaskState.parse(a.state)
         return cls(
-            attempt_id=_int(_get(d, "attemptId")),
+            attempt_id=a.attempt_id,
             state=state,
-            exit_code=_int(_get(d, "exitCode")) if state.is_terminal else None,
-            error=d.get("error") or "",
-            worker_id=_get(d, "workerId") or "",
-            is_worker_failure=bool(_get(d, "isWorkerFailure", False)),
-            attempt_uid=_get(d, "attemptUid") or "",
-            started_at_ms=_ts_ms(_get(d, "startedAt")),
-            finished_at_ms=_ts_ms(_get(d, "finishedAt")),
-            pod_name=_get(d, "podName") or None,
-            node_name=_get(d, "nodeName") or None,
-            terminal_reason=_get(d, "terminalReason") or None,
+            exit_code=a.exit_code if state.is_terminal else None,
+            error=a.error,
+            worker_id=a.worker_id,
+            is_worker_failure=a.is_worker_failure,
+            attempt_uid=a.attempt_uid,
+            started_at_ms=_ts_ms(a.started_at),
+            finished_at_ms=_ts_ms(a.finished_at),
+            pod_name=a.pod_name or None,
+            node_name=a.node_name or None,
+            terminal_reason=a.terminal_reason or None,
         )
 
 
@@ -180,21 +193,26 @@ class TaskInfo(_Model):
     attempts: list[AttemptInfo] = Field(default_factory=list)
 
     @classmethod
-    def from_wire(cls, d: dict) -> TaskInfo:
-        state = TaskState.parse(d.get("state"))
+    def from_proto(cls, t: job_pb2.TaskStatus) -> TaskInfo:
+        state = TaskState.parse(t.state)
         return cls(
-            task_id=_get(d, "taskId") or "",
+            task_id=t.task_id,
             state=state,
-            exit_code=_int(_get(d, "exitCode")) if state.is_terminal else None,
-            error=d.get("error") or "",
-            worker_id=_get(d, "workerId") or "",
-            container_id=_get(d, "containerId") or "",
-            current_attempt_id=_int(_get(d, "currentAttemptId")),
-            pending_reason=_get(d, "pendingReason") or "",
-            started_at_ms=_ts_ms(_get(d, "startedAt")),
-            finished_at_ms=_ts_ms(_get(d, "finishedAt")),
-            attempts=[AttemptInfo.from_wire(a) for a in d.get("attempts") or []],
+            exit_code=t.exit_code if state.is_terminal else None,
+            error=t.error,
+            worker_id=t.worker_id,
+            container_id=t.container_id,
+            current_attempt_id=t.current_attempt_id,
+            pending_reason=t.pending_reason,
+            started_at_ms=_ts_ms(t.started_at),
+            finished_at_ms=_ts_ms(t.finished_at),
+            attempts=[AttemptInfo.from_proto(a) for a in t.attempts],
         )
+
+    @classmethod
+    def from_wire(cls, d: dict) -> TaskInfo:
+        """A Connect JSON ``iris.job.TaskStatus`` (fields and enum values this marin-iris lacks ignored)."""
+        return cls.from_proto(parse_message(d, job_pb2.TaskStatus, strict=False))
 
 
 class JobInfo(_Model):
@@ -224,25 +242,30 @@ class JobInfo(_Model):
         return self.state.is_terminal
 
     @classmethod
-    def from_wire(cls, job: dict, tasks: list[TaskInfo] | None = None) -> JobInfo:
+    def from_proto(cls, job: job_pb2.JobStatus, tasks: list[TaskInfo] | None = None) -> JobInfo:
         tasks = tasks or []
         return cls(
-            job_id=_get(job, "jobId") or "",
-            state=JobState.parse(job.get("state")),
+            job_id=job.job_id,
+            state=JobState.parse(job.state),
             exit_code=exit_code_from_tasks(tasks),
-            error=job.get("error") or "",
-            pending_reason=_get(job, "pendingReason") or "",
-            submitted_at_ms=_ts_ms(_get(job, "submittedAt")),
-            started_at_ms=_ts_ms(_get(job, "startedAt")),
-            finished_at_ms=_ts_ms(_get(job, "finishedAt")),
-            failure_count=_int(_get(job, "failureCount")),
-            preemption_count=_int(_get(job, "preemptionCount")),
-            task_count=_int(_get(job, "taskCount")),
-            completed_count=_int(_get(job, "completedCount")),
-            task_state_counts={k: _int(v) for k, v in (_get(job, "taskStateCounts") or {}).items()},
-            parent_job_id=_get(job, "parentJobId") or "",
+            error=job.error,
+            pending_reason=job.pending_reason,
+            submitted_at_ms=_ts_ms(job.submitted_at),
+            started_at_ms=_ts_ms(job.started_at),
+            finished_at_ms=_ts_ms(job.finished_at),
+            failure_count=job.failure_count,
+            preemption_count=job.preemption_count,
+            task_count=job.task_count,
+            completed_count=job.completed_count,
+            task_state_counts=dict(job.task_state_counts),
+            parent_job_id=job.parent_job_id,
             tasks=tasks,
         )
+
+    @classmethod
+    def from_wire(cls, job: dict, tasks: list[TaskInfo] | None = None) -> JobInfo:
+        """A Connect JSON ``iris.job.JobStatus`` (fields and enum values this marin-iris lacks ignored)."""
+        return cls.from_proto(parse_message(job, job_pb2.JobStatus, strict=False), tasks)
 
 
 def exit_code_from_tasks(tasks: list[TaskInfo]) -> int | None:
@@ -267,17 +290,16 @@ class LogEntry(_Model):
     seq: int = 0
 
     @classmethod
-    def from_wire(cls, d: dict) -> LogEntry:
-        key = d.get("key") or ""
+    def from_proto(cls, e: logging_pb2.LogEntry) -> LogEntry:
         return cls(
-            ts_ms=_ts_ms(d.get("timestamp")),
-            key=key,
-            task_id=key.rsplit(":", 1)[0] if ":" in key else key,
-            attempt_id=_int(_get(d, "attemptId")),
-            source=d.get("source") or "",
-            level=str(d.get("level") or "").removeprefix("LOG_LEVEL_"),
-            data=d.get("data") or "",
-            seq=_int(d.get("seq")),
+            ts_ms=_ts_ms(e.timestamp),
+            key=e.key,
+            task_id=e.key.rsplit(":", 1)[0] if ":" in e.key else e.key,
+            attempt_id=e.attempt_id,
+            source=e.source,
+            level=logging_pb2.LogLevel.Name(e.level).removeprefix("LOG_LEVEL_") if e.level else "",
+            data=e.data,
+            seq=e.seq,
         )
 
 
@@ -320,20 +342,22 @@ class Resources(_Model):
     disk_bytes: int = 5 * 1024**3
     gpu: GpuRequest | None = None
 
+    def to_proto(self) -> job_pb2.ResourceSpecProto:
+        device = (job_pb2.DeviceConfig(gpu=job_pb2.GpuDevice(variant=self.gpu.variant, count=self.gpu.count))
+                  if self.gpu else job_pb2.DeviceConfig(cpu=job_pb2.CpuDevice(variant="cpu")))
+        return job_pb2.ResourceSpecProto(cpu_millicores=self.cpu_millicores, memory_bytes=self.memory_bytes,
+                                         disk_bytes=self.disk_bytes, device=device)
+
     def to_wire(self) -> dict:
-        device: dict = {"gpu": {"variant": self.gpu.variant, "count": self.gpu.count}} if self.gpu else {
-            "cpu": {"variant": "cpu"}
-        }
-        return {
-            "cpuMillicores": self.cpu_millicores,
-            "memoryBytes": str(self.memory_bytes),
-            "diskBytes": str(self.disk_bytes),
-            "device": device,
-        }
+        return wire(self.to_proto())
 
 
 PriorityBandName = Literal["production", "interactive", "batch"]
 ExistingJobPolicyName = Literal["keep", "error", "recreate", "unspecified"]
+
+
+def _duration(seconds: float) -> time_pb2.Duration:
+    return time_pb2.Duration(milliseconds=int(seconds * 1000))
 
 
 class LaunchSpec(_Model):
@@ -379,32 +403,37 @@ class LaunchSpec(_Model):
     def user(self) -> str:
         return self.name.split("/")[1]
 
-    def to_wire(self, default_revision_date: str) -> dict:
-        body: dict[str, Any] = {
-            "name": self.name,
-            "entrypoint": {"runCommand": {"argv": list(self.argv)}},
-            "resources": self.resources.to_wire(),
-            "environment": {"envVars": dict(self.env)},
-            "replicas": self.replicas,
-            "maxRetriesFailure": self.max_retries_failure,
-            "maxTaskFailures": self.max_retries_failure if self.max_task_failures is None else self.max_task_failures,
-            "maxRetriesPreemption": self.max_retries_preemption,
-            "existingJobPolicy": f"EXISTING_JOB_POLICY_{self.existing_job_policy.upper()}",
-            "clientRevisionDate": self.client_revision_date or default_revision_date,
-        }
+    def to_proto(self, default_revision_date: str) -> Controller.LaunchJobRequest:
+        req = Controller.LaunchJobRequest(
+            name=self.name,
+            entrypoint=job_pb2.RuntimeEntrypoint(run_command=job_pb2.CommandEntrypoint(argv=list(self.argv))),
+            resources=self.resources.to_proto(),
+            environment=job_pb2.EnvironmentConfig(env_vars=dict(self.env)),
+            replicas=self.replicas,
+            max_retries_failure=self.max_retries_failure,
+            max_task_failures=(self.max_retries_failure if self.max_task_failures is None
+                               else self.max_task_failures),
+            max_retries_preemption=self.max_retries_preemption,
+            existing_job_policy=job_pb2.ExistingJobPolicy.Value(
+                f"EXISTING_JOB_POLICY_{self.existing_job_policy.upper()}"),
+            client_revision_date=self.client_revision_date or default_revision_date,
+        )
         if self.bundle_blob is not None:
-            body["bundleBlob"] = base64.b64encode(self.bundle_blob).decode()
+            req.bundle_blob = self.bundle_blob
         elif self.bundle_id:
-            body["bundleId"] = self.bundle_id
+            req.bundle_id = self.bundle_id
         if self.timeout_s:
-            body["timeout"] = {"milliseconds": str(int(self.timeout_s * 1000))}
+            req.timeout.CopyFrom(_duration(self.timeout_s))
         if self.scheduling_timeout_s:
-            body["schedulingTimeout"] = {"milliseconds": str(int(self.scheduling_timeout_s * 1000))}
+            req.scheduling_timeout.CopyFrom(_duration(self.scheduling_timeout_s))
         if self.priority_band:
-            body["priorityBand"] = f"PRIORITY_BAND_{self.priority_band.upper()}"
+            req.priority_band = job_pb2.PriorityBand.Value(f"PRIORITY_BAND_{self.priority_band.upper()}")
         if self.task_image:
-            body["taskImage"] = self.task_image
-        return body
+            req.task_image = self.task_image
+        return req
+
+    def to_wire(self, default_revision_date: str) -> dict:
+        return wire(self.to_proto(default_revision_date))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -568,6 +597,8 @@ class IrisClient:
             max_body_bytes=MAX_REPLY_BYTES, base_url=self.base_url, headers=headers, timeout=timeout_s,
             transport=transport)
         self.requests: Counter[str] = Counter()  # RPC method -> requests sent (retries included)
+        # "<RPC>: <ParseError>" -> replies that parsed only by ignoring what this marin-iris does not know
+        self.drift: Counter[str] = Counter()
 
     def __repr__(self) -> str:
         return f"IrisClient({self.base_url!r}, cluster={self.cluster_name!r})"
@@ -594,15 +625,18 @@ class IrisClient:
             raise Internal(method, "internal", str(e)) from None
         if r.status_code == 200:
             try:
-                return r.json()
+                reply = r.json()
             except ValueError:
                 raise Internal(method, "internal", "controller returned a non-JSON reply", 200) from None
+            if not isinstance(reply, dict):
+                raise Internal(method, "internal", "controller returned a JSON reply that is not an object", 200)
+            return reply
         code, message = _CODE_BY_HTTP.get(r.status_code, "internal"), f"HTTP {r.status_code}"
         try:
             err = r.json()
             code = str(err.get("code") or code)
             message = str(err.get("message") or message)
-        except ValueError:
+        except (ValueError, AttributeError):
             pass
         message = scrub(message[:2000], secrets)
         if code == "failed_precondition" and "too old" in message:
@@ -625,14 +659,39 @@ class IrisClient:
             delay = min(delay * 2, self._max_backoff_s)
         raise AssertionError("unreachable")
 
+    async def _rpc(self, method: str, request: Message, reply_cls: type[Message], *,
+                   drop: tuple[str, ...] = (), **kw: Any):
+        """One RPC: ``request`` as Connect JSON, the reply parsed into ``reply_cls``. ``drop``: reply keys
+        removed before parsing (never parsed, logged or quoted)."""
+        reply = await self._call(method, wire(request), **kw)
+        for key in drop:
+            reply.pop(key, None)
+        return self._parse(method, reply, reply_cls)
+
+    def _parse(self, method: str, reply: dict, reply_cls: type[Message]):
+        try:
+            return parse_message(reply, reply_cls)
+        except json_format.ParseError as e:
+            strict_error = str(e).splitlines()[0]  # the next line lists every known field
+        try:
+            msg = parse_message(reply, reply_cls, strict=False)
+        except json_format.ParseError as e:
+            raise Internal(method, "internal", f"the reply does not match {reply_cls.DESCRIPTOR.full_name} of "
+                           f"marin-iris {IRIS_VERSION}: {e} (docs/iris-upgrade.md)") from None
+        key = f"{method}: {strict_error}"
+        if key not in self.drift:
+            _log.warning("Iris %s on cluster %s sent what marin-iris %s does not know (ignored): %s; "
+                         "see docs/iris-upgrade.md", method, self.cluster_name, IRIS_VERSION, strict_error)
+        self.drift[key] += 1
+        return msg
+
     # -- jobs ---------------------------------------------------------------------------------------
 
     async def launch_job(self, spec: LaunchSpec) -> str:
         """One LaunchJob call, never retried (a lost reply may still have created the job)."""
-        body = spec.to_wire(self.client_revision_date)
-        reply = await self._call("LaunchJob", body, retry=False, timeout_s=self._launch_timeout_s,
-                                 secrets=spec.env.values())
-        return _get(reply, "jobId") or spec.name
+        reply = await self._rpc("LaunchJob", spec.to_proto(self.client_revision_date), Controller.LaunchJobResponse,
+                                retry=False, timeout_s=self._launch_timeout_s, secrets=spec.env.values())
+        return reply.job_id or spec.name
 
     async def submit_idempotent(self, spec: LaunchSpec) -> tuple[str, bool]:
         """Attach to an existing job of this name whatever its state, else launch it.
@@ -655,20 +714,20 @@ class IrisClient:
             return spec.name, False
 
     async def job_status(self, job_id: str, *, with_tasks: bool = True) -> JobInfo:
-        """GetJobStatus (the echoed ``request`` is discarded) plus ListTasks for real exit codes."""
-        reply = await self._call("GetJobStatus", {"jobId": job_id})
-        job = reply.get("job") or {}
-        del reply  # holds ``request`` (job env vars): never keep it
-        if not job:
+        """GetJobStatus (the echoed ``request`` is dropped unread) plus ListTasks for real exit codes."""
+        reply = await self._rpc("GetJobStatus", Controller.GetJobStatusRequest(job_id=job_id),
+                                Controller.GetJobStatusResponse, drop=("request",))
+        if not reply.HasField("job") or not reply.job.job_id:
             raise NotFound("GetJobStatus", "not_found", f"job {job_id} not found")
         tasks = await self.list_tasks(job_id) if with_tasks else []
-        return JobInfo.from_wire(job, tasks)
+        return JobInfo.from_proto(reply.job, tasks)
 
     async def job_states(self, job_ids: list[str]) -> dict[str, JobState]:
         """GetJobState: the states of many jobs in one request (one SQL read on the controller, no tasks,
         no attempts). Unknown ids are left out: absence alone is not proof (confirm with job_status)."""
-        reply = await self._call("GetJobState", {"jobIds": list(job_ids)})
-        return {k: JobState.parse(v) for k, v in (reply.get("states") or {}).items()}
+        reply = await self._rpc("GetJobState", Controller.GetJobStateRequest(job_ids=list(job_ids)),
+                                Controller.GetJobStateResponse)
+        return {k: JobState.parse(v) for k, v in reply.states.items()}
 
     async def list_jobs(self, prefix: str | None = None, state: JobState | str | None = None,
                         limit: int = 1000, newest_first: bool = False) -> list[JobInfo]:
@@ -677,38 +736,39 @@ class IrisClient:
         jobs: list[JobInfo] = []
         offset = 0
         while len(jobs) < limit and offset <= LIST_JOBS_MAX_OFFSET:
-            query: dict[str, Any] = {"offset": offset, "limit": min(LIST_JOBS_PAGE, limit - len(jobs))}
+            query = Controller.JobQuery(offset=offset, limit=min(LIST_JOBS_PAGE, limit - len(jobs)))
             if prefix:
-                query["jobIdPrefix"] = prefix
+                query.job_id_prefix = prefix
             if state:
-                query["stateFilter"] = str(JobState(state) if not isinstance(state, JobState) else state)
+                query.state_filter = str(JobState(state) if not isinstance(state, JobState) else state)
             if newest_first:
-                query["sortField"], query["sortDirection"] = "JOB_SORT_FIELD_DATE", "SORT_DIRECTION_DESC"
-            reply = await self._call("ListJobs", {"query": query})
-            page = [JobInfo.from_wire(j) for j in reply.get("jobs") or []]
+                query.sort_field = Controller.JOB_SORT_FIELD_DATE
+                query.sort_direction = Controller.SORT_DIRECTION_DESC
+            reply = await self._rpc("ListJobs", Controller.ListJobsRequest(query=query), Controller.ListJobsResponse)
+            page = [JobInfo.from_proto(j) for j in reply.jobs]
             jobs.extend(page)
             await asyncio.sleep(0)  # a long listing parses page by page, never in one stretch of the loop
             offset += len(page)
-            if not page or not reply.get("hasMore", reply.get("has_more", False)):
+            if not page or not reply.has_more:
                 break
         return jobs[:limit]
 
     async def list_tasks(self, job_id: str) -> list[TaskInfo]:
         """Tasks with their latest attempt only (an unknown job gives an empty list)."""
-        reply = await self._call("ListTasks", {"jobId": job_id})
-        return [TaskInfo.from_wire(t) for t in reply.get("tasks") or []]
+        reply = await self._rpc("ListTasks", Controller.ListTasksRequest(job_id=job_id), Controller.ListTasksResponse)
+        return [TaskInfo.from_proto(t) for t in reply.tasks]
 
     async def task_status(self, task_id: str) -> TaskInfo:
         """One task with its full attempt history."""
-        reply = await self._call("GetTaskStatus", {"taskId": task_id})
-        task = reply.get("task")
-        if not task:
+        reply = await self._rpc("GetTaskStatus", Controller.GetTaskStatusRequest(task_id=task_id),
+                                Controller.GetTaskStatusResponse)
+        if not reply.HasField("task") or not reply.task.task_id:
             raise NotFound("GetTaskStatus", "not_found", f"task {task_id} not found")
-        return TaskInfo.from_wire(task)
+        return TaskInfo.from_proto(reply.task)
 
     async def terminate(self, job_id: str) -> None:
         """TerminateJob: running → KILLED; finished → no-op; unknown → NotFound."""
-        await self._call("TerminateJob", {"jobId": job_id})
+        await self._rpc("TerminateJob", Controller.TerminateJobRequest(job_id=job_id), job_pb2.Empty)
 
     # -- logs ---------------------------------------------------------------------------------------
 
@@ -726,23 +786,13 @@ class IrisClient:
     ) -> LogPage:
         """FetchLogs. Keys are ``/<user>/<job>/<task>:<attempt>``: a job is ``"/u/j/"`` PREFIX, a task
         ``"/u/j/0:"`` PREFIX, an attempt ``"/u/j/0:1"`` EXACT. ``cursor``/``since_ms`` are exclusive."""
-        body: dict[str, Any] = {"source": source, "matchScope": f"MATCH_SCOPE_{match_scope.upper()}",
-                                "tail": tail}
-        if since_ms:
-            body["sinceMs"] = str(since_ms)
-        if cursor:
-            body["cursor"] = str(cursor)
-        if max_lines:
-            body["maxLines"] = max_lines
-        if substring:
-            body["substring"] = substring
-        if min_level:
-            body["minLevel"] = min_level
-        if until_cursor:
-            body["untilCursor"] = str(until_cursor)
-        reply = await self._call("FetchLogs", body, service=LOG_SERVICE, prefix=LOG_SERVER_PROXY_PREFIX)
-        return LogPage(entries=[LogEntry.from_wire(e) for e in reply.get("entries") or []],
-                       cursor=_int(reply.get("cursor"), cursor or 0))
+        request = logging_pb2.FetchLogsRequest(
+            source=source, match_scope=logging_pb2.MatchScope.Value(f"MATCH_SCOPE_{match_scope.upper()}"),
+            tail=tail, since_ms=since_ms or 0, cursor=cursor or 0, max_lines=max_lines or 0,
+            substring=substring or "", min_level=min_level or "", until_cursor=until_cursor or 0)
+        reply = await self._rpc("FetchLogs", request, logging_pb2.FetchLogsResponse, service=LOG_SERVICE,
+                                prefix=LOG_SERVER_PROXY_PREFIX)
+        return LogPage(entries=[LogEntry.from_proto(e) for e in reply.entries], cursor=reply.cursor or cursor or 0)
 
     async def stored_rows_between(self, after: int, before: int, *, page_lines: int = 5000) -> int:
         """How many rows of ANY key the store holds with ``after`` < seq < ``before``.
@@ -817,9 +867,14 @@ class IrisClient:
         except (http_guard.ResponseTooLarge, http_guard.CredentialRefused) as e:
             raise Internal("health", "internal", str(e)) from None
 
+    async def workers(self) -> list[Controller.WorkerHealthStatus]:
+        reply = await self._rpc("ListWorkers", Controller.ListWorkersRequest(query=Controller.WorkerQuery()),
+                                Controller.ListWorkersResponse)
+        return list(reply.workers)
+
     async def list_workers(self) -> list[dict]:
-        reply = await self._call("ListWorkers", {"query": {}})
-        return list(reply.get("workers") or [])
+        """The registered workers as Connect JSON objects (for display)."""
+        return [json_format.MessageToDict(w) for w in await self.workers()]
 
     async def cluster_arch_hint(self) -> str | None:
         """``amd64``/``arm64`` if every registered worker advertises one architecture attribute.
@@ -827,15 +882,12 @@ class IrisClient:
         0.2.20 protos have no architecture field; only a worker attribute (e.g. ``arch`` set through
         ``IRIS_WORKER_ATTRIBUTES``) can tell. None when unknowable (no workers, no attribute, mixed)."""
         archs = set()
-        for worker in await self.list_workers():
-            attrs = ((worker.get("metadata") or {}).get("attributes")) or {}
+        for worker in await self.workers():
+            attrs = worker.metadata.attributes
             value = None
             for key in _ARCH_ATTRIBUTE_KEYS:
-                raw = attrs.get(key)
-                if isinstance(raw, dict):  # AttributeValue{stringValue|intValue|floatValue}
-                    raw = raw.get("stringValue", raw.get("string_value"))
-                if raw:
-                    value = _ARCH_ALIASES.get(str(raw).lower())
+                if key in attrs and attrs[key].string_value:
+                    value = _ARCH_ALIASES.get(attrs[key].string_value.lower())
                     break
             if value is None:
                 return None

@@ -5,9 +5,9 @@ with its own build date (0.2.227: refused when more than 14 days older). The rea
 date of the marin-iris it runs (``iris.version.client_revision_date()``: the wheel's ``BUILD_DATE``);
 this service sends the date of the marin-iris its wire code was checked against, so the date moves
 only with an upgrade of the client (docs/iris-upgrade.md) and never expires in a config file.
-marin-iris itself is not a runtime dependency (only the sandbox and the tests install it), hence the
-two values are copied here; tests/contract/test_iris_contract.py fails when they differ from the
-installed marin-iris.
+The worker installs marin-iris only for its message classes (docker/iris-protos.txt, without dependencies);
+the two values are kept here so the date the service sends is visible in review, and
+tests/contract/test_iris_contract.py fails when they differ from the installed marin-iris.
 """
 
 IRIS_VERSION = "0.2.227.dev40316220070"

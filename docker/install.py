@@ -4,6 +4,9 @@ Standard library only: it runs on the bare base image before any venv exists.
 
   python docker/install.py wheel SRC DIST            build the service wheel from a source tree
   python docker/install.py venv PREFIX DIST [EXTRAS]  venv + pinned tools (docker/tools.txt) + DIST's wheel
+                                                      + marin-iris's message classes (iris-protos below)
+  python docker/install.py iris-protos PYTHON         marin-iris and marin-finelog, hash-pinned, without their
+                                                      dependencies (docker/iris-protos.txt), into PYTHON's env
   python docker/install.py kubectl BINDIR ARCH        kubectl for amd64|arm64, checked against a pinned sha256
 
 kubectl is pinned here, not trusted from the download server's own .sha256 file (same host, same TLS
@@ -65,6 +68,15 @@ def build_venv(prefix: Path, dist: Path, extras: str = "") -> None:
     python = prefix / "bin" / "python"
     _pip(python, "install", "--require-hashes", "--only-binary=:all:", "-r", str(HERE / "tools.txt"))
     _pip(python, "install", f"{wheels[0]}[{extras}]" if extras else str(wheels[0]))
+    install_iris_protos(python)
+
+
+def install_iris_protos(python: Path | str) -> None:
+    """clients/iris.py speaks marin-iris's generated messages (``iris.rpc.*_pb2``, ``finelog.rpc.logging_pb2``).
+    Their packages come without dependencies: the pb2 modules import ``protobuf`` alone (installed with the
+    wheel), while marin-iris's own requirements are the controller's (grpcio, sqlalchemy, gcsfs, ...)."""
+    _pip(python, "install", "--no-deps", "--require-hashes", "--only-binary=:all:", "-r", str(HERE / "iris-protos.txt"))
+    _run(str(python), "-c", "import iris.rpc.controller_pb2, iris.rpc.job_pb2, finelog.rpc.logging_pb2")
 
 
 def install_kubectl(bindir: Path, arch: str, env: dict[str, str] | None = None) -> Path:
@@ -109,6 +121,8 @@ def main(argv: list[str]) -> int:
                 build_venv(Path(prefix), Path(dist))
             case ["venv", prefix, dist, extras]:
                 build_venv(Path(prefix), Path(dist), extras)
+            case ["iris-protos", python]:
+                install_iris_protos(python)
             case ["kubectl", bindir, arch]:
                 install_kubectl(Path(bindir), arch)
             case _:

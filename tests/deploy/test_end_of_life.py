@@ -5,7 +5,7 @@ a recorded date has passed (or when a pin has no record). Records are comments o
     end-of-life <pin> none (why upstream gives no date)
 
 in the same file as the pin: docker/Dockerfile (base image, apt packages), docker/install.py (kubectl),
-docker/tools.txt (pip tools) and deploy/temporal/compose.yaml (the team server's images).
+docker/tools.txt (pip tools), docker/iris-protos.txt (marin-iris's message classes) and deploy/temporal/compose.yaml (the team server's images).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from tests.deploy.wheel_venv import DOCKERFILE, ROOT, dockerfile_stages
 COMPOSE = ROOT / "deploy" / "temporal" / "compose.yaml"
 INSTALL = ROOT / "docker" / "install.py"
 TOOLS = ROOT / "docker" / "tools.txt"
+IRIS_PROTOS = ROOT / "docker" / "iris-protos.txt"
 RECORD = re.compile(r"end-of-life (?P<pin>\S+) (?P<date>\d{4}-\d{2}-\d{2}|none)\b(?P<why>[^\n]*)")
 
 
@@ -58,6 +59,7 @@ def pins() -> dict[Path, list[str]]:
                 out[DOCKERFILE] += [p.strip("'\"") for p in re.findall(r"[\"']?[\w.+-]+=[^\s\"']+[\"']?", c.value[0])]
     out[INSTALL] = [f"kubectl:{_install().KUBECTL_VERSION}"]
     out[TOOLS] = re.findall(r"^([\w-]+==[\w.]+)", TOOLS.read_text(), re.M)
+    out[IRIS_PROTOS] = re.findall(r"^([\w-]+==[\w.]+)", IRIS_PROTOS.read_text(), re.M)
     for service in yaml.safe_load(COMPOSE.read_text())["services"].values():
         image = re.sub(r"\$\{\w+:-([^}]+)\}", r"\1", service["image"])
         if not image.startswith("gpu-rl-builder:"):  # built from this repository
@@ -68,7 +70,7 @@ def pins() -> dict[Path, list[str]]:
 def test_every_pin_records_its_end_of_life_beside_it():
     found = pins()
     assert {"python:3.12-slim-bookworm", "git=1:2.39.*"} <= set(found[DOCKERFILE])
-    assert len(found[COMPOSE]) == 4 and len(found[TOOLS]) == 2
+    assert len(found[COMPOSE]) == 4 and len(found[TOOLS]) == 2 and len(found[IRIS_PROTOS]) == 2
     for path, pinned in found.items():
         recorded = records(path.read_text())
         missing = [p for p in pinned if p not in recorded]

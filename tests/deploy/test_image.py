@@ -94,6 +94,21 @@ def test_every_tool_of_the_example_configuration_is_installed_by_the_image(wheel
         assert wheel_venv.run(*argv).returncode == 0, argv
 
 
+def test_the_iris_client_imports_marin_iris_messages_without_the_controller_dependencies(wheel_venv):
+    """docker/install.py installs marin-iris and marin-finelog --no-deps: the client's import loads the pb2
+    modules with protobuf alone, and none of marin-iris's controller dependencies is in the venv."""
+    probe = ("import sys, clients.iris; from importlib.metadata import distributions; "
+             "print(sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in ('iris', 'finelog', 'google')})); "
+             "print(sorted(d.metadata['Name'].lower() for d in distributions()))")
+    ran = wheel_venv.run(str(wheel_venv.bin / "python"), "-c", probe)
+    assert ran.returncode == 0, ran.stderr
+    loaded, installed = ran.stdout.splitlines()
+    assert loaded == "['finelog', 'google', 'iris']"
+    for heavy in ("grpcio", "sqlalchemy", "gcsfs", "uvicorn", "duckdb", "pyarrow", "marin-rigging"):
+        assert f"'{heavy}'" not in installed, f"{heavy} came with marin-iris: install it --no-deps"
+    assert "'marin-iris'" in installed and "'marin-finelog'" in installed and "'protobuf'" in installed
+
+
 def test_a_missing_tool_stops_the_worker_naming_the_config_key(wheel_venv, tmp_path):
     bare = tmp_path / "bin"
     bare.mkdir()

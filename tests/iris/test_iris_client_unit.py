@@ -181,3 +181,60 @@ async def test_port_forward_failure_is_unavailable(tmp_path):
     with pytest.raises(Unavailable, match="no such file"):
         async with pf:
             pass
+
+
+async def test_requests_are_marin_iris_messages():
+    """Every body is the JSON of the RPC's own request message (clients/iris.py builds them from the pb2
+    classes): LaunchJob parses back into LaunchJobRequest with nothing unknown."""
+    from google.protobuf import json_format
+    from iris.rpc import controller_pb2, job_pb2
+
+    bodies = {}
+
+    def handler(request):
+        bodies[request.url.path.rsplit("/", 1)[1]] = json.loads(request.content)
+        return httpx.Response(200, json={"jobId": "/u/j"})
+
+    spec = LaunchSpec(name="/u/j", argv=["true"], priority_band="interactive", resources=Resources(memory_bytes=3 << 30))
+    assert await _client(handler).launch_job(spec) == "/u/j"
+    req = json_format.ParseDict(bodies["LaunchJob"], controller_pb2.Controller.LaunchJobRequest())
+    assert req.priority_band == job_pb2.PRIORITY_BAND_INTERACTIVE and req.resources.memory_bytes == 3 << 30
+    assert bodies["LaunchJob"]["resources"]["memoryBytes"] == str(3 << 30)  # int64 as a JSON string
+
+
+async def test_a_reply_with_what_this_marin_iris_does_not_know_is_parsed_and_recorded_as_drift(caplog):
+    reply = {"jobs": [{"jobId": "/u/j", "state": "JOB_STATE_RUNNING", "newerField": 1}], "hasMore": False}
+    client = _client(lambda r: httpx.Response(200, json=reply))
+    with caplog.at_level("WARNING", logger="clients.iris"):
+        [job] = await client.list_jobs()
+        await client.list_jobs()
+    assert job.state is JobState.RUNNING and job.job_id == "/u/j"
+    [(key, count)] = client.drift.items()
+    assert key.startswith("ListJobs: ") and '"newerField"' in key and count == 2
+    assert len([r for r in caplog.records if "newerField" in r.getMessage()]) == 1  # logged once
+
+
+async def test_an_unknown_job_state_is_never_read_as_a_known_one():
+    """GetJobState leaves such a job out (the caller confirms it with GetJobStatus, as for any absent id);
+    GetJobStatus gives UNSPECIFIED, which no caller takes for an end. Both are recorded as drift."""
+    client = _client(lambda r: httpx.Response(200, json={"states": {"/u/j": "JOB_STATE_PAUSED"}}))
+    assert await client.job_states(["/u/j"]) == {}
+    client = _client(lambda r: httpx.Response(200, json={"job": {"jobId": "/u/j", "state": "JOB_STATE_PAUSED"}}))
+    assert (await client.job_status("/u/j", with_tasks=False)).state is JobState.UNSPECIFIED
+    assert any("Invalid enum value JOB_STATE_PAUSED" in k for k in client.drift)
+
+
+async def test_a_changed_scalar_type_fails_the_call_naming_the_field():
+    client = _client(lambda r: httpx.Response(200, json={"tasks": [{"taskId": "/u/j/0", "exitCode": "seven"}]}))
+    with pytest.raises(Internal, match=r"ListTasksResponse.*exitCode"):
+        await client.list_tasks("/u/j")
+
+
+async def test_the_launch_request_echo_is_dropped_before_parsing():
+    """GetJobStatus echoes the launch request with its env: never parsed, so never in drift or an error."""
+    secret = "s3cret-env-value"
+    reply = {"job": {"jobId": "/u/j", "state": "JOB_STATE_PENDING"},
+             "request": {"environment": {"envVars": {"T": secret}}, "unknownEcho": secret, "replicas": secret}}
+    client = _client(lambda r: httpx.Response(200, json=reply))
+    info = await client.job_status("/u/j", with_tasks=False)
+    assert info.state is JobState.PENDING and not client.drift and secret not in repr(info)
