@@ -28,7 +28,7 @@ from domain.operator_input import (
     operator_name,
     request_differences,
 )
-from domain.terminal_text import printable
+from domain.terminal_text import plain_line, printable
 from runtime.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CommandError
 from runtime.temporal import connection_options, flags_from, resolve_config
 from runtime.version import version
@@ -368,7 +368,7 @@ def _print_report(rep: PipelineReport, as_json: bool) -> None:
         f = rep.failure
         click.echo(printable(f"error: {f.message} — next step: {f.next_step}"), err=True)
         return
-    click.echo(printable(report_markdown(rep), multiline=True))
+    click.echo(printable(report_markdown(rep, inert=plain_line), multiline=True))
     if rep.failure:  # the reason, once more, where scripts and eyes look for errors
         f = rep.failure
         where = f" at {f.location}" if f.location else ""
@@ -641,8 +641,16 @@ def report(ctx, workflow_id, fmt):
 
 
 # --------------------------------------------------------------------------------------- operator decisions
+# Failure types of a refused update: a validator's ValueError (workflows/target.py, workflows/pipeline.py; an
+# update handler that raises a plain exception fails the workflow task instead, so it never arrives here) and
+# the worker's operator check (activities/errors.py NotAuthorized).
+UPDATE_REFUSALS = ("ValueError", "NotAuthorized")
+
+
 async def _send_update(handle, update, arg) -> None:
-    """Send an operator update (a method reference); a validator's refusal is printed and exits 1."""
+    """Send an operator update (a method reference). A refusal exits 2 like every other refused request
+    (``recheck`` on a target that waits for nothing, an unlisted ``--by``): a validator's (the target is
+    not waiting for this, nothing to merge yet) and the worker's operator check; any other failure exits 1."""
     from temporalio.client import WorkflowUpdateFailedError
     from temporalio.service import RPCError
 
@@ -651,8 +659,7 @@ async def _send_update(handle, update, arg) -> None:
     try:
         msg = await handle.execute_update(update, arg)
     except WorkflowUpdateFailedError as e:
-        # Not a configured operator (checked by the worker): bad input, like an unlisted --by caught here.
-        code = EXIT_USAGE if getattr(e.cause, "type", None) == "NotAuthorized" else EXIT_FAILED
+        code = EXIT_USAGE if getattr(e.cause, "type", None) in UPDATE_REFUSALS else EXIT_FAILED
         _fail(f"refused: {e.cause.message if e.cause else e}", code)
     except RPCError as e:
         raise oc.service_error(e, handle.id) from None

@@ -209,7 +209,9 @@ class RegistrySettings(_Model):
     # script's default repository is repository content and never decides where the token goes).
     image_repository: str = Field(description="Where images go, and the one host the registry credential is "
                                               "ever sent to.")
-    insecure_hosts: list[str] = Field(default_factory=list, description="Registry hosts reached over plain http.")
+    insecure_hosts: list[str] = Field(default_factory=list, description=(
+        "Registry hosts reached over plain http: loopback only (127.0.0.1, ::1, localhost) when a registry "
+        "credential goes there; any other host is refused at load, naming this key."))
     # The registry user: an explicit value (literal_public/env/file), or ``{kind = "token_owner"}`` for
     # the GitHub login that owns registry.token (ghcr.io), read with registry.token itself.
     user: CredentialSource = Field(description='The registry user: an explicit value (literal_public, env, file) '
@@ -679,7 +681,19 @@ def load_config(path: str | os.PathLike[str] | None = None) -> ServiceConfig:
     try:
         return ServiceConfig.model_validate(data)
     except ValidationError as e:
-        fields = "; ".join(
-            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors(include_input=False)
-        )
-        raise ConfigError(f"{p}: {fields}") from None
+        raise ConfigError(f"{p}: {'; '.join(config_error_lines(e))}") from None
+
+
+# pydantic's wording before a validator's own message ("Value error, ..."): the key and the message say it all.
+_PYDANTIC_PREFIX = re.compile(r"^(Value error|Assertion failed), ")
+
+
+def config_error_lines(e: ValidationError) -> list[str]:
+    """One ``key: message`` per problem, without pydantic's ``Value error, `` prefix. A file-wide check (no
+    location) names its key(s) at the start of its own message, so no line starts with an empty key."""
+    out = []
+    for err in e.errors(include_input=False):
+        key = ".".join(str(x) for x in err["loc"])
+        msg = _PYDANTIC_PREFIX.sub("", err["msg"])
+        out.append(f"{key}: {msg}" if key else msg)
+    return out

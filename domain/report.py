@@ -1,4 +1,8 @@
-"""Render the pipeline report as Markdown (for the terminal, the PR body and the issue comment)."""
+"""Render the pipeline report as Markdown (for the terminal, the PR body and the issue comment).
+
+Upstream and operator text goes through ``inert``: ``inert_markdown`` (HTML-escaped, references broken with
+zero-width spaces) where GitHub renders it, ``terminal_text.plain_line`` where a terminal shows it (no
+``-&gt;`` for ``->``)."""
 
 from __future__ import annotations
 
@@ -35,13 +39,13 @@ def evidence_lines(targets: list[TargetResult]) -> list[str]:
     return out
 
 
-def log_evidence_lines(key: str, check) -> list[str]:
+def log_evidence_lines(key: str, check, inert=inert_markdown) -> list[str]:
     """A build log that was not complete evidence: why, and which image evidence stood in for what."""
     if not check.incomplete:
         return []
     out = [f"- {key} build log incomplete: {'; '.join(check.incomplete)}"]
-    out += [f"  - {inert_markdown(m)}: proven by {how}" for m, how in check.stood_in.items()]
-    out += [f"  - {inert_markdown(m)}: proven by nothing (log_lost)" for m in check.missing if check.lost]
+    out += [f"  - {inert(m)}: proven by {how}" for m, how in check.stood_in.items()]
+    out += [f"  - {inert(m)}: proven by nothing (log_lost)" for m in check.missing if check.lost]
     return out
 
 
@@ -99,7 +103,7 @@ def provenance_rows(t: TargetSpec) -> list[str]:
     return rows
 
 
-def report_markdown(rep: PipelineReport) -> str:
+def report_markdown(rep: PipelineReport, *, inert=inert_markdown) -> str:
     out = [f"# GPU-RL build `{rep.workflow_id}` — {rep.status}", ""]
     if rep.failure:
         f = rep.failure
@@ -126,7 +130,7 @@ def report_markdown(rep: PipelineReport) -> str:
         if s.harbor_diff:
             out.append(f"- Harbor dependency diff `{s.harbor_diff.old[:12]}`..`{s.harbor_diff.new[:12]}`"
                        f" ({'affects the image' if s.harbor_diff.affects_image else 'no image-relevant change'}):")
-            out += [f"  - {inert_markdown(line)}" for line in s.harbor_diff.lines] or ["  - no dependency change"]
+            out += [f"  - {inert(line)}" for line in s.harbor_diff.lines] or ["  - no dependency change"]
         if s.ops_doc_corrected:
             out.append("- stale ops documentation corrected in the same commit"
                        + (f" (file:line at base `{s.base_commit[:12]}`):" if s.ops_corrections else ""))
@@ -176,7 +180,7 @@ def report_markdown(rep: PipelineReport) -> str:
                               else "")
                            + (f" (evidence {evidence_ref(f.diagnostics)})" if f.diagnostics else ""))
         out += [f"- {t.key} build log: {evidence_ref(t.log_check.log)}" for t in rep.targets if t.log_check]
-        out += [line for t in rep.targets if t.log_check for line in log_evidence_lines(t.key, t.log_check)]
+        out += [line for t in rep.targets if t.log_check for line in log_evidence_lines(t.key, t.log_check, inert)]
         out.append("")
         # What the planned command proved before it was submitted (or why it was not rehearsed).
         rehearsed = [f"- `{t.key}` {t.rehearsal.describe()}" for t in rep.plan if t.rehearsal]

@@ -26,3 +26,9 @@ def shorten(text: str | None, width: int) -> str:
     """One printable line of at most ``width`` characters (an ellipsis marks a cut)."""
     line = printable(text)
     return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
+
+
+def plain_line(text: str | None) -> str:
+    """Upstream or operator text as one terminal line: printable, whitespace collapsed, literal (never the
+    HTML entities or Markdown escapes it gets where GitHub renders it, e.g. ``->`` not ``-&gt;``)."""
+    return " ".join(printable(text).split())

@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -99,6 +100,29 @@ def skopeo_digest(host: str, ref: str, user: str, token: str) -> str | None:
     return "sha256:" + hashlib.sha256(out.stdout).hexdigest() if out.returncode == 0 else None
 
 
+def _size_mb(path: Path) -> float:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total / 1e6
+
+
+def state_note(state_dir: Path, clean: bool) -> str:
+    """After the stack stopped: remove its state (``--clean``), or say where it is, how big, and how to
+    remove it (each run leaves tens of MB: the Temporal database, the registries' blobs, the git remotes)."""
+    if clean:
+        shutil.rmtree(state_dir, ignore_errors=True)
+        return f"sandbox state {state_dir} removed (--clean)"
+    if not state_dir.exists():
+        return f"sandbox state {state_dir}: nothing left"
+    return (f"sandbox state left in {state_dir} ({_size_mb(state_dir):.0f} MB: logs, Temporal database, "
+            f"registries, git remotes); remove it with `rm -rf {state_dir}`, or pass --clean next time")
+
+
 class _Stopped(KeyboardInterrupt):
     """SIGTERM/SIGHUP, raised where the demo is (like Ctrl-C's KeyboardInterrupt) so the same cleanup runs."""
 
@@ -131,7 +155,9 @@ def _no_interruptions() -> None:
 @click.option("--variant", "variants", multiple=True, default=("standard",), show_default=True)
 @click.option("--keep", is_flag=True, help="Leave the stack and worker running until Ctrl-C or SIGTERM.")
 @click.option("--timeout", default=900, show_default=True, help="Give up after this many seconds.")
-def main(state_dir, archs, variants, keep, timeout):
+@click.option("--clean", is_flag=True, help="Remove the state directory once everything stopped (default: keep "
+                                            "it for inspection and print where it is).")
+def main(state_dir, archs, variants, keep, timeout, clean):
     from sandbox.stack import IMAGE_REPO_PATH, MARINSKYRL_SLUG, SandboxStack
 
     _stop_like_ctrl_c()
@@ -143,6 +169,7 @@ def main(state_dir, archs, variants, keep, timeout):
         stack = SandboxStack(state_dir).start()  # stops what it started if interrupted half-way
     except KeyboardInterrupt as e:
         click.echo(f"interrupted ({e}) while starting the stack; sandbox stopped", err=True)
+        click.echo(state_note(state_dir, clean), err=True)
         sys.exit(128 + getattr(e, "signum", signal.SIGINT))
     try:
         config = stack.config_path
@@ -222,6 +249,7 @@ def main(state_dir, archs, variants, keep, timeout):
                 os.killpg(worker.pid, signal.SIGKILL)
         stack.stop()
         click.echo("sandbox stopped; no process left running")
+        click.echo(state_note(state_dir, clean))
     sys.exit(code)
 
 

@@ -88,3 +88,22 @@ def test_any_config_path_is_one_error_line(tmp_path, kind):
     with pytest.raises(ConfigError, match=str(path)) as e:
         load_config(path)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("edit,key", [
+    # a file-wide check (no pydantic location): a credential over plain http to a registry that is not loopback
+    (lambda t: t.replace('image_repository = "127.0.0.1:5000/gpu-rl"',
+                         'image_repository = "registry.internal:5000/gpu-rl"\ninsecure_hosts = ["registry.internal:5000"]'),
+     "registry.insecure_hosts = 'http://registry.internal:5000'"),
+    # a field check
+    (lambda t: t.replace('"2026-11-20"', '"20-11-2026"'), "clusters.cw-rno2a.client_revision_date: must be a date"),
+])
+def test_config_errors_name_the_key_without_pydantic_wording(tmp_path, edit, key):
+    """Issue 38: '…insecure.toml: : Value error, …' had an empty location and pydantic's prefix."""
+    p = tmp_path / "insecure.toml"
+    p.write_text(edit(GOOD))
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    text = str(e.value)
+    assert text.startswith(f"{p}: {key}"), text
+    assert "Value error" not in text and ": : " not in text

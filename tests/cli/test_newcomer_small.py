@@ -1,0 +1,75 @@
+"""Issue 38, smaller things: exit codes agree across commands, the terminal report carries no HTML entities,
+``scripts/sandbox-build`` says where it left its state and offers ``--clean``."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+
+import starter
+from domain.models import BundleSummary, HarborDiffSummary, SourceSnapshot
+from runtime.exit_codes import EXIT_FAILED, EXIT_USAGE
+from tests.contract.test_report_provenance import _report
+
+
+class _RefusingHandle:
+    def __init__(self, cause: BaseException) -> None:
+        self.id, self._cause = "wf", cause
+
+    async def execute_update(self, update, arg):
+        raise WorkflowUpdateFailedError(self._cause)
+
+
+@pytest.mark.parametrize("cause,code", [
+    # decide on a target that is not waiting (workflows/target.py validator): 2, like recheck's refusal
+    (ApplicationError("amd64-standard is not waiting for an operator decision", type="ValueError"), EXIT_USAGE),
+    (ApplicationError("--by mallory is not a configured operator", type="NotAuthorized"), EXIT_USAGE),
+    (ApplicationError("GitHub answered 500", type="GitHubError"), EXIT_FAILED),
+])
+def test_a_refused_operator_update_exits_like_every_other_refusal(cause, code, capsys):
+    with pytest.raises(SystemExit) as done:
+        asyncio.run(starter._send_update(_RefusingHandle(cause), None, None))
+    assert done.value.code == code
+    assert capsys.readouterr().err.startswith(f"error: refused: {cause.message}")
+
+
+def test_the_terminal_report_has_no_html_entities_or_markdown_escapes(capsys):
+    """GitHub's escaping (``-&gt;``, zero-width spaces, backslashes) is for the PR body, not the terminal."""
+    rep = _report(status="merged")
+    rep.source = SourceSnapshot(
+        build_commit="c" * 40, base_commit="b" * 40, branch="gpu-rl-build/wf", pushed=True, created_commit=True,
+        harbor_commit="h" * 40, changed_files=[], ops_doc_corrected=False,
+        bundle=BundleSummary(sha256="f" * 64, size_bytes=1024, file_count=3),
+        harbor_diff=HarborDiffSummary(old="a" * 40, new="d" * 40, affects_image=True,
+                                      lines=["vllm ==0.27.2 -> ==0.28.1 <pinned>", "see marin#7920 (@alice)"]))
+    starter._print_report(rep, as_json=False)
+    out = capsys.readouterr().out
+    assert "  - vllm ==0.27.2 -> ==0.28.1 <pinned>" in out and "  - see marin#7920 (@alice)" in out
+    assert "&gt;" not in out and "&lt;" not in out and "\u200b" not in out
+    from domain.report import report_markdown
+
+    assert "-&gt; ==0.28.1" in report_markdown(rep)  # the Markdown for GitHub stays inert
+
+
+def test_sandbox_build_says_where_it_left_its_state_and_offers_clean(tmp_path):
+    from sandbox.demo import state_note
+
+    state = tmp_path / "gpu-rl-sandbox-x"
+    (state / "temporal").mkdir(parents=True)
+    (state / "temporal" / "db.sqlite").write_bytes(b"\0" * 3_000_000)
+    note = state_note(state, clean=False)
+    assert f"sandbox state left in {state} (3 MB" in note and f"rm -rf {state}" in note and "--clean" in note
+    assert state.exists()
+    assert state_note(state, clean=True) == f"sandbox state {state} removed (--clean)"
+    assert not state.exists()
+
+
+def test_sandbox_build_offers_clean_in_its_help():
+    from click.testing import CliRunner
+
+    from sandbox.demo import main
+
+    assert "--clean" in CliRunner().invoke(main, ["--help"]).output
