@@ -479,11 +479,11 @@ async def _follow(client: Client, wid: str, task_queue: str, interval: float, as
                 rep, unanswered = await _timed_query(handle, BuildPipelineWorkflow.report)
                 stage = desc.typed_search_attributes.get(sa.STAGE) or desc.status.name.lower()
                 statuses = {}
-                retries = progress.retrying(desc.raw_description.pending_activities)
+                retries = progress.retrying(await progress.decode_failures(client, desc.raw_description.pending_activities))
                 for t in (rep.plan if rep else []):
                     child = client.get_workflow_handle_for(TargetBuildWorkflow.run, target_workflow_id(wid, t.key))
                     statuses[t.key] = await _safe_query(child, TargetBuildWorkflow.status)
-                    retries += progress.retrying(await _safe_pending(child), t.key)
+                    retries += progress.retrying(await progress.decode_failures(client, await _safe_pending(child)), t.key)
                 await live.overlay({t.key: t.cluster for t in (rep.plan if rep else [])}, statuses)
                 missing = await _no_worker(client, task_queue, desc, rep is None, unanswered)
             except (CommandError, RPCError) as e:

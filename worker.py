@@ -139,7 +139,8 @@ async def run_worker(config_path: str | None, graceful_shutdown_s: float, metric
         loop.add_signal_handler(sig, stop.set)
     log.info("worker started", task_queue=config.temporal.task_queue, temporal=describe(config.temporal))
     # Health outlives the worker so probes keep answering (live, not ready) while it drains.
-    async with _health(probes, client, worker, config.temporal.task_queue), _webhooks(client, config), worker:
+    async with _health(probes, client, worker, config.temporal.task_queue), _webhooks(client, config), \
+            _codec_server(client, config), worker:
         warm = asyncio.create_task(warm_up(groups))  # beside polling: a slow registry never delays the worker
         warm.add_done_callback(lambda t: t.cancelled() or t.exception() or log.info(
             "warmed up", registry="; ".join(t.result())))
@@ -206,6 +207,33 @@ async def _webhooks(client, config):
         yield receiver
     finally:
         receiver.close()
+
+
+@contextlib.asynccontextmanager
+async def _codec_server(client, config):
+    """The codec server for the Temporal UI (``[temporal.codec.server]``), while the worker runs."""
+    settings = config.temporal.codec.server
+    if settings is None:
+        yield None
+        return
+    from runtime.codec_server import CodecApp, CodecServer, github_login_reader
+
+    tokens = [fetch_secret(t, what=f"temporal.codec.server.tokens[{i}]") for i, t in enumerate(settings.tokens)]
+    login_of = None
+    if settings.github_operators:
+        login_of = github_login_reader(config.github.api_url if config.github else "https://api.github.com")
+    app = CodecApp(client.data_converter.payload_codec, config.temporal.namespace, tokens,
+                   operators=set(config.operators.logins), login_of=login_of, max_body_bytes=settings.max_body_bytes)
+    host, port = _host_port("temporal.codec.server.listen", settings.listen)
+    try:
+        server = CodecServer(app, host, port, settings.cors_origins)
+    except OSError as e:
+        raise _bind_error("temporal.codec.server.listen", settings.listen, port, e) from None
+    get_logger("worker").info("codec server listening", port=server.port, paths="/decode /encode")
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @click.command()

@@ -90,6 +90,66 @@ def _is_ip(host: str) -> bool:
     return True
 
 
+class CodecKey(_Model):
+    """One AES-GCM key of the payload codec (runtime/payload_codec.py): its id goes into each payload's
+    metadata, so a rotated-out key still decrypts what it encrypted."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9._-]{1,64}$", description="The key id written into each payload's "
+                                                                     "metadata (letters, digits, . _ -).")
+    key: CredentialSource = Field(description="The key: base64 of 16, 24 or 32 random bytes (env, file or command).")
+
+    @model_validator(mode="after")
+    def _secret_source(self) -> CodecKey:
+        if self.key.kind in ("literal_public", "token_owner", "temporal_profile"):
+            raise ValueError(f"key: kind {self.key.kind!r} cannot hold a key (use env, file or command)")
+        return self
+
+
+class CodecServerSettings(_Model):
+    """``[temporal.codec.server]``: the codec server the Temporal UI calls (``/decode``, ``/encode``) to show
+    payloads to operators (runtime/codec_server.py); served by the worker while it runs."""
+
+    listen: str = Field("127.0.0.1:8092", description="HOST:PORT the codec server listens on.")
+    cors_origins: list[str] = Field(default_factory=list, description="Origins allowed to call it from a browser "
+                                                                      "(the Temporal UI's, e.g. "
+                                                                      "https://temporal.example.org).")
+    tokens: list[CredentialSource] = Field(default_factory=list, description="Bearer tokens that may decode "
+                                                                             "(operators' tools; env, file or "
+                                                                             "command).")
+    github_operators: bool = Field(False, description="Also accept a GitHub access token (the one the UI passes "
+                                                      "with codec.passAccessToken under GitHub sign-in) whose "
+                                                      "login is in operators.logins.")
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="Larger requests are refused (413).")
+
+    @model_validator(mode="after")
+    def _check(self) -> CodecServerSettings:
+        split_address(self.listen)
+        for i, t in enumerate(self.tokens):
+            if t.kind in ("literal_public", "token_owner", "temporal_profile"):
+                raise ValueError(f"tokens[{i}]: kind {t.kind!r} cannot hold a token (use env, file or command)")
+        if not self.tokens and not self.github_operators:
+            raise ValueError("nobody could decode: set tokens and/or github_operators = true")
+        return self
+
+
+class CodecSettings(_Model):
+    """``[temporal.codec]``: every payload the worker and the starter send to Temporal is redacted, and
+    with keys also encrypted (AES-GCM); the first key encrypts, every key decrypts. The environment variable
+    ``GPU_RL_BUILDER_CODEC_KEYS`` (``id=base64key,id2=base64key``) replaces ``keys`` when set."""
+
+    keys: list[CodecKey] = Field(default_factory=list, description="AES-GCM keys, the primary first; empty: "
+                                                                   "payloads are redacted, not encrypted.")
+    require_encryption: bool = Field(False, description="Refuse to start without a key (production).")
+    server: CodecServerSettings | None = Field(None, description="The codec server for the Temporal UI.")
+
+    @model_validator(mode="after")
+    def _unique(self) -> CodecSettings:
+        ids = [k.id for k in self.keys]
+        if dup := sorted({i for i in ids if ids.count(i) > 1}):
+            raise ValueError(f"keys: duplicate key id {', '.join(dup)}")
+        return self
+
+
 class TemporalSettings(_Model):
     """How to reach Temporal. ``runtime.temporal.resolve_config`` layers a Temporal client profile,
     TEMPORAL_* variables and command-line flags over these values; TLS material is named by path."""
@@ -111,6 +171,8 @@ class TemporalSettings(_Model):
     tls_client_key_path: str | None = Field(None, description="mTLS client key (PEM path); with "
                                                               "tls_client_cert_path.")
     tls_server_name: str | None = Field(None, description="SNI / certificate name override.")
+    codec: CodecSettings = Field(CodecSettings(), description="The payload codec: redaction, encryption, the "
+                                                              "codec server (runtime/payload_codec.py).")
 
     @model_validator(mode="after")
     def _address(self) -> TemporalSettings:

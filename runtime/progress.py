@@ -102,6 +102,24 @@ def waits(rep: PipelineReport | None, statuses: dict[str, TargetStatus | None]) 
     return found
 
 
+async def decode_failures(client, pending: Iterable) -> list:
+    """``pending`` activities with each last failure's message decoded: it travels as an encoded payload
+    (runtime/payload_codec.py, encoded failure attributes), so the raw proto says only "Encoded failure"."""
+    out = []
+    for pa in pending:
+        if pa.HasField("last_failure") and pa.last_failure.HasField("encoded_attributes"):
+            copy = type(pa)()
+            copy.CopyFrom(pa)
+            try:
+                err = await client.data_converter.decode_failure(copy.last_failure)
+                copy.last_failure.message = str(getattr(err, "message", err))
+            except Exception as e:  # noqa: BLE001 - a payload this starter cannot decode (no key): say so
+                copy.last_failure.message = f"(cannot decode the error: {type(e).__name__}: {e})"
+            pa = copy
+        out.append(pa)
+    return out
+
+
 def retrying(pending: Iterable, target: str | None = None) -> list[WaitingReason]:
     """Steps Temporal is retrying (``describe().raw_description.pending_activities`` with a failed
     attempt): the step, its attempt and its last error, so a retry is never silent. The error text was

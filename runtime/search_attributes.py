@@ -4,6 +4,7 @@ Registered automatically by the sandbox; for a production namespace run
 ``gpu-rl-builder-setup-namespace`` (runtime/namespace_setup.py, also sets retention; see deploy/README.md).
 """
 
+import re
 from enum import StrEnum
 
 from temporalio.common import SearchAttributeKey
@@ -27,3 +28,14 @@ class BuildKind(StrEnum):
     PLAN = "plan"  # build --plan: resolved, nothing submitted
     VALIDATION = "validation"  # the plan that validates a schedule's request before it exists
     REBUILD_CHECK = "rebuild-check"  # a scheduled (or triggered) rebuild check
+
+
+# Search attributes are the one thing the payload codec does not encode (the server indexes them): a value
+# is an identifier (an enum value, a commit SHA, an architecture or variant name), never free text.
+_KEYWORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
+UNLISTED = "unlisted"
+
+
+def keyword(value: str) -> str:
+    """``value`` if it is an identifier, else ``UNLISTED`` (free text never reaches the server's index)."""
+    return value if _KEYWORD.fullmatch(value) else UNLISTED

@@ -217,12 +217,23 @@ def describe(settings: TemporalSettings) -> str:
     return f"{settings.address} namespace={settings.namespace} ({', '.join([tls, *auth])})"
 
 
-async def connect(config: ServiceConfig) -> Client:
-    """A client for the (already resolved) configuration, with the pydantic data converter."""
-    from temporalio.client import Client
-    from temporalio.contrib.pydantic import pydantic_data_converter
+def codec_for(config: ServiceConfig):
+    """The payload codec of this configuration (runtime/payload_codec.py): redaction, and encryption when
+    keys are configured (read here; ``ConfigError`` naming the key or variable)."""
+    from runtime.payload_codec import RedactingCodec, load_keys
 
-    return await Client.connect(**connect_kwargs(config.temporal), data_converter=pydantic_data_converter)
+    return RedactingCodec(load_keys(config.temporal.codec))
+
+
+async def connect(config: ServiceConfig) -> Client:
+    """A client for the (already resolved) configuration: the pydantic data converter with the payload
+    codec and encoded failure attributes, so every byte sent to Temporal passes one boundary."""
+    from temporalio.client import Client
+
+    from runtime.payload_codec import data_converter
+
+    codec = codec_for(config)  # before connecting: a bad key is refused before anything is sent
+    return await Client.connect(**connect_kwargs(config.temporal), data_converter=data_converter(codec))
 
 
 def workflow_ui_url(config: ServiceConfig, workflow_id: str) -> str | None:

@@ -215,7 +215,7 @@ class BuildPipelineWorkflow:
         rep.message = f"{failure.message} — next step: {failure.next_step}"
         self._stage = stage
         workflow.upsert_search_attributes([sa.STAGE.value_set(stage.value),
-                                           sa.FAILURE_CLASS.value_set(failure.failure_class)])
+                                           sa.FAILURE_CLASS.value_set(sa.keyword(failure.failure_class))])
         self._refresh()
 
     async def _run(self, inp: PipelineInput) -> PipelineReport:
@@ -239,8 +239,8 @@ class BuildPipelineWorkflow:
             prepare, **options.PREPARE_SOURCE,
             summary="re-pin Harbor in every Dockerfile, commit locally, check the Iris bundle")
         rep.source = source
-        workflow.upsert_search_attributes([sa.SOURCE_COMMIT.value_set(source.build_commit),
-                                           sa.HARBOR_COMMIT.value_set(source.harbor_commit)])
+        workflow.upsert_search_attributes([sa.SOURCE_COMMIT.value_set(sa.keyword(source.build_commit)),
+                                           sa.HARBOR_COMMIT.value_set(sa.keyword(source.harbor_commit))])
 
         await self._set_stage(Stage.PLANNING)
         rep.plan = await workflow.execute_activity_method(
@@ -467,7 +467,7 @@ class BuildPipelineWorkflow:
         cls = outcome.drift_class(self._review.registry_drift if self._review else [])
         if cls != self._drift_class:
             self._drift_class = cls
-            workflow.upsert_search_attributes([sa.FAILURE_CLASS.value_set(cls) if cls
+            workflow.upsert_search_attributes([sa.FAILURE_CLASS.value_set(sa.keyword(cls)) if cls
                                                else sa.FAILURE_CLASS.value_unset()])
 
     @staticmethod
@@ -548,7 +548,8 @@ class BuildPipelineWorkflow:
                             harbor_commit=source.harbor_commit, branch=source.branch),
                 id=child_id, parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
                 search_attributes=workflow.info().typed_search_attributes.updated(
-                    sa.ARCHITECTURE.value_set(target.architecture), sa.VARIANT.value_set(target.variant)),
+                    sa.ARCHITECTURE.value_set(sa.keyword(target.architecture)),
+                    sa.VARIANT.value_set(sa.keyword(target.variant))),
                 static_summary=f"{target.key} → {target.image_repository}:{target.tag} on {target.cluster}",
             )
         except ChildWorkflowError as e:

@@ -563,7 +563,7 @@ class TargetBuildWorkflow:
         updates = [sa.STAGE.value_set(stage.value)]
         if failure_class:
             self._status.failure_class = failure_class
-            updates.append(sa.FAILURE_CLASS.value_set(failure_class))
+            updates.append(sa.FAILURE_CLASS.value_set(sa.keyword(failure_class)))
         elif stage == Stage.DONE:
             # A target that succeeded after a retried failure is not "failed with class X" any more.
             self._status.failure_class = None

@@ -63,7 +63,7 @@ def test_every_manifest_is_strictly_valid(version):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_rendered_overlay_is_strictly_valid_and_namespaced(version):
     docs = _rendered_overlay()
-    assert {d["kind"] for d in docs} == {"ServiceAccount", "ConfigMap", "Deployment", "PodDisruptionBudget"}
+    assert {d["kind"] for d in docs} == {"ServiceAccount", "ConfigMap", "Deployment", "PodDisruptionBudget", "Service"}
     for doc in docs:
         kubernetes_validate.validate(doc, version, strict=True)
         assert doc["metadata"]["namespace"] == "gpu-rl-builder"
@@ -183,7 +183,10 @@ def test_each_identity_comes_from_its_own_credential():
         assert registry["user"] == {"kind": "token_owner"} and registry["token"]["path"].endswith("/ghcr-token")
     (container,) = _manifests()["Deployment/gpu-rl-builder-worker"]["spec"]["template"]["spec"]["containers"]
     from_secrets = {e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in container["env"] if "valueFrom" in e}
-    assert from_secrets == {"TEMPORAL_API_KEY": "api-key"}, from_secrets
+    # The payload codec's keys and the codec server's operator token (runtime/payload_codec.py): neither is
+    # an identity a tool could answer for, and child processes get an allow-listed environment.
+    assert from_secrets == {"TEMPORAL_API_KEY": "api-key", "GPU_RL_BUILDER_CODEC_KEYS": "keys",
+                            "GPU_RL_BUILDER_CODEC_TOKEN": "operator-token"}, from_secrets
     compose = yaml.safe_load((ROOT / "deploy" / "temporal" / "compose.yaml").read_text())
     assert not {"GH_TOKEN", "GITHUB_TOKEN"} & set(compose["services"]["worker"]["environment"])
 
