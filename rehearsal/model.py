@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import os.path
 import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -81,29 +82,76 @@ def rehearsal_plan(target: TargetSpec, *, bundle_sha256: str, script_b64: str | 
 
 # ----------------------------------------------------------------------------- reading the records
 
-_VALUED = {"destination", "build-arg", "cache-repo", "dockerfile", "context", "custom-platform", "target",
-           "digest-file", "cache-dir", "cache-ttl", "image-name-with-digest-file", "label", "registry-mirror",
-           "insecure-registry", "snapshot-mode", "verbosity", "push-retry", "image-fs-extract-retry",
-           "image-download-retry", "tar-path", "kaniko-dir", "git", "registry-certificate", "ignore-path"}
+# kaniko executor's own flag set (cmd/executor/cmd/root.go, cobra/pflag): long name -> takes a value.
+# pflag reads `--name value`, `--name=value`, `-d value`, `-dvalue`, `-d=value`; a boolean takes no separate
+# value (`--cache=false`, never `--cache false`); an unknown flag or a missing value ends kaniko at once.
+_KANIKO_FLAGS: dict[str, bool] = {
+    **dict.fromkeys((
+        "context", "context-sub-path", "bucket", "dockerfile", "destination", "snapshot-mode", "custom-platform",
+        "build-arg", "push-retry", "image-fs-extract-retry", "image-download-retry", "kaniko-dir", "tar-path",
+        "target", "cache-repo", "cache-dir", "digest-file", "image-name-with-digest-file",
+        "image-name-tag-with-digest-file", "oci-layout-path", "compression", "compression-level", "cache-ttl",
+        "insecure-registry", "skip-tls-verify-registry", "registry-certificate", "registry-client-cert",
+        "registry-map", "registry-mirror", "label", "git", "ignore-path", "verbosity", "log-format",
+        "snapshotMode", "customPlatform", "tarPath"), True),
+    **dict.fromkeys((
+        "insecure", "skip-tls-verify", "insecure-pull", "skip-tls-verify-pull", "push-ignore-immutable-tag-errors",
+        "single-snapshot", "reproducible", "no-push", "no-push-cache", "cache", "compressed-caching", "cleanup",
+        "skip-default-registry-fallback", "ignore-var-run", "skip-unused-stages", "use-new-run",
+        "cache-copy-layers", "cache-run-layers", "force-build-metadata", "skip-push-permission-check",
+        "log-timestamp", "force", "help"), False),
+}
+_KANIKO_SHORT = {"c": "context", "f": "dockerfile", "d": "destination", "b": "bucket", "v": "verbosity", "h": "help"}
+_BOOL_VALUES = {"1": True, "t": True, "T": True, "true": True, "TRUE": True, "True": True,
+                "0": False, "f": False, "F": False, "false": False, "FALSE": False, "False": False}
 
 
-def parse_kaniko_argv(argv: list[str]) -> KanikoCall:
-    call = KanikoCall()
+def kaniko_flags(argv: list[str]) -> tuple[list[tuple[str, str]], str | None]:
+    """(long name, value) of every flag in ``argv`` as pflag reads it, and kaniko's error if it would refuse
+    the command line (then the flags are those read before it). Positional words are skipped."""
+    out: list[tuple[str, str]] = []
     i = 0
     while i < len(argv):
         a = argv[i]
         i += 1
-        if not a.startswith("--"):
+        if a == "--":
+            break
+        if not a.startswith("-") or a == "-":
             continue
-        name, eq, value = a[2:].partition("=")
-        if not eq:
-            if name in _VALUED and i < len(argv):
+        if a.startswith("--"):
+            name, eq, value = a[2:].partition("=")
+            if name not in _KANIKO_FLAGS:
+                return out, f"unknown flag: --{name}"
+        else:
+            short, eq, value = a[1], "", a[2:]
+            if value.startswith("="):
+                eq, value = "=", value[1:]
+            elif value:
+                eq = "=" if _KANIKO_FLAGS.get(_KANIKO_SHORT.get(short, ""), False) else ""
+                if not eq:  # combined boolean shorthands (`-h`): kaniko has one; anything else is unknown
+                    return out, f"unknown shorthand flag: {value[0]!r} in {a}"
+            if short not in _KANIKO_SHORT:
+                return out, f"unknown shorthand flag: {short!r} in {a}"
+            name = _KANIKO_SHORT[short]
+        if _KANIKO_FLAGS[name]:
+            if not eq:
+                if i >= len(argv):
+                    return out, f"flag needs an argument: --{name}"
                 value = argv[i]
                 i += 1
-            elif name in ("cache", "skip-unused-stages", "no-push"):
-                value = "true"
-            else:
-                continue
+        elif eq:
+            if value not in _BOOL_VALUES:
+                return out, f'invalid argument "{value}" for "--{name}" flag: strconv.ParseBool: parsing {value!r}'
+        else:
+            value = "true"
+        out.append((name, value))
+    return out, None
+
+
+def parse_kaniko_argv(argv: list[str]) -> KanikoCall:
+    flags, error = kaniko_flags(argv)
+    call = KanikoCall(error=error)
+    for name, value in flags:
         if name == "destination":
             call.destinations.append(value)
         elif name == "build-arg":
@@ -112,19 +160,21 @@ def parse_kaniko_argv(argv: list[str]) -> KanikoCall:
         elif name == "cache-repo":
             call.cache_repo = value
         elif name == "cache":
-            call.cache = value.lower() != "false"
+            call.cache = _BOOL_VALUES.get(value, True)
         elif name == "dockerfile":
             call.dockerfile = value
         elif name == "context":
             call.context = value
-        elif name == "custom-platform":
+        elif name == "context-sub-path":
+            call.context_sub_path = value
+        elif name in ("custom-platform", "customPlatform"):
             call.platform = value
         elif name == "target":
             call.target = value
         elif name == "skip-unused-stages":
-            call.skip_unused_stages = value.lower() != "false"
+            call.skip_unused_stages = _BOOL_VALUES.get(value, True)
         elif name == "no-push":
-            call.no_push = value.lower() != "false"
+            call.no_push = _BOOL_VALUES.get(value, True)
     return call
 
 
@@ -139,27 +189,48 @@ def read_record(data: bytes) -> StandinCall | None:
     return StandinCall(tool=parts[0], cwd=parts[1], lines=lines, argv=parts[3:])
 
 
-def _context_dir(context: str | None) -> str:
-    c = (context or "").removeprefix("dir://")
-    return c.rstrip("/") or IRIS_WORKDIR
+KANIKO_DEFAULT_CONTEXT = "/workspace"  # kaniko's --context when none is given
+
+
+def _context_dir(context: str | None, sub_path: str | None = None) -> str:
+    """The directory kaniko builds from: ``dir://`` or a plain path (its default /workspace/), with
+    --context-sub-path below it."""
+    c = (context if context is not None else KANIKO_DEFAULT_CONTEXT).removeprefix("dir://").rstrip("/") or "/"
+    if sub_path:
+        c = c.rstrip("/") + "/" + sub_path.strip("/")
+    return os.path.normpath(c)
 
 
 def _relative_dockerfile(call: KanikoCall) -> str | None:
     if call.dockerfile is None:
         return None
-    ctx = _context_dir(call.context) + "/"
+    ctx = _context_dir(call.context, call.context_sub_path).rstrip("/") + "/"
     return call.dockerfile[len(ctx):] if call.dockerfile.startswith(ctx) else call.dockerfile
 
 
 def compare_kaniko(call: KanikoCall, target: TargetSpec, *, uname_m: str,
                    expected_build_args: dict[str, tuple[str, str]],
-                   dockerfile_defaults: dict[str, str | None]) -> list[Difference]:
+                   dockerfile_defaults: dict[str, str | None],
+                   dockerfile: DockerfileContract | None = None) -> list[Difference]:
     """Every way the final kaniko call differs from the plan (an empty list: it builds what was planned).
 
     ``expected_build_args``: name -> (value, provenance) the plan bakes; a build arg the script does not
-    pass is fine only when the Dockerfile's own default is that value (``dockerfile_defaults``)."""
+    pass is fine only when the default in force is that value: the Dockerfile's global ARG
+    (``dockerfile_defaults``) and, in each stage the call builds that declares it, that stage's ARG."""
     out: list[Difference] = []
     p = target.provenance
+    contract_df = dockerfile
+    if call.error:
+        out.append(Difference(field="kaniko argv", planned="kaniko's own flags", script=call.error,
+                              text=f"kaniko exits at once on its command line ({call.error}) at "
+                                   f"{call.line or 'an unknown line'}: kaniko's flag set has no such flag"))
+    ctx = _context_dir(call.context, call.context_sub_path)
+    if ctx != IRIS_WORKDIR:
+        given = (call.context if call.context is not None else f"none (kaniko's default {KANIKO_DEFAULT_CONTEXT}/)")
+        out.append(Difference(field="context", planned=f"dir://{IRIS_WORKDIR} (the build commit's bundle, where Iris "
+                              "unpacks it)", script=given + (f" with --context-sub-path {call.context_sub_path}"
+                                                             if call.context_sub_path else ""),
+                              planned_source="the Iris bundle (IRIS_WORKDIR)"))
     planned = [f"{target.image_repository}:{target.tag}"]
     if target.floating_tag:
         planned.append(f"{target.image_repository}:{target.floating_tag}")
@@ -190,8 +261,29 @@ def compare_kaniko(call: KanikoCall, target: TargetSpec, *, uname_m: str,
             if default is not None and default != value:
                 out.append(Difference(field=f"--build-arg {name}", planned=value, planned_source=src,
                                       script=f"not passed (the Dockerfile default {default})"))
+                continue
+            for st, _ in used_stages(contract_df, call) if contract_df is not None else []:
+                if name not in st.args:
+                    continue
+                in_force = st.args[name] if st.args[name] is not None else default
+                if in_force != value:
+                    unused = sorted(set(call.build_args) - _declared_args(contract_df))
+                    hint = f"; the call passes {', '.join(unused)}, which no stage declares" if unused else ""
+                    shown = "unset (empty)" if in_force is None else in_force
+                    out.append(Difference(
+                        field=f"--build-arg {name}", planned=value, planned_source=src,
+                        script=f"not passed (in stage {st.name}, {contract_df.path}:{st.line}, ARG {name} is "
+                               f"{shown}{hint})"))
+                    break
         elif got != value:
             out.append(Difference(field=f"--build-arg {name}", planned=value, script=got, planned_source=src))
+    return out
+
+
+def _declared_args(df: DockerfileContract) -> set[str]:
+    out = set(df.global_args)
+    for st in df.stages:
+        out |= set(st.args)
     return out
 
 
@@ -297,6 +389,22 @@ def _same_image(a: str, b: str) -> bool:
     def norm(r: str) -> str:
         return r if "@" in r or ":" in r.rpartition("/")[2] else r + ":latest"
     return norm(a) == norm(b) or ("@" in a and _repository(a) == _repository(b))
+
+
+CRANE_DEFAULT_PLATFORM = "linux/amd64"  # what crane picks out of a multi-arch index when --platform is not given
+
+
+def crane_platform(argv: list[str]) -> str | None:
+    """crane's --platform (a global flag: before or after the verb, `--platform X` or `--platform=X`)."""
+    found = None
+    for i, a in enumerate(argv):
+        if a == "--":
+            break
+        if a == "--platform" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif a.startswith("--platform="):
+            found = a.partition("=")[2]
+    return found
 
 
 def crane_images(argv: list[str]) -> tuple[str, list[str], list[str]]:
@@ -418,7 +526,7 @@ def _missing_sources(df: DockerfileContract, call: KanikoCall, context: Iterable
     paths = set(context)
     dirs = {p.rstrip("/") for p in paths if p.endswith("/")}
     files = {p for p in paths if not p.endswith("/")}
-    ctx = _context_dir(call.context)
+    ctx = _context_dir(call.context, call.context_sub_path)
     out: list[Difference] = []
     globals_ = _global_values(df, call.build_args)
     for st, _ in used_stages(df, call):
@@ -493,6 +601,16 @@ def compare_steps(calls: list[StandinCall], plan: RehearsalPlan, target: TargetS
         line = call_line(c, plan)
         if c.tool == "crane":
             verb, reads, writes = crane_images(c.argv)
+            if verb in ("export", "pull") and reads:
+                want = crane_platform(c.argv)
+                got = want or f"{CRANE_DEFAULT_PLATFORM} (crane's default)"
+                if (want or CRANE_DEFAULT_PLATFORM) != target.kaniko_platform:
+                    out.append(Difference(
+                        field="crane platform", planned=target.kaniko_platform, script=got, script_source=line or "",
+                        planned_source=target.provenance.get("kaniko_platform", ""),
+                        text=f"`crane {verb}` at {line or 'an unknown line'} reads {', '.join(reads)} for {got}; the "
+                             f"plan builds {target.kaniko_platform}: the build unpacks the other architecture's "
+                             "files (or crane finds no such platform)"))
             for image in reads:
                 if verb in _CRANE_PROBES:
                     probed.add(image)
@@ -507,6 +625,14 @@ def compare_steps(calls: list[StandinCall], plan: RehearsalPlan, target: TargetS
         k.line = line
         at = line or ""
         earlier = c is not final  # the final call's planned values are compare_kaniko's
+        if earlier and k.error:
+            out.append(Difference(field="kaniko argv", planned="kaniko's own flags", script=k.error, script_source=at,
+                                  text=f"kaniko exits at once on its command line ({k.error}) at "
+                                       f"{at or 'an unknown line'}: kaniko's flag set has no such flag"))
+        if earlier and _context_dir(k.context, k.context_sub_path) != IRIS_WORKDIR:
+            out.append(Difference(field="context", planned=f"dir://{IRIS_WORKDIR} (the build commit's bundle)",
+                                  script=k.context or f"none (kaniko's default {KANIKO_DEFAULT_CONTEXT}/)",
+                                  script_source=at, planned_source="the Iris bundle (IRIS_WORKDIR)"))
         for name, value in k.build_args.items():
             if name in expected_args:
                 if earlier and value != expected_args[name][0]:
@@ -532,7 +658,7 @@ def compare_steps(calls: list[StandinCall], plan: RehearsalPlan, target: TargetS
                 for cp in st.copies:
                     if cp.from_ and _stage_of(df, cp.from_) is None:
                         check_read(cp.from_, "the kaniko call", line, via=f" (COPY --from at {df.path}:{cp.line})")
-            if context is not None and _context_dir(k.context) == IRIS_WORKDIR:  # the context the run kept
+            if context is not None and _context_dir(k.context, k.context_sub_path) == IRIS_WORKDIR:  # the context the run kept
                 out += _missing_sources(df, k, context)
         for d in [] if k.no_push else k.destinations:
             pushed.setdefault(d, line)
@@ -603,7 +729,7 @@ def evaluate(plan: RehearsalPlan, target: TargetSpec, *, exit_code: int, stderr:
     if final is not None and final_call is not None:
         final.line = call_line(final_call, plan)
     if leaks:
-        ctx = _context_dir(final.context if final else None)
+        ctx = _context_dir(final.context, final.context_sub_path) if final else IRIS_WORKDIR
         return RehearsalResult(
             status="failed", seconds=seconds, exit_code=exit_code, stderr_tail=tail, tools=tools, kaniko=final,
             reason="the script leaves a credential in the build context, which the image bakes (COPY): "
@@ -637,7 +763,8 @@ def evaluate(plan: RehearsalPlan, target: TargetSpec, *, exit_code: int, stderr:
                                reason=f"the script exits 0 without running the kaniko executor ({KANIKO_EXECUTOR})"
                                       + left_running)
     diffs = compare_kaniko(final, target, uname_m=plan.uname_m, expected_build_args=expected_args,
-                           dockerfile_defaults=dockerfile_defaults)
+                           dockerfile_defaults=dockerfile_defaults,
+                           dockerfile=(dockerfiles or {}).get(_relative_dockerfile(final) or ""))
     for d in diffs:
         d.script_source = d.script_source or final.line or ""
     diffs += compare_steps(calls, plan, target, expected_args=expected_args, dockerfiles=dockerfiles or {},

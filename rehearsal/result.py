@@ -25,7 +25,9 @@ class KanikoCall(BaseModel):
     target: str | None = None
     skip_unused_stages: bool = False
     no_push: bool = False  # --no-push: builds, pushes nothing
+    context_sub_path: str | None = None
     line: str | None = None  # the build script's file:line that ran it
+    error: str | None = None  # kaniko's own argv error (it exits on it before building): "unknown flag: --squash"
 
 
 class Difference(BaseModel):
