@@ -11,12 +11,13 @@ configured team.
 from __future__ import annotations
 
 import time
+from urllib.parse import urlsplit, urlunsplit
 
 from temporalio import activity
 
 from activities.common import ActivityGroup
 from activities.errors import NotAuthorized
-from clients.github import _FAILED_CONCLUSIONS, CheckRun, GitHubClient, GitHubError, comment_marker
+from clients.github import _FAILED_CONCLUSIONS, CheckRun, GitHubClient, GitHubError, Pull, comment_marker
 from clients.identity import github_auth
 from domain.config import OperatorSettings, ServiceConfig
 from domain.merge_gate import (
@@ -27,7 +28,17 @@ from domain.merge_gate import (
     standing,
     verdict,
 )
-from domain.models import AuthorizeInput, GitHubApproval, ReviewState, VerifiedOperator
+from domain.models import (
+    AuthorizeInput,
+    ForeignHead,
+    GitHubApproval,
+    MergedPins,
+    PinnedImage,
+    ReviewState,
+    VerifiedOperator,
+)
+from domain.outcome import restore_head_command
+from domain.pins import read_pins
 from domain.render import inert_markdown
 
 REQUIRED_TTL_S = 300.0  # branch protection and rulesets change rarely: re-read every 5 minutes of a watch
@@ -47,20 +58,38 @@ def _run_state(r: CheckRun) -> str:
 
 
 def gate_reader(gh: GitHubClient, config: ServiceConfig) -> GateReader:
-    return GateReader(gh, config.operators, config.github.required_checks if config.github else [])
+    return GateReader(gh, config.operators, config.github.required_checks if config.github else [],
+                      repo_url=_public_url(config.repos.marinskyrl_url),
+                      pin_table_path=config.github.pin_table_path if config.github else "")
+
+
+def _public_url(url: str) -> str:
+    """The clone URL without any user or password in it (it is printed in a restore command)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def _transient(e: GitHubError) -> bool:
+    return e.status is None or e.status >= 500 or e.status == 429
 
 
 class GateReader:
     """One activity's view of the gate. Caches what changes rarely for the activity's life: the required
     checks (``REQUIRED_TTL_S``), each reviewer's access and each login's operator standing."""
 
-    def __init__(self, gh: GitHubClient, operators: OperatorSettings, configured_required: list[str]):
+    def __init__(self, gh: GitHubClient, operators: OperatorSettings, configured_required: list[str], *,
+                 repo_url: str = "", pin_table_path: str = ""):
         self.gh = gh
         self.operators = operators
         self.configured_required = list(configured_required)
+        self.repo_url = repo_url
+        self.pin_table_path = pin_table_path
         self._required: tuple[float, str, RequiredChecks] | None = None
         self._write: dict[str, bool] = {}
         self._operator: dict[str, str | None] = {}
+        self._foreign: dict[str, ForeignHead] = {}  # head sha -> who pushed it (once GitHub named them)
 
     async def required(self, base: str) -> RequiredChecks:
         now = time.monotonic()
@@ -105,7 +134,53 @@ class GateReader:
             self._operator[key] = await verify_operator(self.gh, self.operators, login, strict=False)
         return self._operator[key]
 
-    async def state(self, number: int, overrides: list[str] | None = None) -> ReviewState:
+    async def foreign_head(self, pull: Pull, pin: str) -> ForeignHead:
+        """The PR's head is not ``pin``: who pushed it and when (GitHub's repository activity of the branch),
+        and the command that puts the pin commit back (with a lease on exactly this head)."""
+        if pull.head_sha in self._foreign:
+            return self._foreign[pull.head_sha]
+        push = None
+        try:
+            push = next((p for p in await self.gh.ref_activity(pull.head_ref) if p.after == pull.head_sha), None)
+        except GitHubError as e:
+            if _transient(e):
+                raise
+            activity.logger.warning(f"who pushed {pull.head_sha[:12]} to {pull.head_ref} is unreadable: {e}")
+        head = ForeignHead(
+            sha=pull.head_sha, pin_commit=pin, branch=pull.head_ref, pushed_by=push.actor if push else None,
+            pushed_at=push.timestamp if push else None, how=push.activity_type if push else "",
+            restore_command=restore_head_command(self.repo_url, pull.head_ref, pin, pull.head_sha)
+            if self.repo_url else "")
+        if push is not None:
+            self._foreign[pull.head_sha] = head
+        return head
+
+    async def merged_pins(self, commit: str, images: list[PinnedImage]) -> MergedPins:
+        """What the pin table of ``commit`` (a merge commit) holds for each validated image, read from GitHub:
+        a report never says the merged table holds the validated digests without reading it."""
+        path = self.pin_table_path
+        try:
+            text = await self.gh.file_text(path, commit)
+        except GitHubError as e:
+            if _transient(e):
+                raise
+            return MergedPins(path=path, commit=commit, holds_validated=False, unreadable=f"{e.status} {e.message}")
+        if text is None:
+            return MergedPins(path=path, commit=commit, holds_validated=False,
+                              unreadable=f"{path} not found at {commit[:12]}")
+        pins = read_pins(text)
+        differences = []
+        for img in images:
+            arch, _, variant = img.key.partition("-")
+            got = pins.get((arch.upper(), variant.upper()), {}).get("digest")
+            if got != img.digest:
+                differences.append(f"{img.key} pins {got or 'nothing'}, not the validated {img.digest}")
+        return MergedPins(path=path, commit=commit, holds_validated=not differences, differences=differences)
+
+    async def state(self, number: int, overrides: list[str] | None = None, *, pin: str | None = None,
+                    images: list[PinnedImage] | None = None) -> ReviewState:
+        """The gate as GitHub shows it. With ``pin`` (the commit the service pushed): a head that is not it
+        is reported with who pushed it; with ``images``: a merged PR's pin table is read and compared."""
         gh = self.gh
         pull = await gh.get_pull(number)
         runs = await gh.check_runs(pull.head_sha)
@@ -128,7 +203,14 @@ class GateReader:
             if pull.state == "closed":
                 closed_by = (await gh.issue(number)).get("closed_by")
                 branch_deleted = not await gh.branch_exists(pull.head_ref)
+        foreign = None
+        if pin and pull.head_sha != pin and (pull.state == "open" or pull.merged):
+            foreign = await self.foreign_head(pull, pin)
+        merged_pins = None
+        if pull.merged and images and pull.merge_commit_sha and self.pin_table_path:
+            merged_pins = await self.merged_pins(pull.merge_commit_sha, images)
         return ReviewState(
+            foreign_head=foreign, merged_pins=merged_pins,
             state=pull.state, head_ref=pull.head_ref, merged_by=pull.merged_by, closed_by=closed_by,
             closed_at=pull.closed_at, branch_deleted=branch_deleted,
             head_sha=pull.head_sha, checks=v.state, failing_checks=v.failing, pending_checks=v.pending,

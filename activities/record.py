@@ -331,7 +331,7 @@ class RecordActivities(ActivityGroup):
                         await self._report_drift(gh, inp, seen)
                     drift = drift if seen is None else seen
                 try:
-                    state = await reader.state(inp.pr_number, inp.overrides)
+                    state = await reader.state(inp.pr_number, inp.overrides, pin=inp.pin_commit, images=inp.images)
                 except RateLimited as e:
                     wait = e.wait_seconds()
                     if time.monotonic() - started + wait >= inp.return_after_s:
@@ -367,30 +367,39 @@ class RecordActivities(ActivityGroup):
 
     @activity.defn
     async def merge_pull_request(self, inp: MergeInput) -> ReviewState:
-        """Merge at the reviewed head, after checking the authorization again on this worker: the login
-        must still be a configured operator (an authorization carried for weeks, or recorded by an
-        older version that took the name on trust, is never merged on its word alone)."""
+        """Merge the pin commit (``inp.head_sha``) and nothing else, after checking the authorization again on
+        this worker: the login must still be a configured operator (an authorization carried for weeks, or
+        recorded by an older version that took the name on trust, is never merged on its word alone).
+        GitHub is given that sha, so a head moved since this look is refused (409), never merged."""
         _, gh = self._github()
         overrides = inp.authorization.override_checks if inp.authorization else []
         async with gh:
             reader = gate_reader(gh, self.config)
+
+            async def state() -> ReviewState:
+                return await reader.state(inp.pr_number, overrides, pin=inp.head_sha, images=inp.images)
+
             pull = await gh.get_pull(inp.pr_number)
             if pull.merged:
-                return await reader.state(inp.pr_number, overrides)
+                return await state()
+            if pull.head_sha != inp.head_sha:
+                activity.logger.warning(f"merge of #{inp.pr_number} held: its head is {pull.head_sha[:12]}, not "
+                                        f"the pin commit {inp.head_sha[:12]}")
+                return await state()
             auth = inp.authorization
             verified = auth and await verify_operator(gh, self.config.operators, auth.by, strict=False)
             if not verified:
                 activity.logger.warning(f"merge of #{inp.pr_number} refused: "
                                         f"{auth.by if auth else 'nobody'} is not a configured operator")
-                return await reader.state(inp.pr_number, overrides)
+                return await state()
             # Once more right before merging: a tag moved since the watch last looked holds the merge.
             async with Heartbeater(every_s=2.0):
                 drift = await self.registry_drift(inp.images) if inp.images else None
             if drift:
                 activity.logger.warning(f"merge of #{inp.pr_number} held: {[d.detail for d in drift]}")
-                return (await reader.state(inp.pr_number, overrides)).model_copy(update={"registry_drift": drift})
+                return (await state()).model_copy(update={"registry_drift": drift})
             try:
                 await gh.merge_pull(inp.pr_number, inp.head_sha)
             except (HeadMoved, NotMergeable) as e:
                 activity.logger.warning(f"merge of #{inp.pr_number} refused: {e}")
-            return await reader.state(inp.pr_number, overrides)
+            return await state()

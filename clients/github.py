@@ -7,6 +7,7 @@ leak into an error, repr or log line. Temporal-free; activities wrap it.
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import hmac
@@ -215,6 +216,23 @@ class MergeResult(_Model):
     sha: str
     merged: bool
     message: str
+
+
+class Push(_Model):
+    """One entry of GitHub's repository activity (``GET /repos/{o}/{r}/activity``): who moved a ref, when."""
+
+    before: str
+    after: str
+    ref: str
+    timestamp: str
+    activity_type: str  # push, force_push, branch_creation, branch_deletion, pr_merge, merge_queue_merge
+    actor: str | None = None
+
+    @classmethod
+    def from_api(cls, d: dict[str, Any]) -> Push:
+        return cls(before=d.get("before") or "", after=d.get("after") or "", ref=d.get("ref") or "",
+                   timestamp=d.get("timestamp") or "", activity_type=d.get("activity_type") or "",
+                   actor=(d.get("actor") or {}).get("login"))
 
 
 class RateLimitInfo(_Model):
@@ -686,6 +704,23 @@ class GitHubClient:
         except NotFound:
             return False
         return True
+
+    async def ref_activity(self, branch: str, *, per_page: int = 30) -> list[Push]:
+        """Who pushed to ``branch`` and when, newest first (repository activity; one page: the latest)."""
+        data = await self._json("GET", f"{self._r}/activity",
+                                params={"ref": f"refs/heads/{branch}", "per_page": per_page, "direction": "desc"})
+        return [Push.from_api(d) for d in data if isinstance(d, dict)]
+
+    async def file_text(self, path: str, ref: str) -> str | None:
+        """``path`` as committed at ``ref`` (``GET /contents/{path}?ref=``), or None when it is not there."""
+        try:
+            data = await self._json("GET", f"{self._r}/contents/{quote(path)}", params={"ref": ref})
+        except NotFound:
+            return None
+        if not isinstance(data, dict) or data.get("type") != "file" or data.get("encoding") != "base64":
+            raise GitHubError(f"{path} at {ref}: not a file GitHub returned in base64", method="GET",
+                              path=f"{self._r}/contents/{path}")
+        return base64.b64decode(data.get("content") or "").decode("utf-8", errors="replace")
 
     # -- issue comments
 

@@ -18,8 +18,10 @@ from domain.merge_gate import is_approve_command
 
 # The events that can change what the merge gate reads (checks, statuses, reviews, the PR and its head), or
 # end the wait from outside: ``pull_request`` closed (by hand, or merged) and ``delete`` of the build branch.
+# ``push`` (and ``pull_request`` ``synchronize``): the build branch moved; the merge wait compares its head with
+# the pin commit before any merge.
 WAKING_EVENTS = ("check_run", "check_suite", "status", "pull_request", "pull_request_review", "issue_comment",
-                 "delete")
+                 "delete", "push")
 SIGNATURE_HEADER = "X-Hub-Signature-256"
 
 
@@ -81,6 +83,13 @@ def pull_request_event(event: str, payload: dict[str, Any]) -> PullRequestEvent 
             return None
         repo = _str((payload.get("repository") or {}).get("full_name")) or ""
         return PullRequestEvent(event=event, repo=repo, branches=[ref])
+    if event == "push":  # a branch moved (a push or a force push): the build whose branch it is reads now
+        ref = _str(payload.get("ref")) or ""
+        if not ref.startswith("refs/heads/"):
+            return None  # a tag push wakes nothing
+        repo = _str((payload.get("repository") or {}).get("full_name")) or ""
+        return PullRequestEvent(event=event, repo=repo, branches=[ref.removeprefix("refs/heads/")],
+                                head_sha=_str(payload.get("after")))
     if event == "issue_comment":
         issue, comment = payload.get("issue") or {}, payload.get("comment") or {}
         number = issue.get("number")

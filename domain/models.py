@@ -50,7 +50,7 @@ class WaitingReason(BaseModel):
     """What a build waits for and the exact operator command that unblocks it (None: nothing to run)."""
 
     kind: Literal["operator_decision", "package_visibility", "registry_inconclusive", "registry_unreachable",
-                  "merge_checks", "merge_authorization", "step_retrying", "registry_drift"]
+                  "merge_checks", "merge_authorization", "step_retrying", "registry_drift", "head_moved"]
     target: str | None = None  # target key, or None for the pipeline itself
     detail: str  # one short sentence: what is needed
     command: str | None = None  # e.g. ``python starter.py recheck <wid> amd64-standard``
@@ -490,6 +490,29 @@ class RegistryDrift(BaseModel):
     detail: str = ""
 
 
+class ForeignHead(BaseModel):
+    """The PR's head is not the pin commit this build pushed: someone else moved the build branch. Who and
+    when come from GitHub's repository activity (None: GitHub named no push of this head)."""
+
+    sha: str  # the head GitHub shows now
+    pin_commit: str  # the commit the service pushed (the only one it merges)
+    branch: str
+    pushed_by: str | None = None
+    pushed_at: str | None = None
+    how: str = ""  # push, force_push, ... as GitHub's activity names it; "" = not known
+    restore_command: str = ""  # puts the pin commit back, only if the branch is still at ``sha``
+
+
+class MergedPins(BaseModel):
+    """What the pin table of a merge commit really holds, compared with the validated digests."""
+
+    path: str
+    commit: str
+    holds_validated: bool
+    differences: list[str] = Field(default_factory=list)  # "amd64-standard pins X, not the validated Y"
+    unreadable: str = ""  # why it could not be read (then nothing is claimed about it)
+
+
 class ReviewState(BaseModel):
     head_sha: str
     checks: Literal["pending", "success", "failure"]  # the REQUIRED checks (minus operator overrides)
@@ -516,6 +539,8 @@ class ReviewState(BaseModel):
     closed_at: str | None = None
     branch_deleted: bool = False  # the head branch no longer exists
     registry_drift: list[RegistryDrift] = Field(default_factory=list)  # pinned images changed since validation
+    foreign_head: ForeignHead | None = None  # the head is not the pin commit (read when the pin is known)
+    merged_pins: MergedPins | None = None  # merged: what its pin table holds (read when the images are known)
 
 
 class WatchInput(BaseModel):
@@ -527,6 +552,7 @@ class WatchInput(BaseModel):
     images: list[PinnedImage] = Field(default_factory=list)  # checked in the registry while the PR waits
     known_drift: list[RegistryDrift] = Field(default_factory=list)  # as last reported (also when ``last`` is None)
     request_id: str = ""  # names the PR comment that reports registry drift
+    pin_commit: str | None = None  # the head the service pushed: any other head is reported as foreign
 
 
 class GitHubWake(BaseModel):

@@ -14,6 +14,8 @@ from domain.buildset import BuildRequest
 from domain.models import (
     FailureInfo,
     FailureRecord,
+    ForeignHead,
+    MergedPins,
     PinnedImage,
     PullRequestInfo,
     RebuildCheckResult,
@@ -250,7 +252,7 @@ def cancelled(request: BuildRequest) -> FailureInfo:
 # ----------------------------------------------------------------------------- done by someone else
 # Ways a build ends because someone outside the service ended what it waited for: they read as cancelled
 # (a person's decision, not an error), and the Temporal run fails so that `resume` may run it again.
-CLOSED_OUTSIDE_CLASSES = frozenset({"pr_closed", "branch_deleted"})
+CLOSED_OUTSIDE_CLASSES = frozenset({"pr_closed", "branch_deleted", "merged_other_head"})
 
 
 def is_cancelled(failure: FailureInfo | None) -> bool:
@@ -287,9 +289,67 @@ def closed_outside(rev: ReviewState, pr: PullRequestInfo, workflow_id: str) -> F
 
 
 def merged_outside_message(pr: PullRequestInfo, rev: ReviewState) -> str:
-    """A PR merged by a person on GitHub (not by the service): the build is done, recording the merge."""
-    return (f"PR #{pr.number} was merged on GitHub{_by(rev.merged_by)}, outside the service, as "
-            f"{rev.merge_commit or 'an unreported merge commit'}; the pin table it merged holds the validated digests")
+    """A PR merged by a person on GitHub (not by the service): the build is done, recording the merge and
+    what the merged pin table was read to hold (never claimed unread)."""
+    base = (f"PR #{pr.number} was merged on GitHub{_by(rev.merged_by)}, outside the service, as "
+            f"{rev.merge_commit or 'an unreported merge commit'}")
+    return f"{base}; {merged_pins_text(rev.merged_pins)}"
+
+
+def merged_pins_text(pins: MergedPins | None) -> str:
+    if pins is None:
+        return "the pin table it merged was not read (unchecked)"
+    if pins.unreadable:
+        return f"the pin table it merged could not be read ({pins.unreadable}): unchecked"
+    where = f"{pins.path} at {pins.commit[:12]}"
+    if pins.holds_validated:
+        return f"the pin table it merged ({where}, read after the merge) holds the validated digests"
+    return f"the pin table it merged ({where}) does not hold the validated digests: {'; '.join(pins.differences)}"
+
+
+def merged_other_head(rev: ReviewState, pr: PullRequestInfo, request: BuildRequest) -> FailureInfo:
+    """Someone merged the PR by hand while its head was not this build's pin commit, and the merged pin table
+    does not hold the validated digests: nothing of this build is pinned on main. Ends like the other
+    outside ends (a person's decision), saying exactly what main pins now."""
+    head = rev.foreign_head
+    moved = (f" at head {head.sha[:12]} ({head.how or 'pushed'}{_by(head.pushed_by, head.pushed_at)}), not the pin "
+             f"commit {head.pin_commit[:12]} this build pushed") if head else ""
+    pins = rev.merged_pins
+    path = pins.path if pins else "the pin table"
+    return FailureInfo(
+        failure_class="merged_other_head", error_type="MergedOtherHead",
+        message=f"{merged_outside_message(pr, rev)}{moved}; main does not pin this build's validated images",
+        next_step=f"read what main pins now (`git show {rev.merge_commit or 'MERGE_COMMIT'}:{path}`); to pin the "
+                  f"validated images listed in this report, run `{build_command(request)}` (validated targets "
+                  "are adopted, not rebuilt) and approve its PR")
+
+
+def restore_head_command(repo_url: str, branch: str, pin_commit: str, theirs: str) -> str:
+    """Puts the pin commit back on the build branch, only while the branch is still at ``theirs`` (a lease:
+    a later push by anyone is never overwritten). Runs in any clone; the fetch brings the pin commit."""
+    url = shlex.quote(repo_url)
+    return (f"git fetch {url} {pin_commit} && git push --force-with-lease=refs/heads/{branch}:{theirs} {url} "
+            f"{pin_commit}:refs/heads/{branch}")
+
+
+def head_moved_blocking(head: ForeignHead) -> str:
+    """The merge gate's words for a build branch someone else moved (one clause, no override merges it)."""
+    who = f"{head.how or 'pushed'}{_by(head.pushed_by, head.pushed_at)}" if head.pushed_by or head.pushed_at else (
+        "pushed by someone GitHub's repository activity does not name")
+    return (f"the PR head is {head.sha[:12]}, not the pin commit {head.pin_commit[:12]} this build pushed "
+            f"({who})")
+
+
+def head_moved_waiting(head: ForeignHead, pr: PullRequestInfo, workflow_id: str) -> WaitingReason:
+    """Why the merge is held and how to release it. Why hold: the service merges only the head it pushed
+    (the pin commit holding the validated digests); another head's tree was never validated, so no
+    approval or override merges it. Restoring the branch (the command) releases the hold; an approval given
+    for the other head does not carry over (approve again once restored)."""
+    detail = (f"merge of PR #{pr.number} held: {head_moved_blocking(head)}; only the pin commit is merged. To "
+              f"merge: restore {head.branch} to {head.pin_commit[:12]} (the command), then approve again "
+              f"(`{approve_command(workflow_id)}`). If the new commits were meant: `{STARTER} cancel "
+              f"{q(workflow_id)}`, then build them")
+    return WaitingReason(kind="head_moved", detail=detail, command=head.restore_command or None)
 
 
 def pinned_images(targets) -> list[PinnedImage]:

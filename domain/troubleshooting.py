@@ -155,6 +155,11 @@ SERVICE_CLASSES = [
                             "waited for the merge; the build ended cancelled; nothing was merged.",
           f"if it should merge: {RESUME} (pushes the branch again, adopts the validated images, opens a PR "
           "again); otherwise nothing to clean up"),
+    Entry("merged_other_head", "Someone merged the build's PR by hand while its head was not the build's pin "
+                                "commit, and the pin table it merged (read from the merge commit) does not hold the "
+                                "validated digests: the build ended cancelled; nothing of it is pinned on main.",
+          f"read what main pins (`git show <merge-commit>:<pin table>`); to pin the validated images, {BUILD_AGAIN} "
+          "(validated targets are adopted) and approve its PR"),
     Entry("tag_moved", "While the PR waits for its merge, someone moved or deleted a pinned tag in the registry: "
                        "the PR still pins the validated digest, and the merge is held (`registry_drift`) because "
                        "the tag no longer serves it.",
@@ -194,6 +199,12 @@ WAITS = {
                                               "registry after validation (by someone else); the merge is held.",
                             "restore the tag (the exact `skopeo copy` is printed) or make the package public "
                             "again; the merge then proceeds by itself"),
+    "head_moved": Entry("head_moved", "Someone else pushed to the build branch: the PR head is not the pin commit the "
+                                      "build pushed (the wait names who and when, from GitHub's repository "
+                                      "activity). Only the pin commit is merged; no approval or override merges "
+                                      "another head.",
+                        "restore the branch with the printed `git push --force-with-lease` (it never overwrites a "
+                        "later push), then approve again; if the new commits were meant, cancel and build them"),
     "step_retrying": Entry("step_retrying", "A step failed and Temporal retries it with backoff; `follow` shows "
                                             "the attempt and the last error.",
                            "fix the cause the error names (a credential, a service); the retry is bounded and "
@@ -217,7 +228,8 @@ STAGES = {
     Stage.DONE: "end: every image validated and recorded (the PR merged); nothing to do",
     Stage.FAILED: f"end: the failure class says why and the report gives the next step ({REPORT})",
     Stage.CANCELLED: "end: cancelled by an operator (class `cancelled`), or its PR closed or build branch deleted "
-                     "on GitHub by someone (`pr_closed`, `branch_deleted`)",
+                     "on GitHub by someone (`pr_closed`, `branch_deleted`), or someone else's head merged by hand "
+                     "(`merged_other_head`)",
 }
 
 EXIT_CODES = [(0, "success, or the build runs (without `--follow`)"), (1, "the build or the command failed"),

@@ -31,7 +31,9 @@ reopened) or a deleted branch (``delete``) is POSTed to the configured URL, in t
 ``X-GitHub-Delivery``, ``X-Hub-Signature-256`` = HMAC-SHA256 of the body with the webhook secret) and
 payload shapes (the PRs a check or review belongs to, the branches a status's commit heads).
 ``webhook_deliveries`` lists each with the answer's status; ``redeliver`` sends one again with the same
-delivery id, as GitHub's "Redeliver" does. A moved head (a push) sends nothing: the poll sees it.
+delivery id, as GitHub's "Redeliver" does. A push through ``push_as`` (someone moving a branch) is recorded in the
+repository activity (``GET /activity``: who, when, ``push``/``force_push``) and sends ``push`` and ``pull_request``
+``synchronize``; a plain ``git push`` to the bare repo sends nothing (the poll sees it) and names no one.
 
 Done by someone else, as on GitHub: who closed or merged a PR is the token's owner (the PR's
 ``merged_by``, the issue's ``closed_by``); deleting a PR's head branch (``DELETE /git/refs/heads/..``,
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import base64
 import hashlib
 import hmac
 import json
@@ -80,6 +83,8 @@ _PERMISSIONS: list[tuple[str, str, str, str]] = [
     ("PATCH", r"/issues/comments/\d+", "issues", "write"),
     ("GET", r"/pulls(/\d+(/reviews)?)?", "pull_requests", "read"),
     ("GET", r"/branches/[^/]+", "contents", "read"),
+    ("GET", r"/contents/.+", "contents", "read"),
+    ("GET", r"/activity", "metadata", "read"),
     ("DELETE", r"/git/refs/.+", "contents", "write"),
     ("POST", r"/pulls", "pull_requests", "write"),
     ("PATCH", r"/pulls/\d+", "pull_requests", "write"),
@@ -126,6 +131,7 @@ class _Store:
     rulesets: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # repo -> active rulesets
     collaborators: dict[str, dict[str, str]] = field(default_factory=dict)  # repo -> login -> permission
     teams: dict[str, list[str]] = field(default_factory=dict)  # "org/slug" -> member logins
+    activity: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # repo -> pushes, oldest first
     next_id: int = 1000
     next_number: dict[str, int] = field(default_factory=dict)  # repo -> next issue/PR number
 
@@ -362,6 +368,53 @@ class GitHubStandin:
             for p in self.store.pulls.get(repo, {}).values():
                 if p["state"] == "open" and p["head"] == name:
                     self._head_deleted(repo, p, who)
+
+    def admin_push(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Someone (``login``) pushes ``sha`` (already in the repo) to ``branch``, as ``git push [--force]``
+        would: the ref moves, GitHub's repository activity records who and when (``push``, or ``force_push``
+        when the old head is not an ancestor), and ``push`` then ``pull_request`` ``synchronize`` (for each
+        open PR whose head it is) are delivered."""
+        repo, branch, login = body["repo"], body["branch"], body["login"]
+        after = self._resolve_ref(repo, body["sha"])
+        before = self._branch_sha(repo, branch)
+        self._git(repo).git.update_ref(f"refs/heads/{branch}", after)
+        forced = before is not None and not self._is_ancestor(repo, before, after)
+        who = {"login": login}
+        entry = {"id": self.store.new_id(), "node_id": f"RA_{self.store.next_id}", "before": before or "0" * 40,
+                 "after": after, "ref": f"refs/heads/{branch}", "timestamp": _now(),
+                 "activity_type": "force_push" if forced else ("push" if before else "branch_creation"),
+                 "actor": {"login": login, "type": "User"}}
+        self.store.activity.setdefault(repo, []).append(entry)
+        self._save()
+        self._hook("push", repo, {"ref": f"refs/heads/{branch}", "before": before or "0" * 40, "after": after,
+                                  "forced": forced, "pusher": {"name": login}}, who)
+        for p in self.store.pulls.get(repo, {}).values():
+            if p["state"] == "open" and p["head"] == branch:
+                self._hook("pull_request", repo, {"action": "synchronize", "number": p["number"],
+                                                  "before": before, "after": after,
+                                                  "pull_request": self._pull_json(repo, p)}, who)
+        return entry
+
+    def list_activity(self, repo: str, q: dict[str, str]) -> list[dict[str, Any]]:
+        """``GET /repos/{o}/{r}/activity``: pushes newest first, filtered by ``ref`` (full or short name)."""
+        self._git(repo)
+        ref = q.get("ref")
+        if ref and not ref.startswith("refs/"):
+            ref = f"refs/heads/{ref}"
+        items = [a for a in self.store.activity.get(repo, []) if ref is None or a["ref"] == ref]
+        return list(reversed(items)) if q.get("direction", "desc") == "desc" else items
+
+    def get_contents(self, repo: str, path: str, q: dict[str, str]) -> dict[str, Any]:
+        """``GET /repos/{o}/{r}/contents/{path}?ref=``: a file's content (base64), 404 when absent."""
+        g = self._git(repo)
+        ref = q.get("ref") or "HEAD"
+        try:
+            blob = g.git.rev_parse("--verify", "--quiet", f"{ref}:{path}")
+            data = g.git.cat_file("blob", blob, stdout_as_string=False)
+        except git.GitCommandError:
+            raise _HttpError(404, "Not Found") from None
+        return {"type": "file", "encoding": "base64", "path": path, "name": path.rsplit("/", 1)[-1], "sha": blob,
+                "size": len(data), "content": base64.b64encode(data).decode()}
 
     def merge_pull(self, repo: str, number: str, body: dict[str, Any], who: dict[str, Any] | None = None
                    ) -> dict[str, Any]:
@@ -910,6 +963,9 @@ class GitHubStandin:
             ("PUT", r + r"/pulls/(?P<n>\d+)/merge", lambda m: self.merge_pull(m["repo"], m["n"], body, who),
              200, None),
             ("GET", r + r"/branches/(?P<b>[^/]+)", lambda m: self.get_branch(m["repo"], unquote(m["b"])), 200, None),
+            ("GET", r + r"/activity", lambda m: self.list_activity(m["repo"], q), 200, ""),
+            ("GET", r + r"/contents/(?P<path>.+)", lambda m: self.get_contents(m["repo"], unquote(m["path"]), q),
+             200, None),
             ("DELETE", r + r"/git/refs/(?P<ref>(?:heads|tags)/.+)",
              lambda m: self.delete_ref(m["repo"], unquote(m["ref"]), who), 204, None),
             ("GET", r + r"/pulls/(?P<n>\d+)/reviews", lambda m: self.reviews(m["repo"], m["n"]), 200, ""),
@@ -943,6 +999,7 @@ class GitHubStandin:
             ("POST", r"/_admin/permissions", lambda m: self.admin_permissions(body), 200, None),
             ("POST", r"/_admin/issues", lambda m: self.admin_issue(body), 200, None),
             ("POST", r"/_admin/webhook", lambda m: self.admin_webhook(body), 200, None),
+            ("POST", r"/_admin/push", lambda m: self.admin_push(body), 200, None),
             ("POST", r"/_admin/served", lambda m: {"n": sum(n for k, n in self.served.items()
                                                             if re.search(body["pattern"], k))}, 200, None),
             ("POST", r"/_admin/webhook_deliveries", lambda m: self.admin_webhook_deliveries(body), 200, None),
@@ -1113,6 +1170,11 @@ class GitHubStandinHandle:
         """Create or replace check run ``name`` on ``sha`` (a sha or branch name)."""
         return self._admin("checks", {"repo": repo, "sha": sha, "name": name, "status": status,
                                       "conclusion": conclusion})
+
+    def push_as(self, repo: str, branch: str, sha: str, login: str) -> dict[str, Any]:
+        """``login`` pushes ``sha`` (a commit already in the repo) to ``branch`` (forced if need be): the
+        repository activity names them, and ``push``/``pull_request synchronize`` webhooks are sent."""
+        return self._admin("push", {"repo": repo, "branch": branch, "sha": sha, "login": login})
 
     def add_review(self, repo: str, number: int, state: str = "APPROVED", user: str = "reviewer") -> dict[str, Any]:
         return self._admin("reviews", {"repo": repo, "number": number, "state": state, "user": user})

@@ -59,3 +59,7 @@ CLOSED_OUTSIDE = "merge-wait-closed-outside"
 # and starts it again only with --force; it starts the variants the decision names (runs started before
 # started the whole request, and restarted a cancelled one).
 REBUILD_CANCEL_MEMORY = "rebuild-cancel-memory"
+
+# BuildPipelineWorkflow's merge wait merges only the pin commit it pushed: a PR head that is anything else holds
+# the merge (naming who pushed it and the restore command), and the merge call is given the pin commit's sha.
+MERGE_PIN_COMMIT = "merge-only-the-pin-commit"

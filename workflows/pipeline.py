@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         AdoptInput,
         AuthorizeInput,
         BuildState,
+        ForeignHead,
         GitHubWake,
         LoadStateInput,
         MergeAuthorization,
@@ -85,6 +86,8 @@ class BuildPipelineWorkflow:
         self._github_seq = 0  # bumped by a GitHub webhook about this PR: the PR watch reads again now
         self._drift_class: str | None = None  # BuildFailureClass upserted while registry drift holds the merge
         self._merged_outside = False  # the PR was merged by a person on GitHub, not by this service
+        self._wake_head: str | None = None  # the head a push / pull_request webhook named last
+        self._read: ReviewState | None = None  # the gate as the last watch returned it (its next ``last``)
 
     @workflow.signal
     def target_changed(self, brief: TargetBrief) -> None:
@@ -105,6 +108,8 @@ class BuildPipelineWorkflow:
         pr = self._report.pull_request
         if pr is None or wake.pr_number in (None, pr.number):
             self._github_seq += 1
+            if wake.event in ("push", "pull_request") and wake.head_sha:
+                self._wake_head = wake.head_sha  # compared with the pin commit before any merge
 
     def _target_waits(self) -> list[WaitingReason]:
         return [b.waiting for b in self._targets.values() if b.waiting]
@@ -133,7 +138,9 @@ class BuildPipelineWorkflow:
         auth = auth.model_copy(update={
             "verified": verified.verified, "temporal_identity": verified.temporal_identity,
             "comment_url": verified.comment_url, "update_id": update.id if update else None,
-            "head_sha": self._review.head_sha if self._review else None})
+            # Bound to the head it was given for: the one last read, or (before the first read) the pin commit
+            # the report shows; a different head later withdraws it.
+            "head_sha": self._review.head_sha if self._review else self._pin()})
         if self._merge_auth is not None and self._merge_auth.head_sha == auth.head_sha:
             # An authorization stands: this one adds overrides (each with its reason, in the PR comment).
             auth = auth.model_copy(update={"override_checks": sorted(
@@ -148,7 +155,12 @@ class BuildPipelineWorkflow:
             f"; Temporal identity {auth.temporal_identity}" if auth.temporal_identity else "") + ")"
         rev = self._review
         if rev is None:
-            return who
+            pin = self._pin()
+            return (f"{who}; accepted and queued: the PR's checks are being read" + (
+                f"; it merges the pin commit {pin[:12]} once its required checks are green" if pin else ""))
+        if rev.foreign_head is not None:
+            return (f"{who}; accepted, held: {outcome.head_moved_blocking(rev.foreign_head)}; only the pin commit is "
+                    "merged: restore the branch (the report prints the command), then approve again")
         blocking = _blocking(rev, auth.override_checks)
         if rev.registry_drift:
             return (f"{who}; accepted, held: {blocking}; it merges once the registry serves the validated "
@@ -168,7 +180,7 @@ class BuildPipelineWorkflow:
             raise ValueError("--override-check needs --reason (it is recorded in the PR)")
         if self._review is not None and self._review.merged:
             raise ValueError(f"PR already merged ({self._review.merge_commit})")
-        if self._stage != Stage.AWAITING_MERGE or self._review is None:
+        if self._stage != Stage.AWAITING_MERGE or (self._review is None and not (self._gate and self._pin())):
             raise ValueError(f"nothing to merge yet (stage {self._stage.value})")
         if self._merge_auth is not None and (not auth.override_checks or not self._gate):
             raise ValueError(f"merge already authorized by {self._merge_auth.by}")
@@ -365,6 +377,7 @@ class BuildPipelineWorkflow:
         without a second command. Only a new head (or a refused merge) withdraws an authorization.
         A GitHub webhook (``github_changed``) also wakes the watch, which then reads GitHub at once."""
         rep = self._report
+        pin = self._pin() or pr.head_sha
         watch_cancelled, reread = False, self._merge_auth is not None
         while True:
             if not watch_cancelled and self._history_is_long(inp):
@@ -373,10 +386,11 @@ class BuildPipelineWorkflow:
             auth = self._merge_auth
             watch = asyncio.ensure_future(workflow.execute_activity_method(
                 RecordActivities.watch_pull_request,
-                WatchInput(pr_number=pr.number, last=None if reread else self._review, return_after_s=WATCH_RETURN_S,
+                WatchInput(pr_number=pr.number, last=None if reread else (self._read or self._review),
+                           return_after_s=WATCH_RETURN_S,
                            overrides=auth.override_checks if auth else [], authorized=auth is not None,
                            images=outcome.pinned_images(rep.targets), request_id=inp.request_id,
-                           known_drift=self._review.registry_drift if self._review else []),
+                           known_drift=self._review.registry_drift if self._review else [], pin_commit=pin),
                 **options.watch_pull_request(WATCH_RETURN_S), summary=f"watch checks and reviews on PR #{pr.number}"))
             reread, seq, github_seq = False, self._auth_seq, self._github_seq
             woken = asyncio.ensure_future(workflow.wait_condition(
@@ -390,15 +404,22 @@ class BuildPipelineWorkflow:
                 watch_cancelled, reread = True, self._auth_seq != seq
                 continue
             woken.cancel()
-            self._review = rep.review = await watch
+            self._review = self._read = rep.review = await watch
             watch_cancelled = False
             if self._review.merged:  # merged by a human outside the service
                 self._merged_outside = True
+                pins = self._review.merged_pins
+                if pins is not None and not pins.unreadable and not pins.holds_validated:
+                    await self._merged_other_head(inp, pr)  # what main pins is not this build's: ends here
                 break
             if (self._review.state == "closed" or self._review.branch_deleted) and workflow.patched(
                     patches.CLOSED_OUTSIDE):
                 await self._closed_outside(pr)  # closed unmerged or branch deleted by someone else: ends here
             self._show_drift()
+            moved = self._review.head_sha != pin and workflow.patched(patches.MERGE_PIN_COMMIT)
+            if moved and self._review.foreign_head is None:  # a watch that did not say who: still held
+                self._review = rep.review = self._review.model_copy(update={"foreign_head": ForeignHead(
+                    sha=self._review.head_sha, pin_commit=pin, branch=self._review.head_ref or "")})
             if self._merge_auth is None and self._review.github_approval:
                 a = self._review.github_approval
                 self._merge_auth = MergeAuthorization(by=a.login, via=f"github-{a.via}", verified=a.verified,
@@ -407,15 +428,18 @@ class BuildPipelineWorkflow:
                 self._merge_auth = None  # new commits since the authorization: they need their own
             self._show_merge_wait()
             auth = self._merge_auth
-            if auth is None or _blocking(self._review, auth.override_checks):
+            if auth is None or moved or _blocking(self._review, auth.override_checks):
                 continue
+            if self._github_seq != github_seq and self._wake_head not in (None, pin):
+                continue  # a push webhook named another head since this read: read again before merging
             await self._set_stage(Stage.MERGING)
+            # Only the pin commit is merged: GitHub is given its sha and refuses (409) a head moved since.
             merged = await workflow.execute_activity_method(
                 RecordActivities.merge_pull_request,
-                MergeInput(pr_number=pr.number, head_sha=self._review.head_sha, authorization=auth,
+                MergeInput(pr_number=pr.number, head_sha=pin, authorization=auth,
                            images=outcome.pinned_images(rep.targets)),
                 **options.MERGE,
-                summary=f"merge PR #{pr.number} at {self._review.head_sha[:12]} (authorized by {auth.by})")
+                summary=f"merge PR #{pr.number} at the pin commit {pin[:12]} (authorized by {auth.by})")
             self._review = rep.review = merged
             if merged.merged:
                 break
@@ -443,13 +467,29 @@ class BuildPipelineWorkflow:
         else:
             rep.message = f"merged PR #{pr.number} as {rep.merge_commit}" + (
                 f" (authorized by {self._merge_auth.by}, {self._merge_auth.verified})"
-                if self._merge_auth and self._merge_auth.verified else "")
+                if self._merge_auth and self._merge_auth.verified else "") + (
+                f"; {outcome.merged_pins_text(self._review.merged_pins)}" if self._review.merged_pins else "")
         if self._review.registry_drift:
             rep.message += f"; note: {outcome.drift_blocking(self._review.registry_drift)}"
         await self._set_stage(Stage.DONE)
         workflow.upsert_search_attributes([sa.FAILURE_CLASS.value_unset()])
         self._refresh()
         return rep
+
+    async def _merged_other_head(self, inp: PipelineInput, pr: PullRequestInfo) -> None:
+        """Someone merged the PR by hand and the pin table it merged does not hold the validated digests (read
+        from the merge commit): the build ends saying what main pins now, never claiming its images merged."""
+        pr.merged, pr.merge_commit, pr.merged_by = True, self._review.merge_commit, self._review.merged_by
+        self._report.merge_commit = self._review.merge_commit
+        failure = outcome.merged_other_head(self._review, pr, inp.request)
+        await self._finish(Stage.CANCELLED, "cancelled", failure)
+        raise ApplicationError(f"{failure.message} — next step: {failure.next_step}", self._report,
+                               type="BuildFailed", non_retryable=True)
+
+    def _pin(self) -> str | None:
+        """The commit the service pushed to the build branch (its pin commit): the only head it merges."""
+        pr = self._report.pull_request
+        return (pr.pin_commit or pr.head_sha) if pr else None
 
     async def _closed_outside(self, pr: PullRequestInfo) -> None:
         """Someone closed the PR unmerged or deleted the build branch: nothing is left to wait for. The build
@@ -505,6 +545,10 @@ class BuildPipelineWorkflow:
         optional = f" (optional, not blocking: {', '.join(rev.optional_failing)})" if rev.optional_failing else ""
         source = f"; required checks from {rev.required_source}" if rev.required_source else ""
         drift = [outcome.drift_waiting(rev.registry_drift, pr, wid)] if rev.registry_drift else []
+        if rev.foreign_head is not None:  # held whatever the checks say: the head is not the pin commit
+            self._report.waiting = [outcome.head_moved_waiting(rev.foreign_head, pr, wid)] + drift
+            self._refresh()
+            return
         if auth is not None:
             blocking = _blocking(rev, auth.override_checks)
             over = f"; overridden: {', '.join(auth.override_checks)}" if auth.override_checks else ""
@@ -633,6 +677,8 @@ def _blocking(rev: ReviewState, overrides: list[str] | tuple[str, ...] = ()) -> 
         parts.append(f"changes requested by {', '.join(rev.blocking_reviewers) or 'a reviewer'}")
     if rev.registry_drift:  # someone else's tag move or visibility change: no override merges over it
         parts.append(outcome.drift_blocking(rev.registry_drift))
+    if rev.foreign_head is not None:  # someone else's head on the build branch: never merged
+        parts.append(outcome.head_moved_blocking(rev.foreign_head))
     return "; ".join(parts)
 
 

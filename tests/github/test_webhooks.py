@@ -123,7 +123,10 @@ def test_events_map_to_their_prs_and_head_branches():
     suite = pull_request_event("check_suite", {"check_suite": {"head_branch": "y", "head_sha": "d",
                                                                "pull_requests": [{"number": 4, "head": {"ref": "y"}}]}})
     assert (suite.pr_numbers, suite.branches) == ([4], ["y"])
-    assert pull_request_event("push", {"ref": "refs/heads/x"}) is None
+    # A push moves a branch (the merge wait compares its head with the pin commit); a tag push wakes nothing.
+    push = pull_request_event("push", {"ref": "refs/heads/x", "after": "e" * 40, "repository": {"full_name": "o/r"}})
+    assert (push.repo, push.branches, push.head_sha) == ("o/r", ["x"], "e" * 40)
+    assert pull_request_event("push", {"ref": "refs/tags/v1", "after": "e" * 40}) is None
     assert pull_request_event("issues", {}) is None
     # An operator's /approve-merge comment on a PR names the PR's number only (a comment has no branch).
     def comment(body: str, *, pr: bool = True, action: str = "created") -> dict:
@@ -175,7 +178,7 @@ async def test_a_redelivered_delivery_wakes_once_and_a_failed_one_can_be_redeliv
 
 async def test_ping_other_events_and_other_repositories_wake_nothing(receiver):
     ping = await _post(receiver, b'{"zen": "hi", "hook_id": 1}', event="ping", delivery="p-1")
-    push = await _post(receiver, b'{"ref": "refs/heads/main"}', event="push", delivery="p-2")
+    push = await _post(receiver, b'{"ref": "refs/tags/v1"}', event="push", delivery="p-2")
     other = await _post(receiver, _check_run_body(repo="someone/else"), delivery="p-3")
     not_json = await _post(receiver, b"payload=%7B%7D", delivery="p-4")
     assert [x.status_code for x in (ping, push, other, not_json)] == [200, 200, 200, 400]

@@ -221,7 +221,10 @@ async def _authorized_watch(s: Standins) -> bool:
     return any(w.authorized for w in s.names("watch_pull_request"))
 
 
-async def test_a_new_head_after_authorization_withdraws_it(own_time_skipping_env):
+async def test_a_new_head_after_authorization_withdraws_it_and_holds_the_merge_until_the_pin_commit_is_back(
+        own_time_skipping_env):
+    """Someone pushed over the pin commit: green, but not what ana approved, and not what the service pushed
+    (#34.5): held whatever the approvals; once the pin commit is back, a new approval merges it, at its sha."""
     env = own_time_skipping_env
     wid, tq = _ids()
     s = Standins(reviews=[review("pending")])
@@ -233,18 +236,28 @@ async def test_a_new_head_after_authorization_withdraws_it(own_time_skipping_env
             return rep.review is not None
         await eventually(pending_seen, what="awaiting merge")
         await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="ana"))
-        s.set_review(review("success", head=NEW_HEAD))  # someone pushed: green, but not what ana approved
+        s.set_review(review("success", head=NEW_HEAD))
 
-        async def withdrawn():
+        async def held():
             rep = await _report(handle)
             return rep if rep.review and rep.review.head_sha == NEW_HEAD and rep.waiting and \
+                rep.waiting[0].kind == "head_moved" else None
+        rep = await eventually(held, what="held on the new head")
+        assert rep.merge_authorization is None and f"not the pin commit {PR_HEAD[:12]}" in rep.waiting[0].detail
+        ack = await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="bob"))
+        assert "accepted, held" in ack
+        s.set_review(review("success"))  # the pin commit restored
+
+        async def restored():
+            rep = await _report(handle)
+            return rep if rep.review and rep.review.head_sha == PR_HEAD and rep.waiting and \
                 rep.waiting[0].kind == "merge_authorization" else None
-        rep = await eventually(withdrawn, what="authorization withdrawn on the new head")
+        await eventually(restored, what="authorization withdrawn on the restored head")
         assert s.names("merge_pull_request") == []
         await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="bob"))
         rep = await result(handle)
     assert rep.status == "merged"
-    assert [(m.head_sha, m.authorization.by) for m in s.names("merge_pull_request")] == [(NEW_HEAD, "bob")]
+    assert [(m.head_sha, m.authorization.by) for m in s.names("merge_pull_request")] == [(PR_HEAD, "bob")]
 
 
 async def test_an_operators_approval_on_github_merges_without_a_command(time_skipping_env):
