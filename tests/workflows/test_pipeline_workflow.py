@@ -305,3 +305,27 @@ async def test_checks_going_red_after_authorization_keep_it_until_green(own_time
         s.set_review(review("success"))  # re-run green: merges on the standing authorization
         rep = await result(handle)
     assert rep.status == "merged" and len(s.names("merge_pull_request")) == 1
+
+
+async def test_an_approval_sent_the_moment_the_stage_shows_awaiting_merge_is_queued_and_merges(own_time_skipping_env):
+    """#37.4: the report offers approve-merge as soon as the stage is ``awaiting_merge``, before the PR watch
+    has read the PR once (no review yet). It was refused then ("nothing to merge yet"); now it is accepted,
+    bound to the pin commit the report shows, and the merge follows once the first read finds green checks."""
+    env = own_time_skipping_env
+    wid, tq = _ids()
+    s = Standins(reviews=[review("success")])
+    s.hold["watch_pull_request"] = release = asyncio.Event()  # the first read has not come back yet
+    async with worker(env.client, tq, s):
+        handle = await _start(env, tq, wid)
+
+        async def awaiting():
+            return await handle.query(BuildPipelineWorkflow.stage) == Stage.AWAITING_MERGE.value
+        await eventually(awaiting, what="awaiting_merge")
+        assert (await _report(handle)).review is None
+        ack = await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="ana"))
+        assert f"accepted and queued: the PR's checks are being read; it merges the pin commit {PR_HEAD[:12]}" in ack
+        release.set()
+        rep = await result(handle)
+    assert rep.status == "merged" and "authorized by ana" in rep.message
+    assert [(m.head_sha, m.authorization.by, m.authorization.head_sha) for m in s.names("merge_pull_request")] == [
+        (PR_HEAD, "ana", PR_HEAD)]
