@@ -192,7 +192,7 @@ def read_record(data: bytes) -> StandinCall | None:
 KANIKO_DEFAULT_CONTEXT = "/workspace"  # kaniko's --context when none is given
 
 
-def _context_dir(context: str | None, sub_path: str | None = None) -> str:
+def context_dir(context: str | None, sub_path: str | None = None) -> str:
     """The directory kaniko builds from: ``dir://`` or a plain path (its default /workspace/), with
     --context-sub-path below it."""
     c = (context if context is not None else KANIKO_DEFAULT_CONTEXT).removeprefix("dir://").rstrip("/") or "/"
@@ -204,7 +204,7 @@ def _context_dir(context: str | None, sub_path: str | None = None) -> str:
 def _relative_dockerfile(call: KanikoCall) -> str | None:
     if call.dockerfile is None:
         return None
-    ctx = _context_dir(call.context, call.context_sub_path).rstrip("/") + "/"
+    ctx = context_dir(call.context, call.context_sub_path).rstrip("/") + "/"
     return call.dockerfile[len(ctx):] if call.dockerfile.startswith(ctx) else call.dockerfile
 
 
@@ -224,7 +224,7 @@ def compare_kaniko(call: KanikoCall, target: TargetSpec, *, uname_m: str,
         out.append(Difference(field="kaniko argv", planned="kaniko's own flags", script=call.error,
                               text=f"kaniko exits at once on its command line ({call.error}) at "
                                    f"{call.line or 'an unknown line'}: kaniko's flag set has no such flag"))
-    ctx = _context_dir(call.context, call.context_sub_path)
+    ctx = context_dir(call.context, call.context_sub_path)
     if ctx != IRIS_WORKDIR:
         given = (call.context if call.context is not None else f"none (kaniko's default {KANIKO_DEFAULT_CONTEXT}/)")
         out.append(Difference(field="context", planned=f"dir://{IRIS_WORKDIR} (the build commit's bundle, where Iris "
@@ -526,7 +526,7 @@ def _missing_sources(df: DockerfileContract, call: KanikoCall, context: Iterable
     paths = set(context)
     dirs = {p.rstrip("/") for p in paths if p.endswith("/")}
     files = {p for p in paths if not p.endswith("/")}
-    ctx = _context_dir(call.context, call.context_sub_path)
+    ctx = context_dir(call.context, call.context_sub_path)
     out: list[Difference] = []
     globals_ = _global_values(df, call.build_args)
     for st, _ in used_stages(df, call):
@@ -629,7 +629,7 @@ def compare_steps(calls: list[StandinCall], plan: RehearsalPlan, target: TargetS
             out.append(Difference(field="kaniko argv", planned="kaniko's own flags", script=k.error, script_source=at,
                                   text=f"kaniko exits at once on its command line ({k.error}) at "
                                        f"{at or 'an unknown line'}: kaniko's flag set has no such flag"))
-        if earlier and _context_dir(k.context, k.context_sub_path) != IRIS_WORKDIR:
+        if earlier and context_dir(k.context, k.context_sub_path) != IRIS_WORKDIR:
             out.append(Difference(field="context", planned=f"dir://{IRIS_WORKDIR} (the build commit's bundle)",
                                   script=k.context or f"none (kaniko's default {KANIKO_DEFAULT_CONTEXT}/)",
                                   script_source=at, planned_source="the Iris bundle (IRIS_WORKDIR)"))
@@ -658,7 +658,7 @@ def compare_steps(calls: list[StandinCall], plan: RehearsalPlan, target: TargetS
                 for cp in st.copies:
                     if cp.from_ and _stage_of(df, cp.from_) is None:
                         check_read(cp.from_, "the kaniko call", line, via=f" (COPY --from at {df.path}:{cp.line})")
-            if context is not None and _context_dir(k.context, k.context_sub_path) == IRIS_WORKDIR:  # the context the run kept
+            if context is not None and context_dir(k.context, k.context_sub_path) == IRIS_WORKDIR:  # the context the run kept
                 out += _missing_sources(df, k, context)
         for d in [] if k.no_push else k.destinations:
             pushed.setdefault(d, line)
@@ -692,6 +692,57 @@ def rehearsal_placeholders(env: dict[str, str]) -> list[str]:
     return sorted({v for v in env.values() if v.startswith(prefix)})
 
 
+def other_placeholder(p: str) -> str:
+    """``p`` with every letter and digit changed (same length, case and character classes): a second run
+    with it tells which context file follows the credential, whatever the encoding (base32, gzip, ROT13,
+    split over files): every byte-range of the value differs."""
+    def shift(c: str) -> str:
+        if "a" <= c <= "z":
+            return chr((ord(c) - 97 + 7) % 26 + 97)
+        if "A" <= c <= "Z":
+            return chr((ord(c) - 65 + 7) % 26 + 65)
+        if c.isdigit():
+            return str((int(c) + 3) % 10)
+        return c
+    return "".join(shift(c) for c in p)
+
+
+def with_other_placeholders(env: dict[str, str]) -> dict[str, str]:
+    placeholders = set(rehearsal_placeholders(env))
+    return {k: other_placeholder(v) if v in placeholders else v for k, v in env.items()}
+
+
+def differing_files(a: dict[str, tuple[str, int]], b: dict[str, tuple[str, int]]) -> list[str]:
+    """Files whose content (or presence) differs between two runs' build contexts."""
+    return sorted(p for p in set(a) | set(b) if (a.get(p) or ("",))[0] != (b.get(p) or ("",))[0])
+
+
+TIMESTAMP_TICK_NS = 4_000_000  # a file mtime comes from the kernel's coarse clock: up to one tick behind
+
+
+def writer_line(mtime_ns: int, traces: list[tuple[int, int, str]], plan: RehearsalPlan, path: str = "") -> str | None:
+    """The build script's line whose statement ran when a file got ``mtime_ns`` (the write happened within a
+    clock tick after it): the one line running then, or among several the one whose text names the file;
+    None when that is not a single line (the file is still named, without a line)."""
+    def lines(selected) -> list[str]:
+        out: list[str] = []
+        for _, _, chain in selected:
+            line = call_line(StandinCall(tool="", cwd="", argv=[], lines=[x for x in chain.split("|") if x]), plan)
+            if line and line not in out:
+                out.append(line)
+        return out
+    at = lines(t for t in traces if t[0] <= mtime_ns + TIMESTAMP_TICK_NS and t[1] >= mtime_ns)
+    if len(at) > 1 and path:
+        text = plan.script_text.splitlines()
+        name = os.path.basename(path)
+
+        def says(line: str) -> bool:
+            file, _, n = line.partition(" ")[0].rpartition(":")
+            return file == plan.script_path and n.isdigit() and 0 < int(n) <= len(text) and name in text[int(n) - 1]
+        at = [line for line in at if says(line)]
+    return at[0] if len(at) == 1 else None
+
+
 # ----------------------------------------------------------------------------- the verdict
 
 def _unrehearsable_here(unrehearsable: list, failing: str | None) -> str | None:
@@ -709,7 +760,8 @@ def evaluate(plan: RehearsalPlan, target: TargetSpec, *, exit_code: int, stderr:
              timeout_s: float, expected_args: dict[str, tuple[str, str]],
              dockerfile_defaults: dict[str, str | None], dockerfiles: dict[str, DockerfileContract] | None = None,
              context: Iterable[str] | None = None, leaks: list[tuple[str, str]] | None = None,
-             script_text: str = "", background: list[tuple[str, str]] | None = None) -> RehearsalResult:
+             script_text: str = "", background: list[tuple[str, str]] | None = None,
+             credential_files: list[tuple[str, str | None]] | None = None) -> RehearsalResult:
     """One rehearsal's verdict from what the run recorded.
 
     ``unrehearsable``: stood-in downloads (StandinCall records); the run is "skipped" only when the
@@ -728,13 +780,16 @@ def evaluate(plan: RehearsalPlan, target: TargetSpec, *, exit_code: int, stderr:
     final = parse_kaniko_argv(final_call.argv) if final_call else None
     if final is not None and final_call is not None:
         final.line = call_line(final_call, plan)
-    if leaks:
-        ctx = _context_dir(final.context, final.context_sub_path) if final else IRIS_WORKDIR
+    if leaks or credential_files:
+        ctx = context_dir(final.context, final.context_sub_path) if final else IRIS_WORKDIR
+        found = [f"{IRIS_WORKDIR}/{f} holds {what}" for f, what in leaks or []]
+        found += [f"{f} changes with the credential (rehearsed twice with different placeholder credentials)"
+                  + (f", written at {line}" if line else "") for f, line in credential_files or []]
         return RehearsalResult(
             status="failed", seconds=seconds, exit_code=exit_code, stderr_tail=tail, tools=tools, kaniko=final,
-            reason="the script leaves a credential in the build context, which the image bakes (COPY): "
-                   + "; ".join(f"{ctx}/{f} holds {what}" for f, what in leaks)
-                   + " — write credentials outside the context (e.g. /kaniko/.docker)")
+            line=next((line for _, line in credential_files or [] if line), None),
+            reason=f"the script leaves a credential in the build context ({ctx}), which the image bakes (COPY): "
+                   + "; ".join(found) + " — write credentials outside the context (e.g. /kaniko/.docker)")
     if exit_code != 0:
         rec = _script_exit(plan, exits)
         line = script_line(rec[1], rec[2], plan) if rec else None

@@ -27,6 +27,8 @@ credential is ever given.
 from __future__ import annotations
 
 import base64
+import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -34,6 +36,7 @@ import subprocess
 import tempfile
 import time
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
@@ -41,19 +44,25 @@ from domain.buildset import TargetSpec
 from domain.contract import BuildContract
 from domain.markers import variant_env
 from rehearsal.model import (
+    IRIS_WORKDIR,
     KANIKO_EXECUTOR,
     STANDIN_TOOLS,
     RehearsalPlan,
     RehearsalResult,
     StandinCall,
+    context_dir,
+    differing_files,
     evaluate,
     expected_build_args,
     find_placeholder,
+    parse_kaniko_argv,
     placeholder_forms,
     read_record,
     refusal,
     rehearsal_placeholders,
     rehearsal_plan,
+    with_other_placeholders,
+    writer_line,
 )
 from rehearsal.task_image import TaskImageError, TaskImageRoot, TaskImages
 
@@ -78,9 +87,11 @@ PATH_GUARD = """case ":$PATH:" in *:/.rehearsal/bin:*) ;; *) PATH="/.rehearsal/b
 # substitution while bash exits on an error could report "wait_for: No record of process N" and change the
 # exit status); its file is named by time and PID, so the records sort in the order the processes ended.
 # It adds the process's background jobs still running (`jobs -r`, a builtin): killed with the task there.
+# The DEBUG trap also appends "<time>\t<lines>" per statement to /.rehearsal/trace/<pid>: when a context file
+# differs between two runs with different credentials, its mtime names the statement that wrote it.
 LINE_TRAP = r"""set -o functrace
 __rh_outer=${__RH_LINES:+$__RH_LINES|}
-trap '{ [[ $LINENO == 1 && $BASH_COMMAND == "${__rh_cmd-}" ]] || { __rh_cmd=$BASH_COMMAND; __rh_line="${BASH_SOURCE[0]:-}:$LINENO"; export __RH_LINES="$__rh_outer$__rh_line"; }; } 2>/dev/null' DEBUG
+trap '{ [[ $LINENO == 1 && $BASH_COMMAND == "${__rh_cmd-}" ]] || { __rh_cmd=$BASH_COMMAND; __rh_line="${BASH_SOURCE[0]:-}:$LINENO"; export __RH_LINES="$__rh_outer$__rh_line"; printf "%s\t%s\n" "${EPOCHREALTIME-}" "$__RH_LINES" >> "/.rehearsal/trace/$BASHPID"; }; } 2>/dev/null' DEBUG
 trap '{ __rh_rc=$?; { printf "%s\t%s\n" "$__rh_rc" "${__rh_line-}"; jobs -r; } > "/.rehearsal/exits/${EPOCHREALTIME-0}.$BASHPID"; } 2>/dev/null' EXIT
 """
 
@@ -111,10 +122,13 @@ def _root_args(top: Path, image: Path) -> list[str]:
             args += ["--ro-bind", str(src), f"/{entry}"]
     if (top / "rw" / "usr-local").is_dir():
         args += ["--bind", str(top / "rw" / "usr-local"), "/usr/local"]
-    return args + ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+    # /tmp is a private directory of this run (not a tmpfs) so that a build context the script assembles
+    # there can still be read after the run.
+    return args + ["--proc", "/proc", "--dev", "/dev", "--bind", str(top / "tmp"), "/tmp",
                    "--ro-bind", str(top / "rehearsal"), "/.rehearsal",
                    "--bind", str(top / "rehearsal" / "records"), "/.rehearsal/records",
                    "--bind", str(top / "rehearsal" / "exits"), "/.rehearsal/exits",
+                   "--bind", str(top / "rehearsal" / "trace"), "/.rehearsal/trace",
                    "--bind", str(top / "rehearsal" / "installed"), "/.rehearsal/installed",
                    "--bind", str(top / "app"), "/app", "--bind", str(top / "kaniko"), "/kaniko", "--chdir", "/app"]
 
@@ -139,7 +153,8 @@ def _unpack_bundle(bundle_zip: Path, dest: Path) -> None:
 
 def _layout(top: Path, bundle_zip: Path | None, uname_m: str, image: Path) -> None:
     r = top / "rehearsal"
-    for d in (r / "bin", r / "records", r / "exits", r / "installed", top / "app", top / "kaniko", top / "rw"):
+    for d in (r / "bin", r / "records", r / "exits", r / "trace", r / "installed", top / "app", top / "kaniko",
+              top / "rw", top / "tmp"):
         d.mkdir(parents=True)
     shutil.copy2(STANDIN, r / "bin" / "standin")
     (r / "bin" / "standin").chmod(0o755)
@@ -191,6 +206,9 @@ class Rehearsal:
     context: list[str] = []  # the build context's paths after the run ("dir/" for directories)
     leaks: list[tuple[str, str]] = []  # (file, placeholder form) found in the build context
     background: list[tuple[str, str]] = []  # (exit record's "source:line", `jobs -r` line) left running
+    context_dir: str = ""  # the final kaniko call's build context inside the root
+    fingerprints: dict[str, tuple[str, int]] = {}  # its files: relative path -> (content hash, mtime ns)
+    traces: list[tuple[int, int, str]] = []  # statements the run started: (start ns, end ns, calling lines)
 
     def kaniko_calls(self) -> list[StandinCall]:
         return [c for c in self.calls if c.tool == "executor"]
@@ -237,10 +255,97 @@ def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_
                 background += [(where, j) for j in jobs if j.strip()]
         # The build context as kaniko sees it (before the temp dir goes): its paths, and any placeholder in it.
         context, leaks = read_context(top / "app", placeholder_forms(rehearsal_placeholders(plan.env)), unpacked)
+        final = next((c for c in reversed(calls) if c.tool == "executor" and parse_kaniko_argv(c.argv).target is None),
+                     None)
+        k = parse_kaniko_argv(final.argv) if final else None
+        real_ctx = context_dir(k.context, k.context_sub_path) if k else IRIS_WORKDIR
+        fingerprints = _fingerprints(_host_path(top, image.path, real_ctx))
+        traces = _traces(top / "rehearsal" / "trace", top / "rehearsal" / "exits") if fingerprints else []
     r = Rehearsal(proc.returncode, err.decode("utf-8", "replace"), calls, exits, unrehearsable,
                   time.monotonic() - started, timed_out)
     r.context, r.leaks, r.background = context, leaks, background
+    r.context_dir, r.fingerprints, r.traces = real_ctx, fingerprints, traces
     return r
+
+
+def _host_path(top: Path, image: Path, path: str) -> Path | None:
+    """Where a path of the rehearsal root lives on the worker (None: outside anything the run could write)."""
+    norm = os.path.normpath("/" + path.lstrip("/"))
+    mounts = [("/app", top / "app"), ("/tmp", top / "tmp"), ("/kaniko", top / "kaniko"),
+              ("/usr/local", top / "rw" / "usr-local")] + [(f"/{n}", top / "rw" / n) for n in WRITABLE]
+    for inside, outside in mounts:
+        if (norm == inside or norm.startswith(inside + "/")) and outside.is_dir():
+            return outside / os.path.relpath(norm, inside)
+    return image / norm.lstrip("/")
+
+
+def _fingerprints(root: Path | None) -> dict[str, tuple[str, int]]:
+    """relative path -> (sha256 of the content or "link:<target>", mtime ns) of every file under ``root``."""
+    out: dict[str, tuple[str, int]] = {}
+    if root is None or not root.is_dir():
+        return out
+    for d, _, files in os.walk(root):
+        for name in files:
+            full = os.path.join(d, name)
+            rel = os.path.relpath(full, root)
+            try:
+                st = os.lstat(full)
+                if os.path.islink(full):
+                    out[rel] = ("link:" + os.readlink(full), st.st_mtime_ns)
+                elif os.path.isfile(full):
+                    with open(full, "rb") as fh:
+                        out[rel] = (hashlib.file_digest(fh, "sha256").hexdigest(), st.st_mtime_ns)
+            except OSError:
+                continue
+    return out
+
+
+def _traces(d: Path, exits: Path) -> list[tuple[int, int, str]]:
+    """(start ns, end ns, "|"-joined calling lines) of every statement a bash process of the run started; a
+    process's last statement ends when it exited (its exit record's time), or is a point when unknown (a
+    subshell, which runs no EXIT trap)."""
+    ended: dict[str, int] = {}
+    for f in exits.iterdir():
+        t, _, pid = f.name.rpartition(".")
+        with contextlib.suppress(ValueError):
+            ended[pid] = int(t.replace(".", "")) * 1000
+    out: list[tuple[int, int, str]] = []
+    for f in d.iterdir():
+        rows = []
+        for row in f.read_text(errors="replace").splitlines():
+            t, _, lines = row.partition("\t")
+            with contextlib.suppress(ValueError):
+                rows.append((int(t.replace(".", "")) * 1000, lines))
+        for i, (t, lines) in enumerate(rows):
+            out.append((t, rows[i + 1][0] if i + 1 < len(rows) else max(t, ended.get(f.name, t)), lines))
+    return out
+
+
+def _run_twice(plan: RehearsalPlan, bundle: Path, image: TaskImageRoot, timeout_s: float
+               ) -> tuple[Rehearsal, list[tuple[str, str | None]]]:
+    """The run, and the files of its final kaniko context that follow the credential: two runs at once, one
+    with every credential placeholder changed; a file that differs between them (content or presence) is
+    run a third time with the first placeholders, and counts only when that run matches the first (a file
+    that differs run to run by itself, a timestamp, cannot be judged by difference; the scan still reads it)."""
+    other = plan.model_copy(update={"env": with_other_placeholders(plan.env)})
+    if other.env == plan.env:
+        return run(plan, bundle, image, timeout_s=timeout_s), []
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        fa, fb = pool.submit(run, plan, bundle, image, timeout_s=timeout_s), pool.submit(
+            run, other, bundle, image, timeout_s=timeout_s)
+        a, b = fa.result(), fb.result()
+    if a.context_dir != b.context_dir or a.exit_code != b.exit_code:
+        return a, []  # the runs took different paths: the verdict of the first stands, nothing to compare
+    differ = differing_files(a.fingerprints, b.fingerprints)
+    if differ:
+        again = run(plan, bundle, image, timeout_s=timeout_s)
+        differ = [f for f in differ if a.fingerprints.get(f, ("",))[0] == again.fingerprints.get(f, ("",))[0]]
+    out = []
+    for f in differ:
+        run_of = a if f in a.fingerprints else b  # a file named after the credential is in one run only
+        stamp = run_of.fingerprints[f][1]
+        out.append((f"{a.context_dir.rstrip('/')}/{f}", writer_line(stamp, run_of.traces, plan, f)))
+    return a, out
 
 
 def _stats(root: Path) -> dict[str, tuple[int, int]]:
@@ -335,7 +440,8 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
             continue
         plan = rehearsal_plan(t, bundle_sha256=bundle_sha256, script_b64=b64 if t.job.script_env_var else None,
                               cluster_env=cluster_env.get(t.cluster, {}))
-        r = run(plan, bundle_path, roots[key], timeout_s=timeout_s)
+        plan.script_text = script_text
+        r, credential_files = _run_twice(plan, bundle_path, roots[key], timeout_s)
         df = contract.dockerfiles.get(t.dockerfile)
         t.rehearsal = evaluate(
             plan, t, exit_code=r.exit_code, stderr=r.stderr, calls=r.calls, exits=r.exits,
@@ -344,7 +450,8 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
                                               wheel_source_var=contract.script.wheel_source_var,
                                               megatron=variant_env(contract, t.variant)),
             dockerfile_defaults=dict(df.global_args) if df else {}, dockerfiles=contract.dockerfiles,
-            context=r.context, leaks=r.leaks, script_text=script_text, background=r.background)
+            context=r.context, leaks=r.leaks, script_text=script_text, background=r.background,
+            credential_files=credential_files)
         t.rehearsal.root = roots[key].describe()
     failed = refusal(targets)
     if failed:
