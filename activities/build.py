@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
 
 from temporalio import activity
@@ -27,7 +28,7 @@ from activities.common import (
 from activities.errors import Transient
 from clients.bundle import BundleError, build_bundle
 from clients.credentials import CredentialError, fetch_secret
-from clients.evidence import EvidenceError, read_evidence
+from clients.evidence import EvidenceError, read_evidence, read_named
 from clients.git_source import create_worktree, read_files_at
 from clients.github import GitHubError
 from clients.identity import registry_user
@@ -44,7 +45,15 @@ from clients.iris import (
     Unavailable,
 )
 from clients.kube import KubeEvidence, PodFacts
-from clients.registry import scheme_for, warm_pool
+from clients.registry import NotFound as RegistryNotFound
+from clients.registry import (
+    RateLimited,
+    RegistryClient,
+    RegistryError,
+    RegistryUnavailable,
+    scheme_for,
+    warm_pool,
+)
 from domain.config import ConfigError, PolicySettings
 from domain.contract import load_contract
 from domain.evidence import failing_line
@@ -54,6 +63,7 @@ from domain.log_evidence import (
     MAX_GAPS_VERIFIED,
     ImageFacts,
     LogIntegrity,
+    built_by_job,
     judge,
     needs_image,
     seq_gaps,
@@ -119,6 +129,7 @@ class BuildActivities(ActivityGroup):
             except NotFound:
                 pass
             spec = await asyncio.to_thread(self._launch_spec, inp, wire_name)
+            before = await self._record_tag_before(inp.request_id, t, wire_name)
             try:
                 job_id, launched = await iris.submit_idempotent(spec)
             except ClientTooOld as e:
@@ -127,9 +138,45 @@ class BuildActivities(ActivityGroup):
                 if e.transient:
                     raise
                 raise input_error(f"Iris refused {wire_name} on {job.cluster}: {e}") from None
+        if job_id != wire_name:  # check_build_log reads it by the controller's job id
+            await write_json_evidence(self.evidence, inp.request_id, tag_before_name(job_id), before)
         activity.logger.info(f"{'launched' if launched else 'attached to'} {job_id} for {t.key}")
         return SubmittedJob(job_id=job_id, cluster=job.cluster, attached=not launched,
                             submitted_at_ms=int(time.time() * 1000))
+
+    async def _record_tag_before(self, request_id: str, t, job_name: str) -> dict:
+        """Before the job exists: what the target's tag holds (a digest, none, or unknown and why), in the evidence
+        store under the job's name. Written once: a retried submit that attaches keeps the first reading.
+        check_build_log reads it to tell an image this job pushed from one that was already at the tag."""
+        name = tag_before_name(job_name)
+        earlier = await asyncio.to_thread(read_named, self.evidence, request_id, name)
+        if earlier is not None:
+            return json.loads(earlier)
+        ref = f"{t.image_repository}:{t.tag}"
+        record: dict = {"ref": ref, "digest": None, "known": True, "read_at_ms": int(time.time() * 1000)}
+        host, _, repo = t.image_repository.partition("/")
+        try:
+            async with RegistryClient(host, scheme=scheme_for(host, tuple(self.config.registry.insecure_hosts)),
+                                      credentials=await self._registry_credentials(t), pool=self.registry_pool) as reg:
+                record["digest"] = (await reg.head_manifest(repo, t.tag)).digest
+        except RegistryNotFound:
+            pass  # nothing at the tag: any image there later was pushed after this reading
+        except (RegistryUnavailable, RateLimited) as e:
+            raise Transient(f"registry: cannot read {ref} before submitting ({e}); asking again") from None
+        except RegistryError as e:
+            record.update(known=False, note=f"{ref} could not be read before the submission: {e}")
+        await write_json_evidence(self.evidence, request_id, name, record)
+        return record
+
+    async def _registry_credentials(self, t) -> tuple[str, str] | None:
+        bound = self.config.registry.image_repository.partition("/")[0].lower()
+        if t.image_repository.partition("/")[0].lower() != bound:
+            return None
+        try:
+            token = await asyncio.to_thread(fetch_secret, self.config.registry.token, what="registry.token")
+            return await asyncio.to_thread(registry_user, self.config, token), token
+        except (CredentialError, GitHubError):
+            return None
 
     def _launch_spec(self, inp: SubmitInput, wire_name: str) -> LaunchSpec:
         """Re-read the script at the build commit, satisfy every required variable, bundle, add secrets."""
@@ -224,7 +271,7 @@ class BuildActivities(ActivityGroup):
             if needs_image(result, integrity):  # only then do holes matter: ask the store about the seq gaps
                 integrity = await _integrity(iris, log)
         ref = await write_evidence(self.evidence, inp.request_id, f"{safe_name(inp.job_id)}.log", text)
-        image = await self._image_facts(inp) if needs_image(result, integrity) else None
+        image = await self._image_facts(inp, result.pushed_digest) if needs_image(result, integrity) else None
         j = judge(markers, result, integrity, image)
         if j.verdict != "log":
             activity.logger.info(f"{inp.job_id}: log incomplete ({'; '.join(j.incomplete)}); {j.verdict}: "
@@ -233,9 +280,10 @@ class BuildActivities(ActivityGroup):
                         pushed_digest=j.pushed_digest, incomplete=j.incomplete, stood_in=j.stood_in,
                         lost=j.reasons if j.verdict == "log_lost" else [], contradicted=j.contradicted)
 
-    async def _image_facts(self, inp: LogCheckInput) -> ImageFacts:
-        """The image at the target's tag as evidence for a log that lost lines: ours (labels), its digest and
-        its config history. A registry that gives no verdict is asked again (Transient, bounded)."""
+    async def _image_facts(self, inp: LogCheckInput, pushed: str | None = None) -> ImageFacts:
+        """The image at the target's tag as evidence for a log that lost lines: ours (labels), its digest, its
+        config history, and whether this job pushed it (``built_by``). A registry that gives no verdict is asked
+        again (Transient, bounded)."""
         t = inp.target
         ref = f"{t.image_repository}:{t.tag}"
         if not inp.build_commit:
@@ -254,9 +302,15 @@ class BuildActivities(ActivityGroup):
             else f"{ref}@{report.digest} is not this build's: " + ("; ".join(
                 f"{c.name} is {c.observed}, expected {c.expected}" for c in labels) or "it has no OCI labels"))
         history = (configs[0].get("history") if configs else None) or []
+        before = await asyncio.to_thread(read_named, self.evidence, inp.request_id, tag_before_name(inp.job_id))
+        built, built_why = built_by_job(
+            digest=report.digest, platform_digest=report.platform_digest, pushed=pushed,
+            before=json.loads(before) if before is not None else None,
+            created=str(configs[0].get("created") or "") if configs else "")
         return ImageFacts(ref=ref, digest=report.digest, ours=ours, not_ours_reason=why,
                           history=[str(h.get("created_by") or "") for h in history if isinstance(h, dict)],
-                          history_present=bool(history))
+                          history_present=bool(history), built_by_job=built, built_why=built_why,
+                          adoption_allowed=self.config.policy.allow_adopted_image)
 
     # ------------------------------------------------------------------ capture and classify a failure
     @activity.defn
@@ -416,6 +470,11 @@ class BuildActivities(ActivityGroup):
                                           credentials=creds, insecure_hosts=self.config.registry.insecure_hosts,
                                           pool=self.registry_pool, on_config=on_config)
         return check_claimed_digest(report, inp.claimed_digest)
+
+
+def tag_before_name(job_name: str) -> str:
+    """The evidence file holding what the target's tag held before ``job_name`` was submitted."""
+    return f"{safe_name(job_name)}.tag-before.json"
 
 
 def launch_spec(job, wire_name: str, env: dict[str, str], bundle_blob: bytes | None) -> LaunchSpec:

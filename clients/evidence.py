@@ -61,6 +61,19 @@ class EvidenceStore:
                        size_bytes=len(data))
 
 
+def read_named(store: EvidenceStore, request_id: str, name: str) -> str | None:
+    """The text of ``name`` written earlier for ``request_id`` (None: no such file). For a record written before
+    a side effect and read back after it (the tag's digest before a job's submission), not for checked evidence."""
+    path = f"{store.root}/{safe_name(request_id)}/{safe_name(name)}"
+    try:
+        with store.fs.open(path, "rb") as f:
+            return f.read(1 << 20).decode()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise EvidenceError(f"cannot read {store.fs.unstrip_protocol(path)}: {e}") from e
+
+
 def read_evidence(ref: FileRef, storage_options: Mapping[str, Any] | None = None) -> bytes:
     """The file's bytes, checked against the size and digest history recorded for it: at most one byte
     more than the recorded size is read, so a replaced or growing object is refused, not read whole."""

@@ -398,6 +398,10 @@ class PolicySettings(_Model):
         default_factory=lambda: {"preemption": 3, "worker_loss": 2, "registry_transient": 2},
         description="Automatic resubmissions per failure class (domain/failures.py); a class not listed is "
                     "not retried automatically.")
+    allow_adopted_image: bool = Field(False, description="Whether a succeeded job whose log does not show its own "
+                                      "push may pass with the image that was already at the tag before the job "
+                                      "was submitted (reported as adopted, not built by this job). Off: such a "
+                                      "target ends log_lost, naming the digest it found.")
     operator_decision_timeout_s: int = Field(24 * 3600, description="How long a target waits for `decide` before "
                                                                     "it fails.")
     visibility_recheck_interval_s: int = Field(600, description="A waiting target validates again this often "

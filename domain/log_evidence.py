@@ -104,6 +104,47 @@ class ImageFacts(BaseModel):
     not_ours_reason: str = ""  # why it is not ours: no image, a label that differs, no verdict
     history: list[str] = Field(default_factory=list)  # config history created_by, in order
     history_present: bool = False
+    # Did this job push it (``built_by_job``)? True, False (it was at the tag before the submission: adopted),
+    # None (cannot tell); ``built_why`` says from what. Adopted passes only where policy.allow_adopted_image.
+    built_by_job: bool | None = None
+    built_why: str = ""
+    adoption_allowed: bool = False
+
+
+def built_by_job(*, digest: str | None, platform_digest: str | None, pushed: str | None, before: dict | None,
+                 created: str = "") -> tuple[bool | None, str]:
+    """Whether the image at the tag is the one this job pushed: the log's own `Pushed` digest; else what the tag
+    held when the job was submitted (``before``: activities/build.py records it before launching); else the
+    image config's `created` time against that reading. An image that was there before is adopted."""
+    if not digest:
+        return None, "no image at the tag"
+    if pushed:
+        if pushed in (digest, platform_digest):
+            return True, f"the log shows this job pushed {pushed}"
+        return False, f"the log shows this job pushed {pushed}, but the tag holds {digest}"
+    if before is None:
+        return None, "no record of what the tag held before the job was submitted"
+    ref = before.get("ref", "the tag")
+    if before.get("known"):
+        held = before.get("digest")
+        if held != digest:
+            return True, f"{ref} held {held or 'no image'} when the job was submitted and now holds {digest}"
+        return False, f"{digest} was already at {ref} before the job was submitted"
+    read_at = before.get("read_at_ms")
+    when = _epoch_ms(created)
+    if when is not None and read_at and when >= read_at:
+        return True, f"the image config was created at {created}, after the submission"
+    return None, (f"{before.get('note') or 'the tag was not read before the submission'}; the image config's "
+                  f"created time ({created or 'none'}) is not after the submission")
+
+
+def _epoch_ms(text: str) -> int | None:
+    from datetime import datetime
+
+    try:
+        return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
 
 
 class LogJudgement(BaseModel):
@@ -189,11 +230,24 @@ def judge(markers: list[Marker], check: MarkerCheck, integrity: LogIntegrity,
         return LogJudgement(verdict="log_lost", missing=[m.name for m in absent], final_push_seen=check.final_push_seen,
                             incomplete=incomplete, **base,
                             reasons=[f"the image cannot stand in for the lost log: {why}", *incomplete])
+    adopted = ""
+    if image.built_by_job is not True:
+        if image.built_by_job is False and image.adoption_allowed:
+            adopted = f"; adopted, not built by this job ({image.built_why}; policy.allow_adopted_image)"
+        else:
+            why = (f"adopted, not built by this job: {image.built_why} (policy.allow_adopted_image is false)"
+                   if image.built_by_job is False else f"cannot tell whether this job pushed it: {image.built_why}")
+            return LogJudgement(verdict="log_lost", missing=[m.name for m in absent],
+                                final_push_seen=check.final_push_seen, incomplete=incomplete, **base,
+                                unproven={m.name: why for m in absent},
+                                reasons=[f"the image {image.ref}@{image.digest} cannot stand in for the lost log: "
+                                         f"{why}", *incomplete])
     stood_in: dict[str, str] = {}
     unproven: dict[str, str] = {}
     for m in absent:
         if m.role in ("push", "pushed"):
-            stood_in[m.name] = f"registry: {image.ref} -> {image.digest} with our OCI labels"
+            stood_in[m.name] = (f"registry: {image.ref} -> {image.digest} with our OCI labels"
+                                + (f", pushed by this job ({image.built_why})" if not adopted else adopted))
             continue
         if (why := _why_unprovable(m)) is not None:
             unproven[m.name] = why

@@ -237,6 +237,9 @@ _NOT_OUTPUT = re.compile(
     r"|\++ (?:echo|printf|print)\b)")
 
 
+_STORE_PREFIX = re.compile(r"^\[/\S+ \S+\] ")  # `[/<user>/<job>/<task>:<attempt> stdout] ` (activities/build.py)
+
+
 def own_output(log_text: str) -> tuple[str, list[int]]:
     """The build's own output lines (kaniko's lines and xtrace removed), joined, and each one's 1-based line
     number in ``log_text``."""
@@ -326,7 +329,8 @@ def _contradictions(markers: list[Marker], own: str, numbers: list[int]) -> list
                 if m.search(line) or planned_line(line):
                     continue
                 seen.add(i)
-                out.append(f"log line {numbers[i]}: `{line.strip()[:300]}` {what}: the plan expects "
+                shown = _STORE_PREFIX.sub("", line).strip()[:300]
+                out.append(f"log line {numbers[i]}: `{shown}` {what}: the plan expects "
                            f"`{m.name}` ({where(m)})")
                 if len(out) >= 10:
                     return out

@@ -48,7 +48,7 @@ def test_a_later_set_plus_e_ends_the_proof_for_what_follows(off):
         f"INFO Pushed {tag_push[0].text.split(' to ', 1)[1].split(':')[0]}@sha256:{'ab' * 32}\n"
     check = check_log(markers, log)
     assert [n for n in check.missing if n.startswith(ARCH)], check.missing
-    image = ImageFacts(ref="r:t", digest="sha256:" + "ab" * 32, ours=True)
+    image = ImageFacts(ref="r:t", digest="sha256:" + "ab" * 32, ours=True, built_by_job=True)
     j = judge(markers, check, LogIntegrity(lines=len(log.splitlines())), image)
     assert j.verdict == "log_lost" and any(n.startswith(ARCH) for n in j.missing), j
 

@@ -31,7 +31,7 @@ HISTORY = ["COPY . /app", f"RUN uv sync --frozen &&   {LAYER}", "RUN seq 1 20000
 
 
 def _ours(history: list[str] = HISTORY) -> ImageFacts:
-    return ImageFacts(ref=f"{REPO}:{TAG}", digest="sha256:" + "ab" * 32, ours=True, history=history,
+    return ImageFacts(ref=f"{REPO}:{TAG}", digest="sha256:" + "ab" * 32, ours=True, history=history, built_by_job=True,
                       history_present=bool(history))
 
 

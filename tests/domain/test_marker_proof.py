@@ -24,7 +24,7 @@ def _megatron(files=None) -> list[Marker]:
 
 
 def _ours(history: list[str]) -> ImageFacts:
-    return ImageFacts(ref=f"{REPO}:{TAG}", digest="sha256:" + "ab" * 32, ours=True, history=history,
+    return ImageFacts(ref=f"{REPO}:{TAG}", digest="sha256:" + "ab" * 32, ours=True, history=history, built_by_job=True,
                       history_present=bool(history))
 
 
@@ -120,3 +120,40 @@ def test_pushed_lines_are_kaniko_lines_and_still_prove_the_push():
                 role="pushed")]
     check = check_log(m, PUSH)
     assert check.final_push_seen and check.pushed_digest == "sha256:" + "ab" * 32
+
+
+def test_an_image_this_job_did_not_push_is_adopted_and_passes_only_where_policy_allows():
+    """Issue #34 item 3: a job that pushed nothing while an earlier image of the commit sat at the tag."""
+    from domain.log_evidence import built_by_job
+
+    d, other = "sha256:" + "ab" * 32, "sha256:" + "cd" * 32
+    before = {"ref": f"{REPO}:{TAG}", "digest": d, "known": True, "read_at_ms": 1_700_000_000_000}
+    built, why = built_by_job(digest=d, platform_digest=None, pushed=None, before=before)
+    assert built is False and why == f"{d} was already at {REPO}:{TAG} before the job was submitted"
+    assert built_by_job(digest=d, platform_digest=None, pushed=None, before={**before, "digest": other})[0] is True
+    assert built_by_job(digest=d, platform_digest=None, pushed=None, before={**before, "digest": None})[0] is True
+    assert built_by_job(digest=d, platform_digest=None, pushed=d, before=before)[0] is True  # its own Pushed line
+    assert built_by_job(digest=d, platform_digest=None, pushed=other, before=None)[0] is False
+    unknown = {"ref": "x", "known": False, "note": "401", "read_at_ms": 1_700_000_000_000}
+    assert built_by_job(digest=d, platform_digest=None, pushed=None, before=unknown,
+                        created="1970-01-01T00:00:00Z")[0] is None
+    assert built_by_job(digest=d, platform_digest=None, pushed=None, before=unknown,
+                        created="2026-12-06T05:00:00Z")[0] is True
+    assert built_by_job(digest=d, platform_digest=None, pushed=None, before=None)[0] is None
+
+    boto = next(m for m in _megatron() if m.name.startswith("boto3 s3 client ctor OK"))
+    push = [m for m in _megatron() if m.role != "assert"]
+    markers = [boto, *push]
+    history = [boto.step]
+    check = check_log(markers, boto.text + "\n")  # complete, and no push: the job pushed nothing
+    image = ImageFacts(ref=f"{REPO}:{TAG}", digest=d, ours=True, history=history, history_present=True,
+                       built_by_job=False, built_why=why)
+    j = judge(markers, check, LogIntegrity(lines=1), image)
+    assert j.verdict == "log_lost" and set(j.missing) == {m.name for m in push}
+    assert j.reasons[0] == (f"the image {REPO}:{TAG}@{d} cannot stand in for the lost log: adopted, not built by "
+                            f"this job: {why} (policy.allow_adopted_image is false)")
+    j = judge(markers, check, LogIntegrity(lines=1), image.model_copy(update={"adoption_allowed": True}))
+    assert j.verdict == "image" and all("adopted, not built by this job" in j.stood_in[m.name] for m in push)
+    j = judge(markers, check, LogIntegrity(lines=1), image.model_copy(update={"built_by_job": None,
+                                                                              "built_why": "no record"}))
+    assert j.verdict == "log_lost" and "cannot tell whether this job pushed it: no record" in j.reasons[0]

@@ -1,0 +1,133 @@
+"""A wrong image never validates, on the real 0.2.227 controller and a real registry (issue #34).
+
+A megatron target whose Dockerfile gained `ENV INSTALL_MEGATRON=0` builds (kaniko stand-in, the fixture's
+real Dockerfile) a non-megatron image: its complete log contradicts the plan (assertion_failure naming the
+line); a silent or lost log ends log_lost (history text proves no value and no branch). A job that pushes
+nothing while an earlier image of the commit sits at the tag is "adopted, not built by this job" and passes
+only where policy.allow_adopted_image says so."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from activities.build import BuildActivities
+from domain.contract.models import LayerCeiling
+from domain.markers import expected_markers
+from domain.models import CaptureInput
+from tests.contract.helpers import DF_AMD, FIXTURE, contract, edited, fixture_files
+from tests.iris.test_log_evidence import BURST, COMMIT, HARBOR, STANDIN, _check_input, _config, _run_to_end
+from tests.workflows.standins import target_input
+
+pytestmark = pytest.mark.stack
+
+MEG = "Megatron native imports OK"
+NOT_MEG = "megatron backend not installed (INSTALL_MEGATRON=0)"
+FINAL = "uv sync FINAL (vllm, cufft, triton, nvshmem, nvrtc + closure verify) done"
+ENV_OFF = ("FROM base AS rl\n", "FROM base AS rl\nENV INSTALL_MEGATRON=0\n")
+
+
+def _context(tmp_path: Path, files: dict[str, str]) -> Path:
+    ctx = tmp_path / "ctx"
+    shutil.copytree(FIXTURE, ctx, ignore=shutil.ignore_patterns("kaniko_standin.py"))
+    for rel, text in files.items():
+        (ctx / rel).write_text(text)
+    return ctx
+
+
+def _build(ctx: Path, ref: str, host: str, tmp_path: Path, *, megatron: str, push: bool = True) -> str:
+    python3 = shutil.which("python3") or "/usr/bin/python3"
+    built = subprocess.run(
+        [python3, str(STANDIN), "--context", f"dir://{ctx}", "--dockerfile", str(ctx / DF_AMD),
+         "--destination", ref, "--insecure-registry", host, "--build-arg", f"GITSHA={COMMIT}",
+         "--build-arg", f"HARBOR_COMMIT={HARBOR}", "--build-arg", f"INSTALL_MEGATRON={megatron}",
+         "--build-arg", "WHEEL_SOURCE=wheel-builder", "--custom-platform", "linux/amd64",
+         *([] if push else ["--no-push"])],
+        capture_output=True, text=True, timeout=180,
+        env={"PATH": "/usr/bin:/bin", "DOCKER_CONFIG": str(tmp_path / "no-docker-config")})
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    return built.stdout
+
+
+def _target(files, variant: str, repo: str, tag: str):
+    planned = expected_markers(contract(files, commit=COMMIT), "amd64", variant, "wheel-builder", tag, image_repository=repo)
+    markers = [m for m in planned if m.source != "script"]  # the stand-in runs alone here: no script lines
+    return target_input("wrong-image").target.model_copy(update={
+        "expected_markers": markers, "image_repository": repo, "tag": tag, "kaniko_platform": "linux/amd64",
+        "layer_ceiling": LayerCeiling(max_layer_bytes=8_000_000_000, warn_layer_bytes=4_000_000_000, min_layers=1)})
+
+
+async def _capture(acts, name, target, check):
+    captured = await ActivityEnvironment().run(acts.capture_failure, CaptureInput(
+        request_id="evidence", job_id=name, cluster="local", target_key=target.key, missing_markers=check.missing,
+        log_lost=check.lost, contradicted=check.contradicted))
+    return captured.classification
+
+
+async def test_a_megatron_target_whose_image_lacks_megatron_never_validates(iris_controller, iris_client,
+                                                                           open_registry, tmp_path):
+    acts = BuildActivities(_config(tmp_path, iris_controller.url, open_registry.host))
+    files = edited(DF_AMD, lambda t: t.replace(*ENV_OFF), fixture_files(HARBOR))
+    repo, tag = f"{open_registry.host}/evidence", f"gpu-rl-megatron-{uuid.uuid4().hex[:8]}"
+    target = _target(files, "megatron", repo, tag)
+    assert any(m.name == MEG for m in target.expected_markers)  # the plan reads the ARG the job passes: 1
+    names = {what: f"/tester/wrong-{what}-{uuid.uuid4().hex[:8]}" for what in ("complete", "silent", "lost")}
+    for name in names.values():  # as submit_job does, before each job exists: the tag holds nothing yet
+        assert (await acts._record_tag_before("evidence", target, name))["digest"] is None
+    out = tmp_path / "build.out"
+    out.write_text(_build(_context(tmp_path, files), f"{repo}:{tag}", open_registry.host, tmp_path, megatron="1"))
+    assert NOT_MEG in out.read_text() and f"{FINAL} (megatron=0)" in out.read_text()
+    scripts = {"complete": f"cat {out}", "silent": "true",
+               "lost": f"head -n -2 {out}; seq 1 {BURST}; tail -n 2 {out}"}
+    for what, name in names.items():
+        await _run_to_end(iris_client, name, f"set -euo pipefail; {scripts[what]}")
+        check = await ActivityEnvironment().run(acts.check_build_log, _check_input(name, target))
+        assert check.contradicted or check.lost, (what, check)  # never validated
+        c = await _capture(acts, name, target, check)
+        if what == "complete":
+            text = "\n".join(check.contradicted)
+            assert f"`{NOT_MEG}` is the branch the plan excludes: the plan expects `{MEG}`" in text, text
+            assert f"done (megatron=0)` shows it with another value: the plan expects `{FINAL} (megatron=1)`" in text
+            assert "planned INSTALL_MEGATRON=1" in text and check.lost == []
+            assert (str(c.failure_class), c.reasons) == ("assertion_failure", check.contradicted)
+        elif what == "silent":
+            assert MEG in check.missing and f"{FINAL} (megatron=1)" in check.missing and not check.stood_in.get(MEG)
+            assert (str(c.failure_class), c.reasons) == ("log_lost", check.lost)
+        else:  # whatever the store kept: its contradicting lines, or nothing that proves megatron
+            assert str(c.failure_class) in ("assertion_failure", "log_lost"), c
+            assert MEG not in check.stood_in
+        print(f"{what}: {c.failure_class}: {c.reasons[0][:200]}")
+
+
+async def test_a_job_that_pushed_nothing_adopts_the_older_image_only_where_policy_allows(
+        iris_controller, iris_client, open_registry, tmp_path):
+    files = fixture_files(HARBOR)
+    repo, tag = f"{open_registry.host}/evidence", f"gpu-rl-{uuid.uuid4().hex[:8]}"
+    ctx = _context(tmp_path, files)
+    _build(ctx, f"{repo}:{tag}", open_registry.host, tmp_path, megatron="0")  # an earlier build of this commit
+    out = tmp_path / "nopush.out"
+    out.write_text(_build(ctx, f"{repo}:{tag}", open_registry.host, tmp_path, megatron="0", push=False))
+    target = _target(files, "standard", repo, tag)
+    for allowed in (False, True):
+        config = _config(tmp_path, iris_controller.url, open_registry.host)
+        config = config.model_copy(update={"policy": config.policy.model_copy(update={"allow_adopted_image": allowed})})
+        acts = BuildActivities(config)
+        name = f"/tester/nopush-{uuid.uuid4().hex[:8]}"
+        before = await acts._record_tag_before("evidence", target, name)  # as submit_job does
+        assert before["digest"] and before["digest"].startswith("sha256:")
+        await _run_to_end(iris_client, name, f"cat {out}")  # complete: every marker, no push
+        check = await ActivityEnvironment().run(acts.check_build_log, _check_input(name, target))
+        if not allowed:
+            assert check.lost and check.lost[0].endswith(
+                f"adopted, not built by this job: {before['digest']} was already at {repo}:{tag} before the job "
+                "was submitted (policy.allow_adopted_image is false)"), check.lost
+            c = await _capture(acts, name, target, check)
+            assert str(c.failure_class) == "log_lost"
+        else:
+            assert (check.lost, check.missing, check.contradicted) == ([], [], []), check
+            assert all("adopted, not built by this job" in v for v in check.stood_in.values()) and check.stood_in
