@@ -505,6 +505,68 @@ def used_stages(df: DockerfileContract, call: KanikoCall) -> list[tuple[Stage, s
     return out
 
 
+_REFERENCE = re.compile(  # Docker's reference grammar (distribution/reference), lower-case path components
+    r"^(?:(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+
+
+def image_references(df: DockerfileContract, call: KanikoCall) -> list[tuple[str, str, str]]:
+    """(reference, "FROM"/"COPY --from", file:line) of every image the stages this call builds pull, after
+    substituting the planned build args (only ARGs declared before the first FROM reach a FROM)."""
+    values = _global_values(df, call.build_args)
+    out = []
+    for st, base in used_stages(df, call):
+        if base is not None and base != "scratch":
+            out.append((base, "FROM", f"{df.path}:{st.line}"))
+        for c in st.copies:
+            if c.from_ and _stage_of(df, c.from_) is None:
+                out.append((_substitute(c.from_, values) or c.from_, "COPY --from", f"{df.path}:{c.line}"))
+    return out
+
+
+def reference_problems(df: DockerfileContract, call: KanikoCall) -> list[Difference]:
+    """Each FROM of the stages this call builds that does not expand to a stage or an image reference with
+    the planned build args (an ARG declared inside a stage never reaches a FROM: BuildKit's and kaniko's
+    scoping), and each `COPY --from` that names neither a stage nor a full image reference (a registry
+    path, a tag or a digest): kaniko would fail on them at its first pull, after the job was scheduled."""
+    out: list[Difference] = []
+    values = _global_values(df, call.build_args)
+    stage_args = {k: st.name for st in df.stages for k in st.args}
+    names = [st.name for st in df.stages if st.name]
+    for st, _ in used_stages(df, call):
+        raw = st.base
+        resolved = _substitute(raw, values)
+        if resolved is not None and (_stage_of(df, resolved) is not None or resolved == "scratch"):
+            continue
+        if resolved is None or not resolved or not _REFERENCE.match(resolved):
+            unset = [m.group(1) or m.group(2) for m in re.finditer(r"\$\{(\w+)\}|\$(\w+)", raw)
+                     if values.get(m.group(1) or m.group(2)) is None]
+            why = "; ".join(
+                f"{v} is declared only inside stage {stage_args[v]}, which a FROM cannot read (only ARGs before "
+                "the first FROM reach it)" if v in stage_args else f"{v} has no value (no ARG before the first "
+                "FROM and no build arg)" for v in unset) or f"{resolved!r} is not an image reference"
+            out.append(Difference(field="FROM", planned="an image reference or a stage", script=resolved or "",
+                                  planned_source=f"{df.path}:{st.line}",
+                                  text=f"{df.path}:{st.line}: `FROM {raw}` expands to {resolved or 'nothing'!r} "
+                                       f"with the planned build args: {why}; kaniko fails there"))
+        for c in st.copies:
+            ref = c.from_
+            if not ref or _stage_of(df, ref) is not None:
+                continue
+            full = _substitute(ref, values)
+            if full and _REFERENCE.match(full) and ("/" in full or ":" in full or "@" in full):
+                continue
+            near = difflib.get_close_matches(ref, names, n=1)
+            out.append(Difference(
+                field="COPY --from", planned="a stage or a full image reference", script=ref,
+                planned_source=f"{df.path}:{c.line}",
+                text=f"{df.path}:{c.line}: `COPY --from={ref}` names no stage of {df.path} and is not a full image "
+                     f"reference (kaniko would pull docker.io/library/{ref})"
+                     + (f"; did you mean stage {near[0]}?" if near else "")))
+    return out
+
+
 def _known_images(dockerfiles: dict[str, DockerfileContract]) -> set[str]:
     """Images the plan knows without a push: every base a Dockerfile names by its own defaults."""
     known: set[str] = set()
@@ -652,6 +714,7 @@ def compare_steps(calls: list[StandinCall], plan: RehearsalPlan, target: TargetS
                                   planned_source=target.provenance.get("kaniko_platform", ""), script_source=at))
         df = dockerfiles.get(_relative_dockerfile(k) or "")
         if df is not None:
+            out += reference_problems(df, k)
             for st, base in used_stages(df, k):
                 if base is not None and base != "scratch":
                     check_read(base, "the kaniko call", line, via=f" (FROM at {df.path}:{st.line})")
@@ -664,7 +727,10 @@ def compare_steps(calls: list[StandinCall], plan: RehearsalPlan, target: TargetS
             pushed.setdefault(d, line)
     kept: list[Difference] = []
     for d in out:  # a COPY that two kaniko calls build is named once
-        if d.field != "COPY source" or not any((k.field, k.planned) == (d.field, d.planned) for k in kept):
+        key = d.planned_source if d.field in ("FROM", "COPY --from") else d.planned
+        if d.field not in ("COPY source", "FROM", "COPY --from") or not any(
+                (k.field, k.planned_source if k.field in ("FROM", "COPY --from") else k.planned) == (d.field, key)
+                for k in kept):
             kept.append(d)
     return kept
 
