@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from datetime import timedelta
@@ -238,6 +239,8 @@ async def _build(config, request, plan_only, follow_, as_json):
     if plan_only or follow_:
         if follow_ and not plan_only:
             await _follow(client, wid, config.temporal.task_queue, interval=10.0, as_json=as_json)
+            if not as_json:
+                sys.exit(await _print_summary(client, wid))
         code = await _print_result(client, wid, as_json)
         sys.exit(code)
     sys.exit(await _until_planned(client, config, wid, as_json))
@@ -338,6 +341,32 @@ def _kind(kind: BuildKind) -> TypedSearchAttributes:
     from runtime import search_attributes as sa
 
     return TypedSearchAttributes([SearchAttributePair(sa.KIND, kind.value)])
+
+
+async def _print_summary(client: Client, wid: str) -> int:
+    """Wait for the pipeline to end, print how it ended in a few lines (``progress.summary_lines``: outcome,
+    PR, digests, next step, where the full report is) and return the exit code."""
+    from temporalio.client import WorkflowFailureError
+
+    from runtime import operator_client as oc
+    from runtime import progress
+    from workflows.pipeline import BuildPipelineWorkflow
+
+    try:
+        await client.get_workflow_handle_for(BuildPipelineWorkflow.run, wid).result(rpc_timeout=None)
+    except WorkflowFailureError:
+        pass  # the report says how it ended
+    rep = await oc.read_report(client, wid)
+    code = oc.exit_code(rep)
+    if code == EXIT_USAGE and rep.failure:  # refused input: one line, like any other bad input
+        _print_report(rep, False)
+        return code
+    lines = [printable(line) for line in progress.summary_lines(rep, shutil.get_terminal_size().columns)]
+    if code == EXIT_OK:
+        click.echo("\n".join(lines))
+    else:  # where scripts and eyes look for errors
+        click.echo("\n".join(lines), err=True)
+    return code
 
 
 async def _print_result(client: Client, wid: str, as_json: bool) -> int:
@@ -444,7 +473,7 @@ def follow(ctx, workflow_id, interval):
     async def go():
         client = await _client(config)
         await _follow(client, workflow_id, config.temporal.task_queue, max(min(interval, 60.0), 0.5))
-        sys.exit(await _print_result(client, workflow_id, False))
+        sys.exit(await _print_summary(client, workflow_id))
 
     _run(go())
 
@@ -472,6 +501,7 @@ async def _follow(client: Client, wid: str, task_queue: str, interval: float, as
     view.note(f"following {wid} (task queue {task_queue}); Ctrl-C stops following, not the build")
     lost_since: float | None = None  # Temporal stopped answering at (monotonic)
     no_worker: str | None = None  # the "no worker" line last shown
+    ticker = progress.Ticker()
     try:
         while True:
             try:
@@ -505,10 +535,11 @@ async def _follow(client: Client, wid: str, task_queue: str, interval: float, as
             if lost_since is not None:
                 view.note(f"reconnected to Temporal after {time.monotonic() - lost_since:.0f} s")
                 lost_since = None
-            if missing != no_worker:
-                view.note(missing or f"a worker is polling {task_queue} again")
-                no_worker = missing
-            view.update(wid, stage, progress.rows(rep, statuses), progress.waits(rep, statuses) + retries)
+            note, no_worker = progress.worker_note(no_worker, missing, rep is not None and not unanswered,
+                                                   task_queue)
+            if note:
+                view.note(note)
+            view.update(wid, stage, progress.rows(rep, statuses, ticker), progress.waits(rep, statuses) + retries)
             if desc.status != WorkflowExecutionStatus.RUNNING:
                 return
             # Wake in time for the next line that is due (plain mode prints at least every HEARTBEAT_S).
@@ -569,7 +600,9 @@ async def _timed_query(handle, query):
     except RPCError as e:
         if e.status == RPCStatusCode.UNAVAILABLE:
             raise
-        return None, e.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
+        # The server answers at once "no poller seen for task queue recently" when nobody polls: unanswered.
+        no_poller = e.status == RPCStatusCode.FAILED_PRECONDITION and "poller" in str(e).lower()
+        return None, no_poller or e.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
     except TimeoutError:
         return None, True
     except Exception:  # noqa: BLE001 - not started yet: progress simply unknown
@@ -686,7 +719,8 @@ def _operator(config: ServiceConfig, name: str) -> str:
     """``--by`` must name a configured operator; the worker checks again (and a team's members via GitHub)."""
     ops = config.operators
     if not ops.lists(name) and not ops.teams:
-        listed = "not in operators.logins" if ops.logins else "no [operators] logins or teams configured"
+        listed = (f"operators.logins: {', '.join(ops.logins)}" if ops.logins
+                  else "no [operators] logins or teams configured")
         _fail(f"--by {name}: not a configured operator ({listed})")
     return name
 

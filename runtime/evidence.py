@@ -113,15 +113,28 @@ def render_failed_step(item: EvidenceItem, storage_options: dict | None = None, 
     out = [f"== {item.target} · {item.job_id} · {item.failure_class} · {item.ref.uri} "
            f"(sha256 {item.ref.sha256[:16]}…)"]
     if full:
-        out += [printable(line) for line in text.splitlines()]
-        return out
-    lines = excerpt(text)
-    if not lines:
-        return out + ["(the log is empty)"]
-    if lines[0][0] > 1:
-        out.append(f"… {lines[0][0] - 1} earlier line(s); --full prints them")
-    out += [f"{'>' if failing else ' '}{n:>6} | {printable(line)}" for n, line, failing in lines]
+        numbered = [(n, line, False) for n, line in enumerate(text.splitlines(), 1)]
+    else:
+        numbered = excerpt(text)
+        if not numbered:
+            return out + ["(the log is empty)"]
+        if numbered[0][0] > 1:
+            out.append(f"… {numbered[0][0] - 1} earlier line(s); --full prints them")
+    shown = None  # the Iris log key the lines below come from
+    for n, line, failing in numbered:
+        m = _IRIS_PREFIX.match(line)
+        if m and m["key"] != shown:
+            shown = m["key"]
+            out.append(f"-- {printable(m['key'])}")
+        text_only = line if not m else m["data"] if m["source"] == "stdout" else f"[{m['source']}] {m['data']}"
+        out.append(printable(text_only) if full else f"{'>' if failing else ' '}{n:>6} | {printable(text_only)}")
     return out
+
+
+# A stored build log line as activities/build.py writes it: ``[<task key>:<attempt> <source>] <data>``. The key
+# (/<user>/<job>/<task>:<attempt>, about 70 characters) is printed once, when it changes, not on every line;
+# a source other than stdout stays as a short mark.
+_IRIS_PREFIX = re.compile(r"^\[(?P<key>/\S+) (?P<source>\w+)\] ?(?P<data>.*)$")
 
 
 def download(items: list[EvidenceItem], dest: Path, storage_options: dict | None = None) -> list[Path]:

@@ -20,10 +20,12 @@ from runtime.tables import duration, when
 DEFAULT_QUERY = "WorkflowType = 'BuildPipelineWorkflow'"
 ALL_KINDS_QUERY = "WorkflowType IN ('BuildPipelineWorkflow', 'RebuildCheckWorkflow')"
 STATUS_HEADERS = ("workflow", "kind", "status", "stage", "failure class", "started (UTC)", "ended (UTC)",
-                  "duration")
+                  "duration", "waiting for")
 SCHEDULE_HEADERS = ("schedule", "state", "runs", "next run (UTC)", "last run (UTC)", "last check", "note")
-# On a narrow terminal these columns go first, in this order, so the id (first column) is never cut.
-STATUS_DROP = ("kind", "ended (UTC)", "duration", "started (UTC)", "failure class", "status", "stage")
+# On a narrow terminal these columns go first, in this order, so the id (first column) is never cut; "waiting
+# for" goes last of all (after the stage it is read from): at 80 columns it stays beside the id.
+STATUS_DROP = ("kind", "ended (UTC)", "duration", "started (UTC)", "failure class", "status", "stage",
+               "waiting for")
 SCHEDULE_DROP = ("note", "last run (UTC)", "runs", "next run (UTC)", "last check", "state")
 # (the last check's full decision and reasons: `schedule describe`, `report <check id>`)
 
@@ -52,15 +54,38 @@ async def workflow_rows(client: Client, query: str, limit: int) -> list[dict[str
             "start_time": wf.start_time.isoformat() if wf.start_time else None,
             "close_time": wf.close_time.isoformat() if wf.close_time else None,
             "duration_s": round((end - wf.start_time).total_seconds(), 1) if wf.start_time else None,
+            "waiting_for": waiting_for(attrs.get(sa.STAGE), attrs.get(sa.FAILURE_CLASS),
+                                       wf.status.name.lower() if wf.status else None),
         })
     return rows
+
+
+# What a running build or target waits for, read from its search attributes alone (no worker needed): the
+# stage and, while waiting, the failure class the wait is about (workflows/target.py, workflows/pipeline.py).
+WAITING_FOR = {"visibility": "package made public, then recheck",
+               "validation_inconclusive": "the registry, then recheck"}
+
+
+def waiting_for(stage: str | None, failure_class: str | None, status: str | None) -> str:
+    if status not in (None, "running"):
+        return "-"
+    if stage == "waiting":
+        if failure_class is None:  # a pipeline: one of its targets waits
+            return "a target (follow shows which)"
+        return WAITING_FOR.get(failure_class, "operator decision (decide)")
+    if stage == "awaiting_merge":
+        return "green checks + approve-merge"
+    if stage in ("queued", None) and status == "running":
+        return "a worker"
+    return "-"
 
 
 def status_table(rows: list[dict[str, Any]]) -> list[list[str]]:
     def t(iso: str | None) -> str:
         return when(datetime.fromisoformat(iso)) if iso else "-"
     return [[r["workflow_id"], r["kind"] or "-", r["status"] or "-", r["stage"] or "-", r["failure_class"] or "-",
-             t(r["start_time"]), t(r["close_time"]) if r["close_time"] else "(running)", duration(r["duration_s"])]
+             t(r["start_time"]), t(r["close_time"]) if r["close_time"] else "(running)", duration(r["duration_s"]),
+             r.get("waiting_for") or waiting_for(r["stage"], r["failure_class"], r["status"])]
             for r in rows]
 
 

@@ -18,6 +18,7 @@ from domain.terminal_text import printable, shorten
 HEARTBEAT_S = 45.0  # plain mode prints at least this often, even when nothing changes (promise: 60 s)
 JOB_ID_WIDTH = 30  # a longer job id is shortened in the middle; its state is never cut
 LIVE_MIN_REDRAW_S = 1.0  # the live table redraws on change only, at most once a second
+LIVE_TICK_S = 5.0  # on a terminal, elapsed times tick at least this often
 LIVE_HEADERS = ("target", "stage", "job", "elapsed", "last marker", "waiting for")
 LIVE_TABLE = {"show_edge": False, "pad_edge": False}  # four more columns of text on an 80-column terminal
 
@@ -39,7 +40,27 @@ def _elapsed(seconds: float | None) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def rows(rep: PipelineReport | None, statuses: dict[str, TargetStatus | None]) -> list[Row]:
+class Ticker:
+    """Elapsed times that tick between changes. A target's ``progress.elapsed_s`` is what the watcher saw at
+    its last change; while the job runs, the time since this terminal first saw that value is added (a
+    value seen anew starts over; an ended job's time stays as reported)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self._seen: dict[str, tuple[tuple, float]] = {}
+
+    def elapsed(self, key: str, p) -> float | None:
+        if p is None:
+            return None
+        now, mark = self.clock(), (p.job_id, p.elapsed_s, p.state)
+        seen = self._seen.get(key)
+        if seen is None or seen[0] != mark:
+            self._seen[key] = seen = (mark, now)
+        return p.elapsed_s if p.terminal else p.elapsed_s + (now - seen[1])
+
+
+def rows(rep: PipelineReport | None, statuses: dict[str, TargetStatus | None],
+         ticker: Ticker | None = None) -> list[Row]:
     out = []
     for key in [t.key for t in rep.plan] if rep and rep.plan else list(statuses):
         st = statuses.get(key)
@@ -57,7 +78,8 @@ def rows(rep: PipelineReport | None, statuses: dict[str, TargetStatus | None]) -
         job = " ".join([shorten_middle(st.job_ids[-1].rsplit("/", 1)[-1] if st.job_ids else "-", JOB_ID_WIDTH),
                         *state])
         stage = st.stage.value + (f" [{st.failure_class}]" if st.failure_class else "")
-        out.append(Row(key, stage, job, _elapsed(p.elapsed_s if p else None),
+        seconds = ticker.elapsed(key, p) if ticker is not None else (p.elapsed_s if p else None)
+        out.append(Row(key, stage, job, _elapsed(seconds),
                        shorten(p.last_marker if p else None, 40) or "-",
                        shorten(st.waiting.detail, 60) if st.waiting else ""))
     return out
@@ -135,17 +157,61 @@ def retrying(pending: Iterable, target: str | None = None) -> list[WaitingReason
     return out
 
 
-def wait_lines(reasons: list[WaitingReason], width: int | None = None) -> list[str]:
-    """What each wait needs and the command that unblocks it. With ``width`` (a terminal) a command longer
-    than a line is split between arguments with shell continuations (`` \\``), so it pastes and runs as
-    it is and no id is ever broken; without (a log), one line each."""
-    out = []
+# What to do about a wait the service offers no command for (e.g. a red required check): never nothing.
+NEXT_STEP = {
+    "merge_checks": ("push a fix to the PR's branch (or re-run the failed check, or answer the requested "
+                     "changes); the build waits and merges once the required checks are green and it is "
+                     "authorized"),
+    "step_retrying": "nothing to run: the step is retried with backoff (bounded); the build goes on by itself",
+    "registry_drift": "restore the image the PR records at its tag (the report names it); the build waits",
+}
+DEFAULT_NEXT_STEP = "nothing to run yet: the build goes on by itself; `follow` shows each change"
+
+
+def group_waits(reasons: list[WaitingReason]) -> list[tuple[list[str], WaitingReason]]:
+    """Waits that differ only by their target, as one block: (targets, the first wait). Their detail and
+    command are compared with the target's key taken out, so four targets waiting for the same package
+    are one block with one command."""
+    groups: dict[tuple, tuple[list[str], WaitingReason]] = {}
     for w in reasons:
-        who = f"{w.target}: " if w.target else ""
-        out.append(f"WAITING {who}{shorten(w.detail, 160)}")
-        if not w.command:
+        strip = (lambda t, w=w: t.replace(w.target, "\0")) if w.target else (lambda t: t)
+        key = (w.kind, strip(w.detail), strip(w.command or ""), w.target is None)
+        if key in groups and w.target:
+            groups[key][0].append(w.target)
+        else:
+            groups[key if w.target else (*key, len(groups))] = ([w.target] if w.target else [], w)
+    return list(groups.values())
+
+
+def _group_command(targets: list[str], w: WaitingReason) -> str | None:
+    """The one command that unblocks every target of a group, runnable as printed: the wait's own for one
+    target (or when it names no target), else a loop over the targets."""
+    import shlex
+
+    if not w.command or len(targets) <= 1 or w.target not in w.command:
+        return w.command
+    words = shlex.split(w.command)
+    if w.target not in words:
+        return w.command
+    body = shlex.join(words).replace(shlex.quote(w.target), '"$t"')
+    return f"for t in {' '.join(shlex.quote(t) for t in targets)}; do {body}; done"
+
+
+def wait_lines(reasons: list[WaitingReason], width: int | None = None) -> list[str]:
+    """What each wait needs and the command that unblocks it (identical waits of several targets grouped
+    into one block, ``group_waits``). With ``width`` (a terminal) a command longer than a line is split between
+    arguments with shell continuations (`` \\``), so it pastes and runs as it is and no id is ever broken;
+    without (a log), one line each. A wait without a command says what to do instead."""
+    out = []
+    for targets, w in group_waits(reasons):
+        who = f"{', '.join(targets)}: " if targets else ""
+        detail = w.detail.replace(w.target, "each") if len(targets) > 1 and w.target else w.detail
+        out.append(f"WAITING {who}{shorten(detail, 320)}")
+        command = _group_command(targets, w)
+        if not command:
+            out.append(f"  next: {NEXT_STEP.get(w.kind, DEFAULT_NEXT_STEP)}")
             continue
-        command = printable(w.command)
+        command = printable(command)
         if width is None or len(command) + 7 <= width:
             out.append(f"  run: {command}")
         else:
@@ -242,6 +308,7 @@ class LiveView:
         self.live = Live(console=self.console, transient=False, auto_refresh=False)
         self.live.start()
         self._shown: tuple | None = None
+        self._elapsed: tuple = ()
         self._drawn_at = float("-inf")
         self.redraws = 0
 
@@ -256,22 +323,73 @@ class LiveView:
         width = self.console.width
         headers, cells = live_layout(table, width)
         t = rich_table(headers, cells, **LIVE_TABLE)
-        head = Text(f"{wid} — {stage}  (changed {time.strftime('%H:%M:%S')})")
+        head = Text(f"{wid} — {stage}  ({time.strftime('%H:%M:%S')})")
         return Group(head, t, *(Text(line) for line in wait_lines(reasons, width)))
 
     def note(self, line: str) -> None:
         self.live.console.print(line, markup=False, highlight=False)
 
+    def due_in(self) -> float:
+        """The follow loop wakes at least this often, so elapsed times tick on screen."""
+        return LIVE_TICK_S
+
     def update(self, wid: str, stage: str, table: list[Row], reasons: list[WaitingReason]) -> None:
-        # Elapsed times tick every poll: they alone do not make a change worth a redraw.
+        # A change is redrawn at most once a second; elapsed times alone (Ticker) every LIVE_TICK_S, so they
+        # tick on screen without a redraw per poll.
         shown = (wid, stage, tuple((r.target, r.stage, r.job, r.marker, r.waiting) for r in table),
                  tuple(wait_lines(reasons)))
+        elapsed = tuple(r.elapsed for r in table)
         now = self.clock()
-        if shown == self._shown or now - self._drawn_at < LIVE_MIN_REDRAW_S:
+        if shown == self._shown and (elapsed == self._elapsed or now - self._drawn_at < LIVE_TICK_S):
             return
-        self._shown, self._drawn_at = shown, now
+        if now - self._drawn_at < LIVE_MIN_REDRAW_S:
+            return
+        self._shown, self._elapsed, self._drawn_at = shown, elapsed, now
         self.redraws += 1
         self.live.update(self.render(wid, stage, table, reasons), refresh=True)
 
     def close(self) -> None:
         self.live.stop()
+
+
+def worker_note(previous: str | None, missing: str | None, answered: bool, task_queue: str
+                ) -> tuple[str | None, str | None]:
+    """(the line to print now or None, the "no worker" line now standing). "A worker is polling again" is
+    said only on proof: a worker answered this round's query. A poller still listed is no proof (a killed
+    worker's stays listed for minutes), nor is the end of a stalled-task sign."""
+    if missing:
+        return (missing if missing != previous else None), missing
+    if previous and answered:
+        return f"a worker is polling {task_queue} again (it answered the build's query)", None
+    return None, previous
+
+
+def summary_lines(rep: PipelineReport, width: int = 80) -> list[str]:
+    """How a followed build ended, in 3-5 lines (outcome, PR, digests, next step), then where the full
+    report is: ``gh run watch`` ends with a line, not the whole run."""
+    wid = rep.workflow_id
+    f = rep.failure
+    pr = rep.pull_request
+    merged = rep.merge_commit or (pr.merge_commit if pr else None)
+    out = [shorten(f"{rep.status}: {wid}" + (f" — {f.failure_class}: {f.message}" if f else "")
+                   + (f" — merge commit {merged[:12]}" if merged else ""), width)]
+    if pr:  # the URL whole (a terminal makes it clickable): on its own line
+        out.append(f"PR #{pr.number} {pr.url}" + ("" if pr.merged else f" ({pr.state})"))
+    digests = [f"{t.key} {t.digest[:19]}" for t in rep.targets if t.digest]
+    if digests:
+        line = "images:"
+        for d in digests:  # at most two lines of digests; the report has every one in full
+            if len(line) + 2 + len(d) > width and len(out) < 3:
+                out.append(line.rstrip(","))
+                line = " "
+            line += f" {d},"
+        out.append(shorten(line.rstrip(","), width))
+    if f:
+        out.append(shorten(f"next step: {f.next_step}", 3 * width))
+    elif rep.waiting:
+        w = rep.waiting[0]
+        out.append(shorten(f"next step: {w.command or NEXT_STEP.get(w.kind, DEFAULT_NEXT_STEP)}", 3 * width))
+    elif rep.status == "merged":
+        out.append("next step: nothing; the digests are pinned on the default branch")
+    out.append(f"full report: python starter.py report {wid}")
+    return out

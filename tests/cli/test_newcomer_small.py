@@ -73,3 +73,41 @@ def test_sandbox_build_offers_clean_in_its_help():
     from sandbox.demo import main
 
     assert "--clean" in CliRunner().invoke(main, ["--help"]).output
+
+
+def test_logs_print_the_iris_key_once_not_on_every_line(tmp_path):
+    """Issue 38.5: each stored line carried ``[/gpu-rl-builder/gpurl-kaniko-…/0:0 stdout] `` (about 70
+    characters); `logs` prints it once, when it changes, and the lines without it."""
+    import hashlib
+
+    from domain.models import FileRef
+    from runtime.evidence import EvidenceItem, render_failed_step
+
+    key = "/gpu-rl-builder/gpurl-kaniko-amd64-standard-0a1b2c3d4e5f-r2/0:0"
+    lines = [f"[{key} stdout] step {i}" for i in range(5)] + [f"[{key} stderr] error: datasets import failed",
+                                                               f"[{key} stdout] exit status 3"]
+    data = ("\n".join(lines) + "\n").encode()
+    path = tmp_path / "failure.log"
+    path.write_bytes(data)
+    ref = FileRef(uri=path.as_uri(), sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
+    item = EvidenceItem(target="amd64-standard", kind="failure log", job_id=key.rsplit("/", 1)[0], ref=ref,
+                        failure_class="assertion_failure")
+    for full in (False, True):
+        out = render_failed_step(item, full=full)
+        assert sum(key in line for line in out) == 1, out  # the one -- line under the == header
+        assert out[1] == f"-- {key}", out
+        assert not any(line.lstrip(">").strip().split("|")[-1].strip().startswith("[/") for line in out), out
+    marked = [line for line in render_failed_step(item) if line.startswith(">")]
+    assert marked == [">     6 | [stderr] error: datasets import failed"]
+
+
+def test_an_unknown_by_names_the_configured_operators(tmp_path, capsys):
+    from domain.config import load_config
+    from tests.domain.test_config import GOOD
+
+    p = tmp_path / "c.toml"
+    p.write_text(GOOD + '[operators]\nlogins = ["ana", "sandbox-operator"]\n')
+    with pytest.raises(SystemExit) as done:
+        starter._operator(load_config(p), "mallory")
+    assert done.value.code == EXIT_USAGE
+    assert "--by mallory: not a configured operator (operators.logins: ana, sandbox-operator)" in capsys.readouterr().err

@@ -66,7 +66,8 @@ LONG_ID = f"{ID}-plan-schedule-nightly-amd64"  # a schedule's validation: 66 cha
 
 
 def _row(wid: str, status: str = "completed") -> list[str]:
-    return [wid, "build", status, "waiting", "validation_inconclusive", "2026-12-04 14:00:00", "(running)", "1h02m"]
+    return [wid, "build", status, "waiting", "validation_inconclusive", "2026-12-04 14:00:00", "(running)", "1h02m",
+            listing.waiting_for("waiting", "validation_inconclusive", "running")]
 
 
 def _drawn(rows, width: int) -> list[str]:
@@ -84,7 +85,8 @@ def test_status_at_80_columns_keeps_every_id_whole_on_one_line_and_says_what_it_
     note = " ".join(lines[next(i for i, line in enumerate(lines) if line.startswith("(at 80 columns without: ")):])
     assert "kind" in note and note.endswith("--json shows every field)")
     header = next(line for line in lines if "workflow" in line)
-    assert "stage" in header  # what the operator needs most stays
+    assert "stage" in header and "waiting for" in header  # what the operator needs most stays
+    assert "the registry," in "\n".join(lines) and "then recheck" in "\n".join(lines)  # issue 38.5, wrapped
 
 
 def test_columns_wrap_between_words_only_and_a_wide_terminal_shows_every_column():
@@ -92,7 +94,8 @@ def test_columns_wrap_between_words_only_and_a_wide_terminal_shows_every_column(
     assert all(h in "\n".join(lines) for h in listing.STATUS_HEADERS) and not any("without:" in x for x in lines)
     for width in (100, 120, 140):
         text = "\n".join(_drawn([_row(ID)], width))
-        assert "validation_inconclusive" in text or "failure class" not in text  # shown whole, or not at all
+        header = next(line for line in text.splitlines() if "workflow" in line)
+        assert "validation_inconclusive" in text or "failure class" not in header  # shown whole, or not at all
         assert all(len(line) <= width for line in text.splitlines())
 
 

@@ -122,5 +122,6 @@ async def test_a_retrying_step_shows_in_progress_with_its_attempt_and_last_error
             await handle.terminate("test over")
     assert reason.kind == "step_retrying" and reason.target == KEY
     assert "submit_job failed (attempt" in reason.detail and "cannot reach controller" in reason.detail
-    (line,) = progress.wait_lines([reason])
+    line, next_step = progress.wait_lines([reason])
     assert line.startswith(f"WAITING {KEY}: submit_job failed")
+    assert next_step.startswith("  next: nothing to run: the step is retried with backoff")  # issue 38.5
