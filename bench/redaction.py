@@ -143,7 +143,11 @@ def main() -> int:
                 printed, ns = forms(value)[form], needles(value)[form]
                 text = f"leak: {printed} end"
                 doc = r.redact(json.dumps({"log": text}))
-                outs = [r.redact(text), doc + "\n" + json.loads(doc)["log"],
+                try:
+                    inner = json.loads(doc)["log"]
+                except ValueError:  # a redactor that cut an escape in half: the document is the sink
+                    inner = ""
+                outs = [r.redact(text), doc + "\n" + inner,
                         "\n".join(r.redact(x) for x in text.splitlines())]
                 for i, out in enumerate(outs):
                     counts[i] += any(x in out for x in ns)

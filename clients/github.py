@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from clients import http_guard
 from domain.credential_hosts import host_of
+from domain.redact import redact  # PR and issue bodies are a sink too: the one redactor, as everywhere
 
 API_VERSION = "2022-11-28"
 # A REST reply is one page of at most 100 items (comments and check runs included): far below this cap.
@@ -597,10 +598,10 @@ class GitHubClient:
 
     async def create_pull(self, head: str, base: str, title: str, body: str) -> Pull:
         return Pull.from_api(await self._json(
-            "POST", f"{self._r}/pulls", json={"head": head, "base": base, "title": title, "body": body}))
+            "POST", f"{self._r}/pulls", json={"head": head, "base": base, "title": redact(title), "body": redact(body)}))
 
     async def update_pull(self, number: int, title: str | None = None, body: str | None = None) -> Pull:
-        patch = {k: v for k, v in {"title": title, "body": body}.items() if v is not None}
+        patch = {k: redact(v) for k, v in {"title": title, "body": body}.items() if v is not None}
         return Pull.from_api(await self._json("PATCH", f"{self._r}/pulls/{number}", json=patch))
 
     async def get_pull(self, number: int) -> Pull:
@@ -726,13 +727,14 @@ class GitHubClient:
 
     async def comment_issue(self, issue_number: int, body: str) -> Comment:
         return Comment.from_api(await self._json(
-            "POST", f"{self._r}/issues/{issue_number}/comments", json={"body": body}))
+            "POST", f"{self._r}/issues/{issue_number}/comments", json={"body": redact(body)}))
 
     async def list_issue_comments(self, n: int) -> list[Comment]:
         return [Comment.from_api(d) for d in await self._paged(f"{self._r}/issues/{n}/comments")]
 
     async def update_comment(self, id: int, body: str) -> Comment:
-        return Comment.from_api(await self._json("PATCH", f"{self._r}/issues/comments/{id}", json={"body": body}))
+        return Comment.from_api(await self._json("PATCH", f"{self._r}/issues/comments/{id}",
+                                                 json={"body": redact(body)}))
 
     async def upsert_comment(self, issue_number: int, marker: str, body: str) -> Comment:
         """Edit the comment carrying ``marker`` (e.g. ``comment_marker("build-report")``) or post it once.

@@ -20,6 +20,16 @@ What a build log, a tool or an attacker prints instead of the raw value, and how
 - a part of a form, at least ``MIN_PART`` characters, standing alone (no letter or digit on either side:
   the line of a cut token that a one-line sink holds, a truncated token, one line of a wrapped stream).
 
+Decoded before matching (``_spans``): ANSI/VT sequences and control characters are removed in a view
+first (a token split by colour codes; UTF-16 read as bytes); then runs of base64 (every alignment, joined
+across wrapped and prefixed lines), base32 and hex (any grouping and byte order: xxd, od -x, hexdump -C)
+are decoded, a gzip stream inflated, and what reads as text is searched again, ``DEPTH`` layers deep;
+octal escapes and quoted-printable are decoded in the escape view, and a break may carry an ``iris job
+logs`` prefix. Each layer maps its hits back to the text's own characters, so only the secret's span is
+replaced (a commit SHA or a digest beside it stays). Every sink uses this one function: the activity
+boundary and the payload codec (Temporal), the evidence store, the worker log, PR and issue bodies
+(clients/github.py) and the terminal (domain/terminal_text.py strips escapes first, then redacts).
+
 Why one Aho-Corasick automaton (``pyahocorasick``): ``redact`` runs on every log line, heartbeat and
 payload, and each secret has ~25 literal forms. The automaton holds ``MIN_PART``-character anchors taken
 every ``STRIDE`` characters of every form and finds them all in one pass over the text; a hit is then
@@ -36,6 +46,7 @@ import base64
 import bisect
 import re
 import threading
+import zlib
 from typing import NamedTuple
 from urllib.parse import quote, quote_plus
 
@@ -52,7 +63,7 @@ MIN_PART = 10
 # Anchors are taken every STRIDE characters of a single-line form (and its last MIN_PART): any run of a
 # form STRIDE + MIN_PART - 1 characters long holds one (one line of a wrapped base64 stream, a token cut
 # at both ends); a hit is then extended both ways while the text agrees with the form.
-STRIDE = 8
+STRIDE = 6
 # Shapes of well-known tokens, redacted even if never registered.
 _TOKEN_PREFIXES = ("ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_", "dckr_pat_")
 _TOKEN_SHAPES = re.compile(r"(ghp_|gho_|ghs_|ghu_|ghr_|github_pat_|dckr_pat_)[A-Za-z0-9_]{16,}")
@@ -71,13 +82,17 @@ _SECRET_ASSIGNMENT = re.compile(
 
 # One escape of the decoded view, of an ASCII character only (the forms searched for are ASCII; a JSON
 # document's escaped non-ASCII text, such as a progress bar's, is left alone). Groups: 1 %XX, 2 \u00XX,
-# 3 \xXX, 4 \/ or \\, 5 &#xH;, 6 &#D;.
+# 3 \xXX, 4 \/ or \\, 5 &#xH;, 6 &#D;, 7 an octal escape \NNN, 8 quoted-printable =XX, 9 its soft line
+# break (``=`` at a line's end: removed).
 _ESCAPE = re.compile(r"%([0-7][0-9A-Fa-f])|\\u(00[0-7][0-9A-Fa-f])|\\x([0-7][0-9A-Fa-f])|\\([/\\])"
-                     r"|&#[xX]0*([0-7]?[0-9A-Fa-f]);|&#0*([0-9]{1,3});")
+                     r"|&#[xX]0*([0-7]?[0-9A-Fa-f]);|&#0*([0-9]{1,3});|\\([01][0-7]{2})|=([0-7][0-9A-F])"
+                     r"|(=\r?\n)")
 # A line break inside a cut token: a newline (or its JSON escape), after an optional ``\`` continuation,
 # with the indentation or the ``[task stream]`` prefix of our own log files that follows it.
-_BREAK_RE = r"\\?(?:\r?\n|\\r\\n|\\n)(?:[ \t]*\[[^\]\n]{1,100}\] ?)?[ \t]*"
+_BREAK_RE = (r"(?:\\|=)?(?:\r?\n|\\r\\n|\\n)(?:[ \t]*\[[^\]\n]{1,100}\] ?){0,2}(?:task=\S{1,200} (?:attempt=\S{1,40} )?\| ?)?"
+             r"[ \t]*")
 _BREAK = re.compile(_BREAK_RE)
+_BREAK_LAST = frozenset("\n n\t]|")  # what a break can end with
 _BREAK_BEFORE = re.compile(f"(?:{_BREAK_RE})\\Z")
 _HEX_SEPARATORS = ("", ":", "-", " ")
 
@@ -172,6 +187,7 @@ def _current() -> _Matcher | None:
         with _lock:
             if _stale:
                 _matcher, _stale = _build(), False
+                _RUNS.clear()
     return _matcher
 
 
@@ -179,7 +195,9 @@ def _unescape(m: re.Match) -> str:
     g = m.lastindex
     if g == 4:
         return m.group(4)
-    code = int(m.group(g), 10 if g == 6 else 16)
+    if g == 9:
+        return ""
+    code = int(m.group(g), 10 if g == 6 else 8 if g == 7 else 16)
     return chr(code) if code < 128 else m.group(0)
 
 
@@ -206,14 +224,15 @@ class _View(NamedTuple):
         return t, t + 1
 
 
-def _view(text: str) -> _View:
-    """``text`` decoded with its map back (built only when the decoded text holds a secret)."""
+def _view(text: str, pattern: re.Pattern = _ESCAPE, replace=_unescape) -> _View:
+    """``text`` with each match of ``pattern`` replaced (escapes decoded; control sequences removed), with
+    its map back (built only where it is needed)."""
     pieces: list[str] = []
     segments: list[tuple[int, int, int, int]] = []
     last = n = 0
-    for m in _ESCAPE.finditer(text):
+    for m in pattern.finditer(text):
         s, e = m.span()
-        out = _unescape(m)
+        out = replace(m)
         pieces += [text[last:s], out]
         n += s - last
         segments.append((n, len(out), s, e - s))
@@ -235,14 +254,20 @@ def _extend(text: str, a: int, b: int, form: str, i: int, j: int) -> tuple[int, 
         if m is None or m.end() >= n or text[m.end()] != form[j]:
             break
         b = m.end()
+    if 0 < a < b - 1 and text[a] in "nr" and text[a - 1] == "\\":  # the hit began on an escaped newline's
+        a, i = a + 1, i + 1                                          # letter: it is the break, not the form
     while i > 0:
+        # A break first where the text could end one (the ``n`` of an escaped newline may also be the
+        # form's next character: crossing it is right, matching it would leave the head behind).
+        if a > 0 and text[a - 1] in _BREAK_LAST:
+            m = _BREAK_BEFORE.search(text, max(0, a - 160), a)
+            if m is not None and m.start() > 0 and text[m.start() - 1] == form[i - 1]:
+                a = m.start()
+                continue
         if a > 0 and text[a - 1] == form[i - 1]:
             a, i = a - 1, i - 1
             continue
-        m = _BREAK_BEFORE.search(text, max(0, a - 120), a)
-        if m is None or m.start() == 0 or text[m.start() - 1] != form[i - 1]:
-            break
-        a = m.start()
+        break
     return a, b, i, j
 
 
@@ -267,23 +292,291 @@ def _hits(text: str, m: _Matcher) -> list[tuple[int, int]]:
     return spans
 
 
-def _secret_spans(text: str, m: _Matcher) -> list[tuple[int, int]]:
+def _clean_hits(text: str, m: _Matcher) -> list[tuple[int, int]]:
+    """``_hits`` of ``text`` with control sequences removed (an escaped ``\\u001b[31m`` decodes to one)."""
+    if not _CONTROL_CHAR.search(text):
+        return _hits(text, m)
+    clean = _view(text, _CONTROL, lambda _m: "")
+    return [clean.span(a, b) for a, b in _hits(clean.text, m) if b > a]
+
+
+def _escaped_spans(text: str, m: _Matcher) -> list[tuple[int, int]]:
     """Every span of ``text`` that holds a secret: found in the text, in its decoded view and in the
     view of that view (doubled escapes), mapped back to the text."""
     spans = _hits(text, m)
     if _ESCAPE.search(text) is None:
         return spans
     once = _ESCAPE.sub(_unescape, text)
-    found = _hits(once, m)
-    twice = _ESCAPE.sub(_unescape, once) if _ESCAPE.search(once) else None
-    found2 = _hits(twice, m) if twice is not None else []
+    # Escapes that decode to a control character (a JSON ``\u001b``) need it removed too; a second decoding
+    # only where an escape can decode to an escape (``%25``, ``\\``): cheap substring checks first.
+    hits = _clean_hits if any(x in text for x in ("\\u00", "\\x", "%0", "%1", "&#", "\\0")) else _hits
+    found = hits(once, m)
+    doubled = any(x in text for x in ("%25", "\\\\", "%5C", "%5c", "&amp;", "\\u005"))
+    second = _view(once) if doubled and _ESCAPE.search(once) else None
+    found2 = hits(second.text, m) if second is not None else []
     if found or found2:
         first = _view(text)
         spans += [first.span(a, b) for a, b in found]
-        if found2:
-            second = _view(once)
-            spans += [first.span(*second.span(a, b)) for a, b in found2]
+        spans += [first.span(*second.span(a, b)) for a, b in found2]
     return spans
+
+
+# -- decode before matching ------------------------------------------------------------------------------
+# ANSI/VT sequences (CSI, OSC, other ESC pairs) and control characters other than tab and newline: removed
+# in a view before matching, so a token split by colour codes, or UTF-16 text read as bytes (a NUL after
+# every character), is found; the map back covers the removed characters too.
+_CONTROL = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]{0,4096}(?:\x07|\x1b\\|\x9c)?"
+                      r"|\x1b[@-_]?|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)")
+_CONTROL_CHAR = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x9b\x9d]")  # one class: a fast first look
+# Candidate runs of an encoding, decoded and searched again: base64 (standard or URL-safe; base32 and
+# unseparated hex are such runs too), and hex in groups separated by a space, ``:`` or ``-`` (``xxd``,
+# ``od -x``, ``hexdump -C``). Each is found by one character class first (a fast scan), then split.
+_B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,6}")
+_B32_ONLY = re.compile(r"[A-Z2-7]{16,}=*")
+_HEX_ONLY = re.compile(r"(?:[0-9A-Fa-f]{2}-?){8,}")
+_HEX_AREA = re.compile(r"[0-9A-Fa-f :-]{23,}")
+_HEX_RUN = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{2}(?:[ :-]?[0-9A-Fa-f]{2}){7,}")
+# What may separate two pieces of one encoded stream: a line break with its prefix (a wrapped stream; the
+# line's rest for a hex dump: its ASCII column, then the next line's offset) or hexdump -C's middle gap.
+_B64_GAP = re.compile(_BREAK_RE)
+_LINE_END = re.compile(r"\r?\n|\\r\\n|\\n")
+_HEX_GAP = re.compile(f"  |(?:[ \\t]{{2,}}[^\\n]{{0,100}})?(?:{_BREAK_RE})(?:[0-9A-Fa-f]{{4,16}}:?[ \\t]+)?")
+DEPTH = 3  # layers decoded (base64 of gzip of base64 of a config.json holding base64 is 3)
+MAX_INFLATE = 8 << 20  # a gzip stream is inflated up to this many bytes
+MIN_DECODED = 8  # fewer decoded bytes are not searched (they cannot hold a secret's MIN_PART)
+_PRINTABLE = bytes([0, 9, 10, 13, *range(32, 127)])
+
+
+def _plausible(data: bytes) -> bool:
+    """Text-like bytes (ASCII, or UTF-16 of ASCII: NULs between): at most a fifth other bytes."""
+    return len(data) >= MIN_DECODED and len(data.translate(None, _PRINTABLE)) * 5 <= len(data)
+
+
+def _runs(text: str, pattern: re.Pattern, gap: re.Pattern, area: re.Pattern | None = None,
+          first: frozenset = frozenset("\\=\r\n")) -> list[list[tuple[int, int]]]:
+    """Runs of ``pattern`` in ``text`` (inside the matches of ``area``, when given), consecutive ones joined
+    when only ``gap`` separates them (a wrapped stream, a dump's lines)."""
+    out: list[list[tuple[int, int]]] = []
+    found = ((r.span() for r in pattern.finditer(text)) if area is None else
+             (r.span() for z in area.finditer(text) for r in pattern.finditer(text, z.start(), z.end())))
+    for a, b in found:
+        if out and text[out[-1][-1][1]:out[-1][-1][1] + 1] in first and gap.fullmatch(text, out[-1][-1][1], a):
+            out[-1].append((a, b))
+        else:
+            out.append([(a, b)])
+    return out
+
+
+class _Budget:
+    """Bytes that may still be decoded for one ``redact`` call (a huge blob is not decoded forever), and
+    what each candidate run decoded to (a log repeats its prefixes: each is decoded once)."""
+
+    def __init__(self, n: int):
+        self.left = n
+        self.seen: dict[tuple, list[tuple[int, int]]] = {}
+
+
+# What short base64 runs decoded to, by (matcher, depth, run): the matcher is replaced whole when a secret is
+# registered (and the cache emptied), so a new secret is never missed by an old entry.
+_RUNS: dict[tuple, list[tuple[int, int]]] = {}
+
+
+def _bytes_spans(data: bytes, m: _Matcher, depth: int, budget: _Budget) -> tuple[bool, list[tuple[int, int]]]:
+    """(does ``data`` look like text or hold a gzip stream, the byte spans holding a secret)."""
+    spans: list[tuple[int, int]] = []
+    found = False
+    budget.left -= len(data)
+    z = data.find(b"\x1f\x8b\x08")
+    if z >= 0 and budget.left > 0:
+        try:
+            inner = zlib.decompressobj(31).decompress(data[z:], MAX_INFLATE)
+        except zlib.error:
+            inner = b""
+        if inner:
+            found = True
+            if _bytes_spans(inner, m, depth, budget)[1]:
+                spans.append((z, len(data)))  # a compressed secret: the whole stream from its header
+    if _plausible(data):
+        found = True
+        spans += _spans(data.decode("latin-1"), m, depth, budget, nested=True)
+    return found, spans
+
+
+def _b64_spans(chars: str, m: _Matcher, depth: int, budget: _Budget) -> list[tuple[int, int]]:
+    """Spans of ``chars`` (one base64 run) whose decoding, at whichever alignment reads as text, holds a
+    secret; a run of base32's or hex's alphabet is decoded as that too."""
+    out: list[tuple[int, int]] = []
+    core = chars.rstrip("=")
+    norm = core.replace("-", "+").replace("_", "/")
+    for k in range(4):  # the stream's alignment: the run may start anywhere in it
+        s = norm[k:len(norm) - (len(norm) - k) % 4]
+        if len(s) < 16:
+            break
+        try:
+            data = base64.b64decode(s, validate=True)
+        except ValueError:
+            continue
+        ok, found = _bytes_spans(data, m, depth - 1, budget)
+        out += [(k + x * 4 // 3, min(k + -(-y * 4 // 3), len(core))) for x, y in found]
+        if ok:
+            break
+    if _B32_ONLY.fullmatch(chars):
+        for k in range(8):
+            s = core[k:len(core) - (len(core) - k) % 8]
+            if len(s) < 16:
+                break
+            try:
+                data = base64.b32decode(s)
+            except ValueError:
+                continue
+            ok, found = _bytes_spans(data, m, depth - 1, budget)
+            out += [(k + x * 8 // 5, min(k + -(-y * 8 // 5), len(core))) for x, y in found]
+            if ok:
+                break
+    if _HEX_ONLY.fullmatch(chars):
+        out += _hex_spans(chars, [(0, len(chars))], m, depth, budget)
+    return out
+
+
+def _decoded_spans(text: str, m: _Matcher, depth: int, budget: _Budget) -> list[tuple[int, int]]:
+    """Spans of ``text`` whose base64, base32 or hex decodes to something holding a secret."""
+    out: list[tuple[int, int]] = []
+    for pieces in _runs(text, _B64_RUN, _B64_GAP):
+        if budget.left <= 0:
+            return out
+        chars = text[pieces[0][0]:pieces[0][1]] if len(pieces) == 1 else "".join(text[a:b] for a, b in pieces)
+        key = (id(m.automaton), depth, chars)
+        found = budget.seen.get(key)
+        if found is None:
+            found = _RUNS.get(key)
+            if found is None:
+                found = budget.seen[key] = _b64_spans(chars, m, depth, budget)
+                if len(chars) <= 256:  # a log's repeated prefixes and paths: decoded once per process
+                    if len(_RUNS) >= 4096:
+                        _RUNS.clear()
+                    _RUNS[key] = found
+        if found:
+            starts, n = [], 0  # a run's character -> its position in the text
+            for a, b in pieces:
+                starts.append(n)
+                n += b - a
+
+            def at(c: int, pieces=pieces, starts=starts) -> int:
+                k = bisect.bisect_right(starts, c) - 1
+                return pieces[k][0] + c - starts[k]
+
+            out += [(at(x), at(y - 1) + 1) for x, y in found if y > x]
+    for pieces in _runs(text, _HEX_RUN, _HEX_GAP, _HEX_AREA, frozenset("\\=\r\n \t")):
+        if budget.left <= 0:
+            return out
+        out += _hex_spans(text, pieces, m, depth, budget)
+    return out
+
+
+_ASCII_COLUMN = re.compile(r"[ \t]{2,}\|?")  # xxd and hexdump -C: two spaces (and a bar) before it
+
+
+def _ascii_column_end(text: str, where: list[int], b: int) -> int:
+    """The end of the ASCII column of the dump line ``b`` is on (as many characters as that line has
+    bytes, after the spaces and ``|`` that follow its hex), or ``b`` when there is none."""
+    starts = [m.end() for m in _LINE_END.finditer(text, max(0, b - 400), b)]
+    line_start = starts[-1] if starts else 0
+    on_line = [p for p in where if line_start <= p < b + 200 and not _LINE_END.search(text, line_start, p)]
+    if not on_line:
+        return b
+    col = _ASCII_COLUMN.match(text, max(on_line) + 2)
+    if col is None:
+        return b
+    end = min(col.end() + len(on_line), len(text))
+    line_end = _LINE_END.search(text, col.end(), end)
+    return max(b, line_end.start() if line_end else end)
+
+
+def _hex_spans(text: str, pieces: list[tuple[int, int]], m: _Matcher, depth: int,
+               budget: _Budget) -> list[tuple[int, int]]:
+    """A hex stream (one run, or a dump's lines) decoded in both byte orders of its groups."""
+    groups: list[tuple[int, str]] = []  # (position of the group's first digit, its digits)
+    for a, b in pieces:
+        for g in re.finditer(r"[0-9A-Fa-f]+", text[a:b]):
+            if len(g.group()) % 2 == 0:
+                groups.append((a + g.start(), g.group()))
+    if sum(len(g) for _, g in groups) < 2 * MIN_DECODED:
+        return []
+    where = [p + i for p, g in groups for i in range(0, len(g), 2)]  # byte j -> its two digits
+    orders = [list(range(len(where)))]
+    sizes = [len(g) for _, g in groups]
+    size = max(set(sizes), key=sizes.count)
+    if size >= 4:  # little-endian words (od -x, xxd -e): each group's bytes reversed
+        le, j = [], 0
+        for _, g in groups:
+            n = len(g) // 2
+            le += list(range(j + n - 1, j - 1, -1)) if len(g) == size else list(range(j, j + n))
+            j += n
+        orders.append(le)
+    raw = bytes.fromhex("".join(g for _, g in groups))
+    out: list[tuple[int, int]] = []
+    for order in orders:
+        data = raw if order is orders[0] else bytes(raw[i] for i in order)
+        _, found = _bytes_spans(data, m, depth - 1, budget)
+        for x, y in found:
+            a = min(where[order[i]] for i in range(x, y))
+            b = max(where[order[i]] for i in range(x, y)) + 2
+            if _LINE_END.search(text, a, b):  # a dump's lines: the last one's ASCII column shows the bytes too
+                b = _ascii_column_end(text, where, b)
+            out.append((a, b))
+    return out
+
+
+def _shape_spans(text: str) -> list[tuple[int, int]]:
+    """Credential shapes in a decoded layer (its text cannot be rewritten, only its encoding redacted)."""
+    spans = [t.span() for t in _TOKEN_SHAPES.finditer(text)]
+    spans += [(a.end(2), a.end()) for a in _AUTH_HEADER.finditer(text)]
+    spans += [(a.end(1), a.start(2)) for a in _DOCKER_AUTH.finditer(text)]
+    return spans
+
+
+def _spans(text: str, m: _Matcher, depth: int, budget: _Budget, nested: bool = False) -> list[tuple[int, int]]:
+    """Every span of ``text`` holding a secret: control sequences removed first, then the literal forms
+    and escapes (``_escaped_spans``), then, ``depth`` layers deep, what its encoded runs decode to."""
+    if _CONTROL_CHAR.search(text) or ("\r" in text and _CONTROL.search(text)):
+        clean = _view(text, _CONTROL, lambda _m: "")
+        return [clean.span(a, b) for a, b in _spans(clean.text, m, depth, budget, nested) if b > a]
+    spans = _escaped_spans(text, m)
+    if nested:
+        spans += _shape_spans(text)
+    if depth > 0:
+        spans += _decoded_spans(text, m, depth, budget)
+    return spans
+
+
+def _secret_spans(text: str, m: _Matcher) -> list[tuple[int, int]]:
+    return _spans(text, m, DEPTH, _Budget(max(4 * len(text), 1 << 20)))
+
+
+def _escape_at(text: str, p: int) -> int:
+    """The length of the backslash escape starting at ``p`` (0 if none: an escaped backslash before it)."""
+    if text[p] != "\\" or p + 1 >= len(text):
+        return 0
+    k = p
+    while k > 0 and text[k - 1] == "\\":
+        k -= 1
+    if (p - k) % 2:
+        return 0
+    return {"u": 6, "x": 4}.get(text[p + 1], 2)
+
+
+def _snap(text: str, a: int, b: int) -> tuple[int, int]:
+    """``[a, b)`` widened to whole backslash escapes, so a redacted JSON string stays valid."""
+    for p in range(max(0, a - 5), a):
+        if p + _escape_at(text, p) > a:
+            a = p
+            break
+    for p in range(max(0, b - 5), b):
+        n = _escape_at(text, p)
+        if p + n > b:
+            b = p + n
+            break
+    return a, min(b, len(text))
 
 
 def redact(text: str) -> str:
@@ -293,6 +586,8 @@ def redact(text: str) -> str:
     if m is not None:
         spans = _secret_spans(text, m)
         if spans:
+            if "\\" in text:
+                spans = [_snap(text, a, b) for a, b in spans]
             out, pos = [], 0
             for a, b in sorted(spans):
                 if b <= pos:

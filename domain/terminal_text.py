@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from domain.redact import redact
+
 # CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), other two-byte ESC sequences, and C1 CSI/OSC.
 _ESCAPES = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|(?:\x1b\]|\x9d).*?(?:\x07|\x1b\\|\x9c)|\x1b[@-_]?")
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -18,7 +20,9 @@ def printable(text: str | None, *, multiline: bool = False) -> str:
     """``text`` without escape sequences and control characters (``\\n``/``\\t`` kept if ``multiline``)."""
     if not text:
         return ""
-    out = _CONTROLS.sub("", _ESCAPES.sub("", text))
+    # Escape sequences first, then the redactor: stripped after it, a token split by colour codes would be
+    # joined back together on the operator's terminal (starter stdout and stderr are a sink like any).
+    out = redact(_CONTROLS.sub("", _ESCAPES.sub("", text)))
     return out if multiline else out.replace("\n", " ").replace("\t", " ")
 
 

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from domain.redact import REDACTED, redact, redact_obj, register_secret
-from tests.sentinel_forms import forms, needles
+from tests.sentinel_forms import forms, head_needles, needles
 
 # Five credentials of the shapes the service holds (sentinels, never real).
 CREDENTIALS = {
@@ -38,8 +38,11 @@ def _registered(monkeypatch):
         register_secret(value)
 
 
-def _left(text: str, value: str, name: str) -> list[str]:
-    return [n for n in needles(value)[name] if n in text]
+def _left(text: str, value: str, name: str, joined: bool = True) -> list[str]:
+    """Needles of ``name`` left in ``text``; ``joined``: a sink that holds the lines together, where a
+    wrapped token's short head on the first line is redacted too."""
+    heads = head_needles(value).get(name, []) if joined else []
+    return [n for n in [*needles(value)[name], *heads] if n in text]
 
 
 @pytest.mark.parametrize("name", FORM_NAMES)
@@ -56,7 +59,7 @@ def test_every_form_is_redacted_as_printed_in_json_and_line_by_line(key, name):
     assert not _left(json.dumps(json.loads(redacted), ensure_ascii=False) + str(json.loads(redacted)), value, name)
     assert not _left(json.dumps(redact_obj(json.loads(doc))), value, name)
     lines = [f"[{key}/0 stderr] {piece}" for piece in line.splitlines()]
-    assert not _left("\n".join(redact(x) for x in lines), value, name)  # one line per sink entry
+    assert not _left("\n".join(redact(x) for x in lines), value, name, joined=False)  # one line per sink entry
     assert not _left(redact("\n".join(lines)), value, name)  # our own log files: a prefix on every line
 
 
