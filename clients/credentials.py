@@ -27,6 +27,9 @@ class CredentialToolMissing(CredentialError):
 
 def fetch_secret(source: CredentialSource, *, what: str, timeout_s: float = 30.0) -> str:
     """Return the secret named by ``source`` and register it for redaction."""
+    if source.kind == "literal_public" and what != "registry.user":
+        # A value written in the file is public by definition: never a secret, so never unredacted.
+        raise CredentialError(f"{what}: kind 'literal_public' cannot hold a secret (use env, file or command)")
     value = _read(source, what=what, timeout_s=timeout_s)
     if not value:
         raise CredentialError(f"{what}: {source.describe()} yielded an empty value")

@@ -51,11 +51,19 @@ def carries_credential(request: httpx.Request) -> bool:
     return any(h in request.headers for h in _CREDENTIAL_HEADERS) or bool(request.url.userinfo)
 
 
+def resolve_host(host: str) -> list[str]:
+    """The addresses ``host`` resolves to on this machine (``socket.getaddrinfo``; ``OSError`` if none):
+    the resolver ``domain.credential_hosts.is_loopback_host`` asks about a ``*.localhost`` name."""
+    import socket
+
+    return [info[4][0] for info in socket.getaddrinfo(host, None)]
+
+
 def check_request(request: httpx.Request, allowed_hosts: Iterable[str], credential: str) -> None:
     """Raise ``CredentialRefused`` when ``request`` carries a credential where it must not go."""
     if not carries_credential(request):
         return
-    problem = destination_problem(str(request.url), allowed_hosts, credential=credential)
+    problem = destination_problem(str(request.url), allowed_hosts, credential=credential, resolve=resolve_host)
     if problem:
         raise CredentialRefused(f"refusing {request.method} {safe_url(request.url)}: {problem}")
 

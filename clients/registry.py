@@ -24,7 +24,7 @@ from typing import Any, Literal
 import httpx
 
 from clients import http_guard
-from domain.credential_hosts import host_of
+from domain.credential_hosts import host_of, is_loopback_host
 from domain.validation import MANIFEST_ACCEPT
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
@@ -157,7 +157,7 @@ def _error_code(resp: httpx.Response) -> str | None:
 
 
 def _is_private_host(host: str) -> bool:
-    if host in ("localhost",) or host.endswith(".localhost"):
+    if host == "localhost" or (host.endswith(".localhost") and is_loopback_host(host, http_guard.resolve_host)):
         return True
     try:
         ip = ipaddress.ip_address(host.strip("[]"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import math
 import os
 import re
 import tomllib
@@ -28,7 +29,17 @@ class ConfigError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: TOML's inf and nan are refused for every number ("Input should be a finite number").
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _durations(cls, value, info):
+        """A duration (every ``*_s`` key) is finite and not negative; the error names the key."""
+        if (info.field_name or "").endswith("_s") and isinstance(value, int | float) and not isinstance(value, bool):
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"a duration in seconds must be finite and >= 0, got {value}")
+        return value
 
 
 class CredentialSource(_Model):
@@ -379,6 +390,13 @@ class OperatorSettings(_Model):
     teams: list[str] = Field(default_factory=list, description="GitHub teams (`org/team-slug`) whose members may; "
                                                                "membership read through the GitHub API.")
 
+    @field_validator("logins")
+    @classmethod
+    def _logins(cls, logins: list[str]) -> list[str]:
+        if empty := [i for i, x in enumerate(logins) if not x.strip()]:
+            raise ValueError(f"entry {empty[0]} is an empty login (a GitHub login is required)")
+        return logins
+
     @model_validator(mode="after")
     def _team_form(self) -> OperatorSettings:
         bad = [t for t in self.teams if t.count("/") != 1 or not all(t.split("/"))]
@@ -609,6 +627,9 @@ class ServiceConfig(_Model):
         for key, source in self._sources().items():
             if source.kind == "token_owner" and key != "registry.user":
                 raise ValueError(f"{key}: kind 'token_owner' only applies to registry.user")
+            if source.kind == "literal_public" and key != "registry.user":
+                raise ValueError(f"{key}: kind 'literal_public' is for a value that is not secret (registry.user); "
+                                 "a secret is read from env, file or command, never written in the file")
         user = self.registry.user
         if self.github is not None and self.github.app is not None and user.kind in ("command", "token_owner"):
             raise ValueError(

@@ -173,8 +173,10 @@ def check_transport(settings: TemporalSettings) -> str | None:
     before any byte is sent); return a warning for loopback (a local dev server has no TLS)."""
     if not settings.api_key or settings.uses_tls():
         return None
+    from clients.http_guard import resolve_host
+
     host, _ = split_address(settings.address)
-    if not is_loopback_host(host):
+    if not is_loopback_host(host, resolve_host):  # a *.localhost name: only if it resolves to loopback
         raise ConfigError(f"temporal.api_key is set but TLS is off for {settings.address}: refusing to send the "
                           "API key in cleartext; set temporal.tls = true (or TEMPORAL_TLS=true), or drop the key")
     return (f"warning: the Temporal API key goes in cleartext to {settings.address} (loopback, so allowed); "

@@ -118,7 +118,7 @@ def _config(tmp_path: Path, *, marinskyrl_url: str, harbor_url: str, github: dic
         "repos": {"marinskyrl_url": marinskyrl_url, "harbor_url": harbor_url, "marinskyrl_slug": MARINSKYRL_SLUG},
         "clusters": {},
         "registry": {"image_repository": "127.0.0.1:5000/gpu-rl", "user": {"kind": "literal_public", "value": "u"},
-                     "token": {"kind": "literal_public", "value": "unused"}},
+                     "token": {"kind": "env", "name": "UNUSED_REGISTRY_TOKEN"}},
         "github": github,
     })
 
