@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict
 from clients import git_credential_helper
 from clients.child_env import child_env
 from domain.git_credential import credential_refusal, origin_of
-from domain.redact import register_secret
+from domain.redact import redact, register_secret
 
 TRAILER_KEY = "Build-Request"
 MANAGED_CONFIG_KEY = "gpu-rl-builder.managed"
@@ -95,6 +95,10 @@ class GitSourceError(RuntimeError):
 
 class GitCommandFailed(GitSourceError):
     pass
+
+
+class GitPushFailed(GitCommandFailed):
+    """A push the remote did not take, with git's own message; the branch did not move (no conflict)."""
 
 
 class RefNotFound(GitSourceError):
@@ -310,9 +314,13 @@ def _run(repo: git.Repo | git.Git, *args: str, env: dict[str, str] | None = None
     runner = repo.git if isinstance(repo, git.Repo) else repo
     network = args[0] in _NETWORK_COMMANDS
     remote = _remote_arg(args)
+    # A credentialed command follows no redirect: git would take the credential's request elsewhere (a
+    # plain-http host, say) and then blame the credential for that host's answer.
+    guard = ("-c", "http.followRedirects=false") if network and (credential is not None or _has_userinfo(remote)) \
+        else ()
     with _offered(credential, remote) if network else _nothing() as note:
         try:
-            return runner.execute(["git", *args], env=env, **kw)
+            return runner.execute(["git", *guard, *args], env=env, **kw)
         except git.GitCommandError as exc:
             stderr = exc.stderr.strip() if isinstance(exc.stderr, str) else str(exc.stderr)
             raise classify_git_failure(args[0], remote, exc.status, stderr, credential_note=note) from None
@@ -718,11 +726,8 @@ def push_branch(
         return
     lease: str | None = None
     if current is not None:
-        try:
-            _run(repo, "fetch", "--quiet", "--no-write-fetch-head", remote_url, f"refs/heads/{branch}", env=env,
-                 credential=credential)
-        except GitCommandFailed:
-            raise BranchConflict(branch, current, sha) from None
+        _run(repo, "fetch", "--quiet", "--no-write-fetch-head", remote_url, f"refs/heads/{branch}", env=env,
+             credential=credential)  # a failure is git's own (GitCommandFailed or a refusal), not a conflict
         if keep_own and _only_own_commits_on_top(repo, sha, current, keep_own):
             return
         if replace_own and _own_sibling(repo, current, sha, replace_own):
@@ -736,11 +741,16 @@ def push_branch(
     try:
         _run(repo, "push", "--quiet", "--no-verify", *force, remote_url, f"{sha}:refs/heads/{branch}", env=env,
              credential=credential)
-    except GitCommandFailed:
+    except GitCommandFailed as e:
         after = remote_branch_sha(worktree, remote_url, branch, git_env=git_env, credential=credential)
         if after == sha:
             return  # a concurrent attempt pushed the same commit
-        raise BranchConflict(branch, after or "(missing)", sha) from None
+        if after != current:  # someone else moved the branch meanwhile: that is a conflict
+            raise BranchConflict(branch, after or "(missing)", sha) from None
+        # The branch did not move: the push itself failed (a hook, a size limit, the network). git's own
+        # words, redacted (classify_git_failure already took any URL credential out).
+        raise GitPushFailed(f"git push of {sha[:12]} to {branch} on {redact_url(remote_url)} failed and the "
+                            f"branch still points at {current or '(nothing)'}: {redact(str(e))}") from None
 
 
 # ------------------------------------------------------------------------------------- preflight

@@ -79,7 +79,7 @@ class GitHttpRemote:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = self._body()
                 env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_PROJECT_ROOT": str(remote.root),
                        "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": parts.path, "QUERY_STRING": parts.query,
                        "REQUEST_METHOD": self.command, "CONTENT_TYPE": self.headers.get("Content-Type", ""),
@@ -87,6 +87,8 @@ class GitHttpRemote:
                        "GIT_HTTP_MAX_REQUEST_BUFFER": "100M"}
                 if self.headers.get("Git-Protocol"):
                     env["GIT_PROTOCOL"] = self.headers["Git-Protocol"]
+                if self.headers.get("Content-Encoding"):  # git gzips large requests; http-backend inflates
+                    env["HTTP_CONTENT_ENCODING"] = self.headers["Content-Encoding"]
                 out = subprocess.run([HTTP_BACKEND], input=body, env=env, capture_output=True, timeout=120).stdout
                 head, _, payload = out.partition(b"\r\n\r\n")
                 status, headers = 200, []
@@ -102,6 +104,21 @@ class GitHttpRemote:
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
+
+            def _body(self) -> bytes:
+                """The request body: ``Content-Length`` bytes, or a chunked body (git sends a push larger
+                than its ``http.postBuffer``, 1 MiB, in chunks), read chunk by chunk to the last."""
+                if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
+                    return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                chunks = []
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):  # trailers
+                            pass
+                        return b"".join(chunks)
+                    chunks.append(self.rfile.read(size))
+                    self.rfile.readline()  # the CRLF after each chunk
 
             def _user(self) -> str | None:
                 auth = self.headers.get("Authorization", "")
