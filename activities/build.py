@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import time
+from pathlib import Path
 
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
@@ -26,6 +28,7 @@ from activities.common import (
     write_json_evidence,
 )
 from activities.errors import Transient
+from activities.log_reads import LogReads
 from clients.bundle import BundleError, build_bundle
 from clients.credentials import CredentialError, fetch_secret
 from clients.evidence import EvidenceError, read_evidence, read_named
@@ -99,6 +102,11 @@ DEFAULT_REGISTRY_HOST = "ghcr.io"
 
 
 class BuildActivities(ActivityGroup):
+    @functools.cached_property
+    def log_reads(self) -> LogReads:
+        """Terminal jobs' logs read once per worker (activities/log_reads.py)."""
+        return LogReads(Path(self.config.work_dir).expanduser() / "log-reads")
+
     def all(self) -> list:
         return [self.policy, self.submit_job, self.monitor_job, self.check_build_log, self.capture_failure,
                 self.validate_image, self.terminate_jobs, self.adopt_validated]
@@ -259,8 +267,11 @@ class BuildActivities(ActivityGroup):
         """Judge a succeeded job: its log proves the markers it shows; where it cannot (empty, seq holes, a
         marker absent: the store drops lines without a trace, domain/log_evidence.py) the pushed image
         stands in, and a marker neither proves ends the target as ``log_lost`` at once (no read-again loop)."""
+        await asyncio.to_thread(self.learn_secrets_once)  # the log is kept redacted (activities/log_reads.py)
         async with Heartbeater(), iris_client(self.config, inp.cluster) as iris:
-            log = await _complete_log(iris, inp.job_id)
+            # Read once per worker: a retry reads only lines after the saved cursor, none once complete.
+            saved = await self.log_reads.read(inp.job_id, lambda start: _complete_log(iris, inp.job_id, start))
+            log = saved.log
             if not log.complete:  # never judge markers on a log that is still arriving
                 raise Transient(f"the log of {inp.job_id} still grew {log.waited_s:.0f} s after the job ended "
                                 f"({len(log.entries)} lines so far); reading it again")
@@ -269,7 +280,7 @@ class BuildActivities(ActivityGroup):
             result = check_log(markers, text)
             integrity = LogIntegrity(lines=len(log.entries))
             if needs_image(result, integrity):  # only then do holes matter: ask the store about the seq gaps
-                integrity = await _integrity(iris, log)
+                integrity = await self.log_reads.integrity(saved, lambda lg: _integrity_counted(iris, lg))
         ref = await write_evidence(self.evidence, inp.request_id, f"{safe_name(inp.job_id)}.log", text)
         image = await self._image_facts(inp, result.pushed_digest) if needs_image(result, integrity) else None
         j = judge(markers, result, integrity, image)
@@ -523,11 +534,18 @@ async def _scan_markers(iris, job_id: str, cursor: int, last: str | None, marker
     return cursor, last
 
 
-async def _complete_log(iris, job_id: str) -> CompleteLog:
+async def _complete_log(iris, job_id: str, start: CompleteLog | None = None) -> CompleteLog:
     """Every line of the terminal job (all tasks and attempts), re-read until it stops growing: lines
-    flushed after the terminal state are part of what is judged (clients/iris.py read_complete_log)."""
+    flushed after the terminal state are part of what is judged (clients/iris.py read_complete_log).
+    ``start``: what an earlier attempt read (only later lines are read; nothing when it was complete)."""
     return await iris.read_complete_log(f"{job_id}/", "prefix", page_lines=LOG_PAGE_LINES,
-                                        on_read=lambda n: activity.heartbeat({"log_lines": n}))
+                                        on_read=lambda n: activity.heartbeat({"log_lines": n}), start=start)
+
+
+async def _integrity_counted(iris, log: CompleteLog) -> tuple[LogIntegrity, int]:
+    """``_integrity`` and the log requests it took (one per verified gap)."""
+    integrity = await _integrity(iris, log)
+    return integrity, integrity.gaps_checked
 
 
 async def _integrity(iris, log: CompleteLog) -> LogIntegrity:

@@ -820,6 +820,7 @@ class IrisClient:
         max_wait_s: float = 30.0,
         page_lines: int = 5000,
         on_read: Any = None,
+        start: CompleteLog | None = None,
     ) -> CompleteLog:
         """Every entry of ``source``, re-read after the job is terminal until nothing new arrived for
         ``quiet_s`` (two finelog flush intervals), at most ``max_wait_s``.
@@ -828,11 +829,16 @@ class IrisClient:
         terminal state (measured: up to 1.8 s); a log read once at terminal can miss the final push
         line or a failure's last lines. ``complete`` is False when the log still grew at the bound:
         callers must not decide an outcome on it. ``on_read(n_entries)`` is called after every page
-        (activities heartbeat there)."""
+        (activities heartbeat there).
+
+        ``start``: what an earlier read got (its entries and cursor): only lines after its cursor are read,
+        and nothing at all when it was complete (a terminal job's complete log does not grow again)."""
+        if start is not None and start.complete:
+            return start.model_copy(update={"reads": 0, "waited_s": 0.0})
         loop = asyncio.get_running_loop()
         started = last_growth = loop.time()
-        entries: list[LogEntry] = []
-        cursor = 0
+        entries: list[LogEntry] = list(start.entries) if start is not None else []
+        cursor = start.cursor if start is not None else 0
         reads = 0
         while True:
             while True:  # drain everything after ``cursor``
