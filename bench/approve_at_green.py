@@ -205,5 +205,6 @@ if __name__ == "__main__":
     parser.add_argument("--n", type=int, default=5)
     parser.add_argument("--webhook", action="store_true",
                         help="run with the GitHub webhook receiver on (the stand-in delivers webhooks)")
+    parser.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py)")
     args = parser.parse_args()
-    asyncio.run(main(args.n, args.webhook))
+    asyncio.run(main(1 if args.smoke else args.n, args.webhook))

@@ -194,12 +194,15 @@ def main() -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--controller-url", help="the controller (e.g. a kubectl port-forward URL)")
     where.add_argument("--sandbox", action="store_true", help="start and check the local sandbox controller")
+    where.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py): --sandbox")
     p.add_argument("--token-env", help="environment variable holding a bearer token for the controller")
     p.add_argument("--launch", action="store_true", help="also submit two tiny CPU jobs (logs, retries)")
     p.add_argument("--user", default="gpu-rl-builder", help="job owner for --launch (default gpu-rl-builder)")
     p.add_argument("--task-image", help="task image for --launch jobs (default: the cluster's)")
     p.add_argument("--timeout", type=float, default=300.0, help="bound on each --launch job (s)")
-    sys.exit(asyncio.run(run(p.parse_args())))
+    args = p.parse_args()
+    args.sandbox = args.sandbox or args.smoke
+    sys.exit(asyncio.run(run(args)))
 
 
 if __name__ == "__main__":

@@ -44,11 +44,14 @@ async def _one(c: IrisClient, burst: int) -> dict:
 
 
 async def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bursts", default="5000,10000,20000,50000")
     ap.add_argument("--concurrent", default="10x5000")
     ap.add_argument("--n", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py)")
     a = ap.parse_args()
+    if a.smoke:
+        a.bursts, a.concurrent, a.n = "500", "2x200", 1
     h = start_iris_controller(Path(tempfile.mkdtemp(prefix="bench-log-loss-")), timeout_scan_interval_s=1.0)
     rows = []
     try:

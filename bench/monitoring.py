@@ -603,7 +603,11 @@ def main() -> None:
                     help="scale: jobs print their last two markers (final check, kaniko's push) this many seconds "
                          "before their end, as a real push does minutes before; 0: no final marker ever")
     ap.add_argument("--skip", default="", help="comma list of: history, resume, reject")
+    ap.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py): one job ending 15 s after its "
+                    "start, history and resume skipped, one reject round")
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes, args.lead, args.spread, args.skip, args.reject_rounds = "1", 15.0, 0.0, "history,resume", 1
     args.sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     args.skip = {x.strip() for x in args.skip.split(",") if x.strip()}
     sys.exit(asyncio.run(main_async(args)))

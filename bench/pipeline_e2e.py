@@ -419,7 +419,10 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900, help="give up on one build after this many seconds")
     ap.add_argument("--state-dir", help="keep the stack's state here (default: a temporary directory, removed)")
     ap.add_argument("--keep-state", action="store_true", help="do not remove the temporary state directory")
+    ap.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py): one amd64 build")
     args = ap.parse_args()
+    if args.smoke:
+        args.n, args.arch, args.timeout = 1, ["amd64"], 300
     args.arch = args.arch or ["amd64"]
     sys.exit(asyncio.run(main_async(args)))
 

@@ -126,4 +126,6 @@ async def main(seconds: float) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=300.0)
-    asyncio.run(main(parser.parse_args().seconds))
+    parser.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py)")
+    args = parser.parse_args()
+    asyncio.run(main(6.0 if args.smoke else args.seconds))

@@ -93,7 +93,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", type=Path, help="a checkout whose domain/redact.py is compared, round by round")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py)")
     args = ap.parse_args()
+    if args.smoke:
+        args.rounds = 1
     sys.path.insert(0, str(ROOT))
     from tests.sentinel_forms import forms, needles  # noqa: E402
 

@@ -45,7 +45,10 @@ def run_starter(cfg: Path, *argv: str) -> tuple[float, int, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py)")
     args = ap.parse_args()
+    if args.smoke:
+        args.rounds = 1
     state = Path(tempfile.mkdtemp(prefix="bench-refusal-"))
     worker = None
     dead = socket.socket()

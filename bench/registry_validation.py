@@ -144,7 +144,10 @@ def _pct(values: list[float], q: int) -> float:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=30, help="validations per row (default 30)")
+    parser.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py)")
     args = parser.parse_args()
+    if args.smoke:
+        args.n = 2
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for mode in ("open", "token"):

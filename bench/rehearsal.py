@@ -35,7 +35,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--trees", default="era-c,era-b,fixture")
+    ap.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py)")
     args = ap.parse_args()
+    if args.smoke:
+        args.n, args.trees = 1, "fixture"
     t0 = time.monotonic()
     reason = runner.isolation_unavailable()
     probe = time.monotonic() - t0

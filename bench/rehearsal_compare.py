@@ -44,7 +44,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--mib", type=int, default=25)
+    ap.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py)")
     args = ap.parse_args()
+    if args.smoke:
+        args.n, args.mib = 1, 1
     reason = runner.isolation_unavailable()
     if reason:
         print(f"rehearsal skipped: {reason}")

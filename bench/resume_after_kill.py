@@ -38,7 +38,8 @@ from workflows.pipeline import BuildPipelineWorkflow  # noqa: E402
 TARGET_S = 20.0
 
 
-async def one_round(i: int, stack: SandboxStack, client: Client, state_dir: Path) -> list[PhaseResult]:
+async def one_round(i: int, stack: SandboxStack, client: Client, state_dir: Path,
+                    phases: tuple = PHASES) -> list[PhaseResult]:
     config = load_config(stack.config_path)
     commit_to_remote(stack.remotes.marinskyrl_url, {"bench/kill.txt": f"kill-matrix round {i} at {time.time()}\n"},
                      f"bench: kill-matrix round {i}")
@@ -56,7 +57,7 @@ async def one_round(i: int, stack: SandboxStack, client: Client, state_dir: Path
     round_dir = state_dir / f"kill-round-{i}"
     round_dir.mkdir(parents=True, exist_ok=True)
     matrix = KillMatrix(client=client, config_path=stack.config_path, state_dir=round_dir, github=stack.github,
-                        repo_slug=MARINSKYRL_SLUG)
+                        repo_slug=MARINSKYRL_SLUG, phases=phases)
     final = await matrix.run(handle)
     print(f"round {i}: {final.status} ({final.message})", file=sys.stderr, flush=True)
     return matrix.results
@@ -87,7 +88,7 @@ async def main_async(args) -> int:
         rounds = []
         for i in range(1, args.n + 1):
             print(f"round {i}/{args.n} …", file=sys.stderr, flush=True)
-            rounds.append(await one_round(i, stack, client, state_dir))
+            rounds.append(await one_round(i, stack, client, state_dir, args.phases))
         print_table(rounds)
         return 0
     finally:
@@ -100,7 +101,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1, help="rounds (one build each, killed once per phase)")
     ap.add_argument("--state-dir", help="keep the stack's state (and worker logs) here")
-    raise SystemExit(asyncio.run(main_async(ap.parse_args())))
+    ap.add_argument("--phases", default=",".join(p.name for p in PHASES), help="comma list of the phases to kill in")
+    ap.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py): one round, the load phase only")
+    args = ap.parse_args()
+    if args.smoke:
+        args.n, args.phases = 1, "load"
+    names = [p.strip() for p in args.phases.split(",") if p.strip()]
+    if unknown := sorted(set(names) - {p.name for p in PHASES}):
+        ap.error(f"--phases: unknown phase(s) {', '.join(unknown)} (known: {', '.join(p.name for p in PHASES)})")
+    args.phases = tuple(p for p in PHASES if p.name in names)
+    raise SystemExit(asyncio.run(main_async(args)))
 
 
 if __name__ == "__main__":

@@ -93,8 +93,14 @@ def main() -> None:
     ap.add_argument("--reuse-venv", action="store_true", help="use this tree's .venv instead of bootstrapping one")
     ap.add_argument("--keep", action="store_true", help="keep every clone and log (a failed run's always stays)")
     ap.add_argument("--out", type=Path, default=Path("suite_under_load.jsonl"))
+    ap.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py): one run, no stress, this tree's venv, "
+                    "one small test file, JSON lines to a temporary file")
     args, pytest_args = ap.parse_known_args()
     pytest_args = [a for a in pytest_args if a != "--"]
+    if args.smoke:
+        args.runs, args.stress_cpu, args.reuse_venv = 1, 0, True
+        args.out = Path(tempfile.mkdtemp(prefix="suite-under-load-smoke-")) / "runs.jsonl"
+        pytest_args = pytest_args or ["-n", "0", "tests/domain/test_render.py"]
     if args.stress_cpu and shutil.which("stress-ng") is None:
         sys.exit("stress-ng is not installed (apt-get install stress-ng), or pass --stress-cpu 0")
     print("| run | date (UTC) | commit | rc | passed | failed | errors | duration | load mean / max | failed tests |")

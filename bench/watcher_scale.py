@@ -71,7 +71,7 @@ def config(work: Path, cluster: str, policy: PolicySettings) -> ServiceConfig:
     return ServiceConfig.model_validate({
         "work_dir": str(work),
         "repos": {"marinskyrl_url": "file:///nowhere", "harbor_url": "file:///nowhere"},
-        "clusters": {cluster: {"controller_url": "http://standin.invalid",
+        "clusters": {cluster: {"controller_url": "https://standin.invalid",
                                "client_revision_date": datetime.date.today().isoformat()}},
         "registry": {"image_repository": "127.0.0.1:5000/gpu-rl", "user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "X"}},
         "policy": policy.model_dump(),
@@ -168,7 +168,8 @@ def push(iris: StandinJobs, job_ids) -> None:
         iris.log(j, MARKERS[-1])
 
 
-async def scale(b: Bench, n: int, burst: int, bursts: int = 1, push_lead: float = 0.0) -> tuple[dict, dict | None]:
+async def scale(b: Bench, n: int, burst: int, bursts: int = 1, push_lead: float = 0.0,
+                steady: float = 60.0, burst_spread: float = 0.0) -> tuple[dict, dict | None]:
     run = uuid.uuid4().hex[:6]
     cluster, tq = f"scale-{run}", f"bench-scale-{run}"
     policy = PolicySettings()
@@ -195,9 +196,9 @@ async def scale(b: Bench, n: int, burst: int, bursts: int = 1, push_lead: float 
         page = await b.held(wid, n)
         held_s = time.monotonic() - t
         register_lag_s = lag.stop()
-        # Steady: 60 s of polling with nothing changing.
+        # Steady: --steady s (60) of polling with nothing changing.
         before, t0 = requests(iris), time.monotonic()
-        await asyncio.sleep(60)
+        await asyncio.sleep(steady)
         after, minutes = requests(iris), (time.monotonic() - t0) / 60
         view = await watcher_view(b.client, cluster, tq)
         hb = len(str(view)) if view else None
@@ -221,22 +222,28 @@ async def scale(b: Bench, n: int, burst: int, bursts: int = 1, push_lead: float 
                 if push_lead:
                     push(iris, [j for j, _ in group])
                     await asyncio.sleep(push_lead)
-                t_end = time.time()
-                for j, _ in group:
-                    iris.set_state(j, "succeeded")
+                ended: dict[str, float] = {}
+                start = time.time()
+                # --burst-spread: each job ends at a random moment of the spread, else all in the same second
+                # (each end's own time is what its detection is measured from).
+                for at, j in sorted((rng.uniform(0, burst_spread) if burst_spread else 0.0, j) for j, _ in group):
+                    await asyncio.sleep(max(0.0, start + at - time.time()))
+                    iris.set_state(j, "succeeded" if push_lead else "failed")  # failed: an end without warning
+                    ended[j] = time.time()
                 mine = []
-                for _, r in group:
+                for j, r in group:
                     h = b.client.get_workflow_handle(r)
                     await asyncio.wait_for(h.result(), 300)
                     for e in (await h.fetch_history()).events:
                         if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-                            mine.append(e.event_time.ToMicroseconds() / 1e6 - t_end)
+                            mine.append(e.event_time.ToMicroseconds() / 1e6 - ended[j])
                             break
                 lat += mine
                 per_burst.append(f"{min(mine):.2f}-{max(mine):.2f}")
             print(f"N={n}: end → signalled per burst (min-max s): {', '.join(per_burst)}", file=sys.stderr, flush=True)
             after = requests(iris)
-            burst_row = {"n": n, "ends": f"{burst} × {bursts}" if bursts > 1 else burst,
+            ends_label = f"{burst} × {bursts}" if bursts > 1 else str(burst)
+            burst_row = {"n": n, "ends": ends_label + (f" over {burst_spread:g} s" if burst_spread else ""),
                          "p50": pct(lat, 50), "p95": pct(lat, 95), "max": max(lat),
                          "status_requests": sum(after[m] - before[m] for m in STATUS),
                          "by_method": {m: after[m] - before[m] for m in STATUS if after[m] - before[m]},
@@ -245,7 +252,7 @@ async def scale(b: Bench, n: int, burst: int, bursts: int = 1, push_lead: float 
     return row, burst_row
 
 
-async def detection(b: Bench, n: int, spread: float, push_lead: float = 0.0) -> dict:
+async def detection(b: Bench, n: int, spread: float, push_lead: float = 0.0, settle: float = 10.0) -> dict:
     run = uuid.uuid4().hex[:6]
     cluster, tq = f"det-{run}", f"bench-det-{run}"
     policy = PolicySettings()
@@ -262,7 +269,7 @@ async def detection(b: Bench, n: int, spread: float, push_lead: float = 0.0) -> 
             await b.client.start_workflow(EndReceiver.run, id=f"recv-{run}-{i}", task_queue=tq)
         await b.register(wid, tq, cluster, reqs)
         await b.held(wid, n)
-        await asyncio.sleep(10)
+        await asyncio.sleep(settle)
         before, t0 = requests(iris), time.monotonic()
         rng = random.Random(n)
         ends = sorted((rng.uniform(0, spread), j) for j in ids)
@@ -306,13 +313,13 @@ async def main_async(args) -> int:
         for n in args.sizes:
             print(f"scale N={n}", file=sys.stderr, flush=True)
             row, burst = await scale(b, n, args.burst if n >= args.burst * args.bursts else 0, args.bursts,
-                                     args.push_lead)
+                                     args.push_lead, args.steady, args.burst_spread)
             scale_rows.append(row)
             if burst:
                 burst_rows.append(burst)
         for n in args.detect:
             print(f"detection N={n}", file=sys.stderr, flush=True)
-            det_rows.append(await detection(b, n, args.spread, args.push_lead))
+            det_rows.append(await detection(b, n, args.spread, args.push_lead, min(10.0, args.steady)))
         if scale_rows:
             print("\n### Watcher at scale (stand-in job list, real Temporal watcher)\n")
             print("| watched jobs | register s | held by the current run after s | runs (continue-as-new) | "
@@ -360,7 +367,14 @@ def main() -> None:
     ap.add_argument("--push-lead", type=float, default=0.0,
                     help="ending jobs print their build's final two markers this many seconds before the end "
                          "(as a real push does); 0: they end without them, like a failed build")
+    ap.add_argument("--steady", type=float, default=60.0, help="seconds of idle polling measured at each scale step")
+    ap.add_argument("--burst-spread", type=float, default=0.0,
+                    help="the burst's jobs end at random moments over this many seconds (0: all in the same second)")
+    ap.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py): 50 watched, a burst of 5, "
+                    "5 s idle, detection of 2 jobs over 5 s")
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes, args.burst, args.bursts, args.detect, args.spread, args.steady = "50", 5, 1, "2", 5.0, 5.0
     args.sizes = [int(x) for x in args.sizes.split(",") if x]
     args.detect = [int(x) for x in args.detect.split(",") if x]
     sys.exit(asyncio.run(main_async(args)))

@@ -1,0 +1,151 @@
+"""Benches cannot rot (issue 37 item 5): every bench under bench/ runs at its smoke size and prints its
+table, and every bench command printed in docs/benchmarks.md (and the bench READMEs) names a script that
+exists and flags it accepts.
+
+Why subprocesses, several at once: a bench is run as printed (``.venv/bin/python bench/X.py``), with its
+own servers; most of the time goes to waiting on them, so running the smoke runs side by side keeps the
+total near the slowest one. One test runs them all (under pytest-xdist a parametrized set would start the
+runs once per worker) and names every bench that failed, with the tail of its stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+# Not benches: processes a bench starts (bench/monitoring.py runs monitor_worker.py as its worker).
+HELPERS = {"monitor_worker.py": "the worker process bench/monitoring.py starts (its smoke run covers it)"}
+BENCHES = sorted(p.name for p in BENCH.glob("*.py") if p.name not in HELPERS and not p.name.startswith("_"))
+SMOKE_TIMEOUT_S = 420.0  # one bench under a loaded machine (2 cores shared); idle they take 1-30 s
+PARALLEL = 4
+DOCS = [ROOT / "docs" / "benchmarks.md", BENCH / "README.md", ROOT / "README.md"]
+TABLE_RULE = re.compile(r"^\|(\s*:?-{3,}:?\s*\|)+\s*$", re.M)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _run(args: list[str], timeout: float) -> tuple[int, str, str, float]:
+    """Run a bench in its own process group. On a timeout it gets SIGINT first (KeyboardInterrupt: its
+    ``finally`` stops the servers it started in sessions of their own), then its group SIGTERM, SIGKILL."""
+    started = time.monotonic()
+    p = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+        return p.returncode, out, err, time.monotonic() - started
+    except subprocess.TimeoutExpired:
+        for sig, wait in ((signal.SIGINT, 30), (signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+            with contextlib.suppress(ProcessLookupError):
+                if sig == signal.SIGINT:
+                    os.kill(p.pid, sig)
+                else:
+                    os.killpg(p.pid, sig)
+            try:
+                out, err = p.communicate(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                out, err = "", ""
+        return -1, out, err + f"\n(timed out after {timeout:.0f} s)", time.monotonic() - started
+
+
+def test_every_script_under_bench_is_a_bench_or_a_named_helper():
+    assert len(BENCHES) >= 14, BENCHES
+    for helper in HELPERS:
+        assert (BENCH / helper).exists(), f"{helper} is listed as a helper but no longer exists"
+
+
+@pytest.mark.timeout(1800)
+def test_every_bench_runs_at_its_smoke_size_and_prints_its_table():
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        futures = {b: pool.submit(_run, [f"bench/{b}", "--smoke"], SMOKE_TIMEOUT_S) for b in BENCHES}
+        runs = {b: f.result() for b, f in futures.items()}
+    wrong = []
+    for bench, (rc, out, err, took) in runs.items():
+        tail = "\n    ".join(err.strip().splitlines()[-12:])
+        if rc != 0:
+            wrong.append(f"bench/{bench} --smoke exited {rc} after {took:.0f} s:\n    {tail}")
+        elif not TABLE_RULE.search(out):
+            wrong.append(f"bench/{bench} --smoke printed no Markdown table:\n{out[-1500:]}")
+    print("smoke runs (s): " + ", ".join(f"{b} {r[3]:.0f}" for b, r in sorted(runs.items(), key=lambda x: -x[1][3])))
+    assert not wrong, "\n".join(wrong)
+
+
+# ------------------------------------------------------------------------------ printed commands
+def printed_commands() -> list[tuple[str, str]]:
+    """(where, command) for every inline code span that runs a bench script, e.g.
+    ``.venv/bin/python bench/monitoring.py --lead 75``."""
+    found = []
+    for doc in DOCS:
+        for span in re.findall(r"`([^`\n]*bench/[a-z_]+\.py[^`\n]*)`", doc.read_text()):
+            found.append((f"{doc.relative_to(ROOT)}", span))
+    return found
+
+
+def flags_of(command: str) -> tuple[str, list[str]]:
+    """The script and the long flags a printed command passes it (``[--n 3]`` optional parts included;
+    nothing after a bare ``--``, which goes to pytest)."""
+    words = shlex.split(command.replace("[", " ").replace("]", " ").replace("<", "'<").replace(">", ">'"))
+    script = next(w for w in words if re.fullmatch(r"bench/[a-z_]+\.py", w))
+    flags = []
+    for w in words[words.index(script) + 1:]:
+        if w == "--":
+            break
+        if w.startswith("--"):
+            flags.append(w.split("=", 1)[0])
+    return script, flags
+
+
+def test_printed_commands_are_found():
+    commands = printed_commands()
+    assert len(commands) >= 20, commands  # the extraction still sees the docs' commands
+    assert flags_of(".venv/bin/python bench/suite_under_load.py --runs 5 --stress-cpu 2 -- --durations=15") == \
+        ("bench/suite_under_load.py", ["--runs", "--stress-cpu"])
+    assert flags_of("bench/log_loss.py [--bursts 5000,10000] [--n 3]") == ("bench/log_loss.py", ["--bursts", "--n"])
+
+
+@pytest.fixture(scope="module")
+def help_texts() -> dict[str, str]:
+    scripts = sorted({flags_of(c)[0] for _, c in printed_commands()})
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        futures = {s: pool.submit(_run, [s, "--help"], 120) for s in scripts}
+        return {s: f.result() for s, f in futures.items()}
+
+
+def test_every_printed_bench_command_names_a_script_and_flags_it_accepts(help_texts):
+    wrong = []
+    for where, command in printed_commands():
+        script, flags = flags_of(command)
+        if not (ROOT / script).exists():
+            wrong.append(f"{where}: `{command}`: {script} does not exist")
+            continue
+        rc, out, err, _ = help_texts[script]
+        if rc != 0:
+            wrong.append(f"{where}: `{command}`: {script} --help exited {rc}: {err.strip()[-300:]}")
+            continue
+        accepted = set(re.findall(r"(--[a-z][a-z0-9-]*)", out))
+        for flag in flags:
+            if flag not in accepted:
+                wrong.append(f"{where}: `{command}`: {script} has no {flag} (it accepts {sorted(accepted)})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_command_with_an_unknown_flag_is_caught(help_texts):
+    """The check above fails on a command the script would refuse (a flag it does not have)."""
+    rc, out, _, _ = help_texts["bench/monitoring.py"]
+    accepted = set(re.findall(r"(--[a-z][a-z0-9-]*)", out))
+    _, flags = flags_of(".venv/bin/python bench/monitoring.py --lead 75 --no-such-flag 3")
+    assert rc == 0 and [f for f in flags if f not in accepted] == ["--no-such-flag"]
