@@ -29,6 +29,7 @@ from activities.source import SourceActivities
 from activities.watch import WatchActivities
 from clients.credentials import CredentialError, fetch_secret
 from domain.config import ConfigError, load_config
+from domain.watch import watcher_task_queue
 from runtime import health, webhooks
 from runtime.logging import configure_logging, get_logger
 from runtime.temporal import (
@@ -52,6 +53,9 @@ WORKFLOWS = [BuildPipelineWorkflow, TargetBuildWorkflow, RebuildCheckWorkflow, I
 # behind each other (temporalio's default is 100). Workflow tasks are short and CPU-bound.
 MAX_CONCURRENT_ACTIVITIES = 500
 MAX_CONCURRENT_WORKFLOW_TASKS = 200
+# The watcher queue (domain/watch.py watcher_task_queue): one workflow and one poll activity per cluster,
+# with pollers and slots of their own, so they never wait behind the targets' tasks.
+WATCHER_MAX_CONCURRENT = 50
 
 
 class FlagError(Exception):
@@ -100,7 +104,59 @@ async def warm_up(groups: list) -> list[str]:
     return [await g.warm_registry() for g in groups if hasattr(g, "warm_registry")]
 
 
-def build_worker(client, config, *, graceful_shutdown_s: float = 30.0, groups: list | None = None) -> Worker:
+class Workers:
+    """The worker of the main task queue and the one of its watcher queue, entered and shut down together
+    (``async with``); ``config()``, ``is_running`` and ``is_shutdown`` are the main worker's (health)."""
+
+    def __init__(self, main: Worker, watcher: Worker):
+        self.main, self.watcher = main, watcher
+
+    def config(self) -> dict:
+        return self.main.config()
+
+    @property
+    def is_running(self) -> bool:
+        return self.main.is_running and self.watcher.is_running
+
+    @property
+    def is_shutdown(self) -> bool:
+        return self.main.is_shutdown or self.watcher.is_shutdown
+
+    async def __aenter__(self) -> Workers:
+        await self.main.__aenter__()
+        try:
+            await self.watcher.__aenter__()
+        except BaseException as e:
+            await self.main.__aexit__(type(e), e, e.__traceback__)
+            raise
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        await asyncio.gather(self.watcher.__aexit__(exc_type, exc, tb), self.main.__aexit__(exc_type, exc, tb))
+
+
+def build_worker(client, config, *, graceful_shutdown_s: float = 30.0, groups: list | None = None) -> Workers:
+    """The main task queue's worker (every workflow and activity: watcher runs started on the main queue
+    before it had its own keep running there) and the watcher queue's (the watcher workflow and its poll)."""
+    groups = groups if groups is not None else activity_groups(config)
+    watch = next(g for g in groups if isinstance(g, WatchActivities))
+    identity = f"gpu-rl-builder@{socket.gethostname()}:{os.getpid()}"
+    watcher = Worker(
+        client,
+        task_queue=watcher_task_queue(config.temporal.task_queue),
+        workflows=[IrisWatcherWorkflow],
+        activities=[watch.watch_cluster],
+        graceful_shutdown_timeout=timedelta(seconds=graceful_shutdown_s),
+        max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_S),
+        max_concurrent_activities=WATCHER_MAX_CONCURRENT,
+        max_concurrent_workflow_tasks=WATCHER_MAX_CONCURRENT,
+        identity=f"{identity}/watcher",
+    )
+    return Workers(_main_worker(client, config, graceful_shutdown_s=graceful_shutdown_s, groups=groups,
+                                identity=identity), watcher)
+
+
+def _main_worker(client, config, *, graceful_shutdown_s: float, groups: list, identity: str) -> Worker:
     return Worker(
         client,
         task_queue=config.temporal.task_queue,
@@ -112,7 +168,7 @@ def build_worker(client, config, *, graceful_shutdown_s: float = 30.0, groups: l
         max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_S),
         max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
         max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS,
-        identity=f"gpu-rl-builder@{socket.gethostname()}:{os.getpid()}",
+        identity=identity,
     )
 
 

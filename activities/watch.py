@@ -14,9 +14,11 @@ Per tick, on an adaptive cadence inside a per-cluster token bucket of
 slow while every job is queued): one status request for every watched job — ``GetJobState`` with all
 ids, or every ``watch_progress_interval_s`` (longer when the listing takes several pages) instead
 ``ListJobs`` per (user prefix, state), which also brings pending reasons and preemption counts. Jobs whose state changed are handed to a dispatcher beside
-the poll loop, which reads their details in batches (``ListJobs`` by common prefix and new state, newest
-first; ``GetJobStatus`` only for the few not found that way) and wakes their targets concurrently, so a
-burst of ends never delays the next poll. Logs: one ``FetchLogs`` per cluster every
+the poll loop, which takes the state the poll reported as it is (no detail read: the target reads what it
+acts on) and wakes their targets concurrently, so a burst of ends never delays the next poll; only a job
+absent from the answer is read alone (``GetJobStatus``), to confirm it before it is reported missing.
+Queued jobs are polled like running ones, and the cadence is fast for a minute after an end (ends come in
+groups). Logs: one ``FetchLogs`` per cluster every
 ``watch_log_interval_s`` (``watch_follow_interval_s`` while someone follows) for the common prefix of
 every running job, from the log store's global cursor (``seq``), routed to jobs by key.
 
@@ -71,11 +73,11 @@ from domain.watch import (
     should_wake,
     user_prefix,
     watcher_id,
+    watcher_task_queue,
 )
 
 JOB_CHANGED_SIGNAL = "job_changed"  # TargetBuildWorkflow.job_changed
 DETAIL_CONCURRENCY = 8  # GetJobStatus of changed jobs not found by a batched ListJobs
-BATCH_MIN = 3  # this many changed jobs in one new state are read with one ListJobs, not one GetJobStatus each
 SIGNAL_CONCURRENCY = 32  # wake-ups sent at once
 LOG_PAGE = 5000  # lines per prefix FetchLogs
 # Work over every watched job yields to the event loop this often: the worker's event loop also runs the
@@ -84,6 +86,7 @@ YIELD_EVERY = 500
 LOG_PAGES_PER_READ = 4  # a read that finds full pages continues, at most this many requests per interval
 LOG_LOOKBACK_MS = 120_000  # a fresh cursor reads only lines newer than the watcher's start minus this
 FOLLOW_VIEW_MAX = 200  # live progress in the heartbeat: followed jobs only, at most this many
+END_GROUP_S = 60.0  # after a poll sees an end, the fast cadence while other jobs run (ends come in groups)
 STATUS_METHODS = ("GetJobState", "ListJobs", "GetJobStatus")
 # Watcher id -> (the run this worker last registered with, the marker set keys that run was given): a
 # registration carries the marker texts only the first time a key goes to a run (see WatchRequest).
@@ -181,6 +184,7 @@ class ClusterWatch:
     on_progress: Callable[[], None] = lambda: None  # called whenever a request of a dispatch completes
     budget: Budget | None = None
     stamp: int = 0  # orders status requests and detail reads by when they were sent (see ``_stale``)
+    ended_at: float = float("-inf")  # monotonic time a poll last saw a job end (ends come in groups)
 
     def __post_init__(self) -> None:
         if self.budget is None:
@@ -254,22 +258,32 @@ class ClusterWatch:
         return bool(markers) and t.now.last_marker is not None and t.now.last_marker in markers[-2:]
 
     def interval(self) -> float:
-        """Seconds to the next poll: fast while a running job is followed or near its end, slow while
-        every job is queued, else the normal interval, or the budget's own while the bucket is full (the
-        budget caps all of them)."""
+        """Seconds to the next poll: fast while a running job is followed or near its end, or within
+        ``END_GROUP_S`` of an end while others run (the targets of a build end together: a failure shared
+        by them, a burst); else the normal interval, or the budget's own while the bucket is full (the
+        budget caps all of them). Queued jobs are polled like running ones (not at the idle interval): a
+        job that starts is seen at the next poll, and its end as soon as a running job's."""
         running = [t for t in self.jobs.values() if not t.told.terminal and t.state == JobState.RUNNING.value]
         pol = self.policy
         if any(self._followed(j) or self._near_end(self.jobs[j]) for j in (t.request.job_id for t in running)):
             return pol.watch_fast_interval_s
-        if not running and self._active():
-            return pol.watch_idle_interval_s  # never shorter than the normal one (PolicySettings checks)
+        if running and self.clock() - self.ended_at < END_GROUP_S:
+            return pol.watch_fast_interval_s
         if self.budget.full():
             # A full bucket banks nothing more: poll at the rate that keeps it full (the budget's own
-            # interval) instead of wasting the refill. An end that gives no warning (no final markers) is
-            # then seen within 5 s, not 6, while the bank stays whole for the next build's final minutes.
-            # Never faster than the fast cadence, whatever the budget.
-            return max(pol.watch_fast_interval_s, min(pol.watch_interval_s, 60.0 / pol.watch_status_budget_per_min))
+            # interval, less what the listing's further pages take) instead of wasting the refill. An end
+            # that gives no warning (no final markers) is then seen within 5 s, not 6, while the bank stays
+            # whole for the next build's final minutes. Never faster than the fast cadence.
+            return max(pol.watch_fast_interval_s, min(pol.watch_interval_s, self.budget_interval()))
         return pol.watch_interval_s
+
+    def budget_interval(self) -> float:
+        """The poll interval that spends exactly the budget with the listing's pages beyond its first (each
+        listing replaces one poll; at 5,000 jobs it takes 10 pages every 10 minutes: 5.4 s, not 5 s)."""
+        pol = self.policy
+        n = len(self._active())
+        extra = max(0, math.ceil(n / LIST_JOBS_PAGE) - 1) / (self.listing_every(n) / 60.0) if n else 0.0
+        return 60.0 / max(1.0, pol.watch_status_budget_per_min - extra)
 
     def next_poll(self, due: float) -> float:
         """When the poll after the one that was due at ``due`` runs: one interval later, or when the bucket
@@ -312,6 +326,8 @@ class ClusterWatch:
                 self.dirty.add(j)
                 if state is not None:
                     self.hints[j] = state.value
+                    if state.is_terminal and not t.now.terminal:
+                        self.ended_at = self.clock()
 
     def listing_every(self, jobs: int) -> float:
         """Seconds between listing polls: ``watch_progress_interval_s``, stretched by the pages a listing
@@ -352,8 +368,9 @@ class ClusterWatch:
                 changed.append(j)
         # Handed to the dispatcher only with their new states (below): a dispatcher round that ran during
         # one of the awaits here would otherwise read each of them alone.
-        if len(changed) >= BATCH_MIN:
-            # Many changed at once: their new states (one GetJobState) let the dispatcher read them in batches.
+        if len(changed) > 1:
+            # Their new states, with one GetJobState: the dispatcher takes them as they are (``_read_details``);
+            # a job that changed alone costs one request either way (its GetJobStatus).
             self.budget.spend()
             with contextlib.suppress(Unavailable, TimeoutError):
                 states = await asyncio.wait_for(iris.job_states(changed), POLL_DEADLINE_S)
@@ -361,6 +378,8 @@ class ClusterWatch:
                 for j, st in states.items():
                     if j in self.jobs:
                         self.jobs[j].seen = st.value
+                        if st.is_terminal and not self.jobs[j].now.terminal:
+                            self.ended_at = self.clock()
         self.dirty.update(j for j in changed if j in self.jobs)
 
     async def dispatch(self, iris: IrisClient) -> list[str]:
@@ -382,16 +401,18 @@ class ClusterWatch:
         return job_ids
 
     async def _read_details(self, iris: IrisClient, job_ids: list[str]) -> None:
-        by_state: dict[str, list[str]] = {}
-        for j in job_ids:
-            by_state.setdefault(self.hints.pop(j, ""), []).append(j)
+        """A job whose new state a poll reported (``GetJobState``, the controller's own state) takes it as it
+        is, with no further request: the target acts on the state (its log check, or the capture that reads
+        the job's error and attempts), so a detail read would only delay the wake-up by a round trip and
+        spend the status budget the polls need. Read one by one (``GetJobStatus``): a job the poll did not
+        list (vanished? confirmed before it is reported missing) or whose state is not known yet."""
         singles: list[str] = []
-        for state, group in by_state.items():
-            if state and state != self.jobs[group[0]].now.state and len(group) >= BATCH_MIN:
-                singles += await self._batch(iris, state, group)
-                self.on_progress()
+        for j in job_ids:
+            hint = self.hints.pop(j, "")
+            if hint:
+                self._take_state(j, hint)
             else:
-                singles += group
+                singles.append(j)
         sem = asyncio.Semaphore(DETAIL_CONCURRENCY)
 
         async def one(j: str) -> None:
@@ -400,24 +421,17 @@ class ClusterWatch:
                 self.on_progress()
         await asyncio.gather(*(one(j) for j in singles))
 
-    async def _batch(self, iris: IrisClient, state: str, group: list[str]) -> list[str]:
-        """One ListJobs (newest first, by the group's common prefix) for jobs that changed to ``state``;
-        returns the jobs it did not find (read one by one)."""
-        self.budget.spend()
-        try:
-            listed = {i.job_id: i for i in await asyncio.wait_for(iris.list_jobs(
-                prefix=common_prefix(group), state=state, limit=len(group) + 100, newest_first=True), POLL_DEADLINE_S)}
-        except (Unavailable, TimeoutError):
-            return group
-        rest = []
-        for j in group:
-            info = listed.get(j)
-            if info is None:
-                rest.append(j)
-                continue
-            t = self.jobs[j]
-            t.now, t.detail_needed = _progress(info, t.now), False
-        return rest
+    def _take_state(self, job_id: str, state: str) -> None:
+        t = self.jobs.get(job_id)
+        if t is None:
+            return
+        parsed = JobState.parse(state)
+        update: dict = dict(state=parsed.value, terminal=parsed.is_terminal, controller_reachable=True)
+        if parsed.value != t.now.state:
+            update["pending_reason"] = None  # the listing poll brings the new state's reason
+        if not t.now.controller_reachable:
+            update["error"] = None
+        t.now, t.detail_needed = t.now.model_copy(update=update), False
 
     async def _details(self, iris: IrisClient, job_id: str) -> None:
         t = self.jobs.get(job_id)
@@ -558,7 +572,14 @@ class WatchActivities(ActivityGroup):
 
         A safety re-check (``known`` set) first looks at the watcher's heartbeat: when the watcher is
         alive and has told this target what it knows, the watcher's live progress is returned and the
-        controller is not asked at all (so safety re-checks cost no Iris request)."""
+        controller is not asked at all (so safety re-checks cost no Iris request).
+
+        Heartbeats throughout: a slow Temporal or controller under a start of hundreds of targets makes a
+        slow registration (bounded: REGISTER_ATTEMPTS, the Iris client's retries), never a heartbeat timeout."""
+        async with Heartbeater(HEARTBEAT_EVERY_S):
+            return await self._watch_job(inp)
+
+    async def _watch_job(self, inp: WatchJobInput) -> JobProgress:
         if inp.known is not None:
             seen = await _watched_progress(activity.client(), inp.cluster, activity.info().task_queue, inp.job_id,
                                            inp.known)
@@ -720,34 +741,134 @@ class _Watchdog(Heartbeater):
             raise ApplicationError(f"watcher stalled: {self.stalled()}", type="WatcherStalled") from None
 
 
-async def _register(client: Client, wid: str, inp: WatchJobInput, progress: JobProgress) -> None:
-    """Register a job with its cluster's watcher (signal-with-start). The build contract's marker texts go
-    to a watcher run once: inline in the first registration of their key this worker sends to the run,
-    else the key only. Signal-with-start names the run that got the registration; a run this worker did not
-    give the texts (a continued-as-new, restarted or new watcher) gets them in one ``markers`` signal. Kept
-    only once the texts are delivered, so a failed attempt sends them again when it is retried."""
-    key = marker_set_key(inp.markers)
-    run_id, given = _MARKERS_SENT.get(wid, ("", set()))
-    inline = bool(key) and key not in given
-    request = WatchRequest(job_id=inp.job_id, workflow_id=inp.workflow_id, markers=inp.markers if inline else [],
-                           marker_set=key, known=progress, registered_at=inp.registered_at)
-    handle = await client.start_workflow(
-        "IrisWatcherWorkflow", WatcherInput(cluster=inp.cluster), id=wid,
-        task_queue=activity.info().task_queue, start_signal="watch", start_signal_args=[request],
-        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-        static_summary=f"Iris watcher for cluster {inp.cluster}: one status request per interval for every "
-                       "running job, targets woken on change")
-    if handle.result_run_id != run_id:  # another run: what it was given is not known here
-        run_id, given = handle.result_run_id or "", set()
-        if key and not inline:
+REGISTER_BATCH = 200  # registrations per signal (~400 bytes each with the marker key only: ~80 KB)
+REGISTER_ATTEMPTS = 5  # signal-with-start tries before the registration fails (Transient: the activity retries)
+REGISTER_RPC_S = 10.0  # one signal-with-start's bound
+# A batch waits this long for more registrations before it is sent: targets starting together register over a
+# few seconds (each reads its job first), so without it most batches would hold one registration.
+REGISTER_LINGER_S = 0.5
+REGISTER_RETRYABLE = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.RESOURCE_EXHAUSTED,
+                      RPCStatusCode.CANCELLED, RPCStatusCode.ABORTED, RPCStatusCode.INTERNAL)
+
+
+@dataclass
+class _Pending:
+    inp: WatchJobInput
+    progress: JobProgress
+    done: asyncio.Future
+
+
+class _Registrations:
+    """Registrations with a cluster's watcher, batched per watcher id in this worker: while one
+    signal-with-start is in flight (or for REGISTER_LINGER_S before one is sent), every registration that
+    arrives waits and goes in the next one (a ``watch_many`` signal of up to REGISTER_BATCH), so 200 targets starting together cost a handful of
+    signals on the watcher's one workflow, not 200 contending for its lock (26 of 200 timed out that way).
+
+    Each signal-with-start is bounded (REGISTER_RPC_S) and retried at most REGISTER_ATTEMPTS times on a
+    transient status; it is idempotent: a registration replaces the job's entry with the same request, so
+    one that landed although its reply was lost changes nothing when sent again. The marker texts go to a
+    watcher run once: inline in the first registration of their key sent to the run, else the key only;
+    signal-with-start names the run that got them, and a run this worker did not give the texts (a
+    continued-as-new, restarted or new watcher) gets them in one ``markers`` signal."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, list[_Pending]] = {}
+        self.flushing: set[str] = set()
+        self.signals = 0  # signal-with-starts sent (tests)
+        self._tasks: set[asyncio.Task] = set()
+
+    async def register(self, client: Client, wid: str, task_queue: str, inp: WatchJobInput,
+                       progress: JobProgress) -> None:
+        done = asyncio.get_running_loop().create_future()
+        self.pending.setdefault(wid, []).append(_Pending(inp, progress, done))
+        if wid not in self.flushing:
+            self.flushing.add(wid)
+            task = asyncio.create_task(self._flush(client, wid, task_queue))
+            self._tasks.add(task)  # a reference: the loop holds tasks weakly
+            task.add_done_callback(self._tasks.discard)
+        await asyncio.shield(done)
+
+    async def _flush(self, client: Client, wid: str, task_queue: str) -> None:
+        try:
+            while self.pending.get(wid):
+                await asyncio.sleep(REGISTER_LINGER_S)
+                batch, self.pending[wid] = self.pending[wid][:REGISTER_BATCH], self.pending[wid][REGISTER_BATCH:]
+                try:
+                    await self._send(client, wid, task_queue, batch)
+                except BaseException as e:  # noqa: BLE001 - handed to every waiting registration
+                    err = e if isinstance(e, Exception) else Transient(f"registration with {wid} interrupted")
+                    for p in batch:
+                        if not p.done.done():
+                            p.done.set_exception(err)
+                    if not isinstance(e, Exception):
+                        raise
+                else:
+                    for p in batch:
+                        if not p.done.done():
+                            p.done.set_result(None)
+        finally:
+            self.flushing.discard(wid)
+            if not self.pending.get(wid):
+                self.pending.pop(wid, None)
+
+    async def _send(self, client: Client, wid: str, task_queue: str, batch: list[_Pending]) -> None:
+        cluster = batch[0].inp.cluster
+        run_id, given = _MARKERS_SENT.get(wid, ("", set()))
+        texts: dict[str, list[str]] = {}
+        requests = []
+        for p in batch:
+            key = marker_set_key(p.inp.markers)
+            inline = bool(key) and key not in given and key not in texts
+            if key:
+                texts.setdefault(key, p.inp.markers)
+            requests.append(WatchRequest(job_id=p.inp.job_id, workflow_id=p.inp.workflow_id,
+                                         markers=p.inp.markers if inline else [], marker_set=key, known=p.progress,
+                                         registered_at=p.inp.registered_at))
+        delay = 0.5
+        for attempt in range(1, REGISTER_ATTEMPTS + 1):
             try:
-                await client.get_workflow_handle(wid).signal("markers", MarkerSet(key=key, markers=inp.markers))
+                handle = await client.start_workflow(
+                    "IrisWatcherWorkflow", WatcherInput(cluster=cluster), id=wid,
+                    task_queue=watcher_task_queue(task_queue), start_signal="watch_many",
+                    start_signal_args=[requests], id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                    rpc_timeout=timedelta(seconds=REGISTER_RPC_S),
+                    static_summary=f"Iris watcher for cluster {cluster}: one status request per interval for every "
+                                   "running job, targets woken on change")
+                break
             except RPCError as e:
-                if e.status != RPCStatusCode.NOT_FOUND:  # closed since: nothing left to mark
+                if e.status not in REGISTER_RETRYABLE or attempt == REGISTER_ATTEMPTS:
+                    if e.status in REGISTER_RETRYABLE:
+                        raise Transient(f"registering {len(requests)} job(s) with {wid} failed {attempt} times "
+                                        f"({e.message}); the activity retries") from None
                     raise
-    if key:
-        given.add(key)
-    _MARKERS_SENT[wid] = (run_id, given)
+                activity.logger.warning(f"registering {len(requests)} job(s) with {wid}: {e.message}; "
+                                        f"try {attempt + 1} of {REGISTER_ATTEMPTS} in {delay:.1f} s")
+                await asyncio.sleep(delay)
+                delay *= 2
+        self.signals += 1
+        if handle.result_run_id != run_id:  # another run: what it was given is not known here
+            run_id, given = handle.result_run_id or "", set()
+            inline_keys = {r.marker_set for r in requests if r.markers}
+            for key, markers in texts.items():
+                if key in inline_keys:
+                    continue
+                try:
+                    await client.get_workflow_handle(wid).signal("markers", MarkerSet(key=key, markers=markers),
+                                                                 rpc_timeout=timedelta(seconds=REGISTER_RPC_S))
+                except RPCError as e:
+                    if e.status != RPCStatusCode.NOT_FOUND:  # closed since: nothing left to mark
+                        raise
+        given.update(texts)
+        _MARKERS_SENT[wid] = (run_id, given)
+
+
+_REGISTRATIONS = _Registrations()
+
+
+async def _register(client: Client, wid: str, inp: WatchJobInput, progress: JobProgress,
+                    task_queue: str | None = None) -> None:
+    """Register a job with its cluster's watcher (batched, see ``_Registrations``)."""
+    await _REGISTRATIONS.register(client, wid, task_queue or activity.info().task_queue, inp, progress)
 
 
 async def _read_changes(me, engine: ClusterWatch, on_page: Callable[[], None] = lambda: None) -> WatchPage:

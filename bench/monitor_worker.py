@@ -33,8 +33,9 @@ from activities.watch import WatchActivities  # noqa: E402
 from clients.iris import IrisClient, LaunchSpec, Resources  # noqa: E402
 from domain.config import PolicySettings, ServiceConfig  # noqa: E402
 from domain.models import SubmitInput, SubmittedJob  # noqa: E402
+from domain.watch import watcher_task_queue  # noqa: E402
 from tests.workflows.standins import Standins  # noqa: E402
-from worker import MAX_CONCURRENT_ACTIVITIES, MAX_CONCURRENT_WORKFLOW_TASKS  # noqa: E402
+from worker import MAX_CONCURRENT_ACTIVITIES, MAX_CONCURRENT_WORKFLOW_TASKS, WATCHER_MAX_CONCURRENT  # noqa: E402
 from workflows.target import TargetBuildWorkflow  # noqa: E402
 from workflows.watcher import IrisWatcherWorkflow  # noqa: E402
 
@@ -91,10 +92,15 @@ async def main(args) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watch = WatchActivities(config)
+    # As worker.py: the watcher on a queue of its own (domain/watch.py watcher_task_queue).
     async with Worker(client, task_queue=args.task_queue, workflows=[TargetBuildWorkflow, IrisWatcherWorkflow],
-                      activities=[*standins, *WatchActivities(config).all()],
+                      activities=[*standins, *watch.all()],
                       max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
-                      max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS):
+                      max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS), \
+            Worker(client, task_queue=watcher_task_queue(args.task_queue), workflows=[IrisWatcherWorkflow],
+                   activities=[watch.watch_cluster], max_concurrent_activities=WATCHER_MAX_CONCURRENT,
+                   max_concurrent_workflow_tasks=WATCHER_MAX_CONCURRENT):
         print("bench worker started", flush=True)
         await stop.wait()
     await iris.aclose()

@@ -442,8 +442,8 @@ class PolicySettings(_Model):
     # The per-cluster watcher (activities/watch.py): one GetJobState per interval for every running job.
     # The cadence adapts within ``watch_status_budget_per_min`` status requests per cluster (a token
     # bucket holding up to ``watch_status_burst``): ``watch_fast_interval_s`` while a job is followed or
-    # near its end (its last marker is one of its final two), ``watch_interval_s`` while jobs run,
-    # ``watch_idle_interval_s`` while all are queued. The normal cadence (6 s, 10/min) is slower than the
+    # near its end (its last marker is one of its final two) and for a minute after a job ended while others
+    # run (ends come in groups), ``watch_interval_s`` while jobs run or are queued. The normal cadence (6 s, 10/min) is slower than the
     # budget (12/min) on purpose: what it saves is banked (up to 3 minutes of budget) and spent at 3 s
     # (20/min) in a build's final minutes, where a successful end is known to be near (its push markers).
     # Once the bank is full the watcher polls at the budget's own rate (5 s; never faster than the fast
@@ -453,7 +453,10 @@ class PolicySettings(_Model):
                                                                    "(per cluster).")
     watch_fast_interval_s: float = Field(default=3.0, gt=0, description="The cadence while a job is followed or "
                                                                         "near its end.")
-    watch_idle_interval_s: float = Field(default=15.0, gt=0, description="The cadence while every job is queued.")
+    watch_idle_interval_s: float = Field(default=15.0, gt=0, description="Not used since queued jobs are polled at "
+                                                                        "the running cadence (a start is seen at the "
+                                                                        "next poll); kept so configurations that set "
+                                                                        "it still load.")
     watch_status_budget_per_min: float = Field(default=12.0, gt=0, description="Status requests per cluster per "
                                                                                "minute at most; caps every "
                                                                                "cadence.")

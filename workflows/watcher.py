@@ -108,6 +108,14 @@ class IrisWatcherWorkflow:
         self._check_due()
 
     @workflow.signal
+    def watch_many(self, reqs: list[WatchRequest]) -> None:
+        """Registrations batched by a worker (``activities/watch.py`` ``_Registrations``): one signal for
+        every registration that arrived while the previous one was in flight."""
+        for req in reqs:
+            self._store(req)
+        self._check_due()
+
+    @workflow.signal
     def markers(self, ms: MarkerSet) -> None:
         """A build contract's marker texts for registrations that named the key only (``watch_job`` sends
         this once per contract to a run it did not give the texts inline)."""

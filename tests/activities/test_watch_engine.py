@@ -27,11 +27,11 @@ def _watch(job_id: str, state: str) -> WatchRequest:
                         registered_at="2026-12-01T00:00:00+00:00")
 
 
-async def test_a_job_seen_running_sets_the_running_cadence_before_its_details_are_read():
-    """A job registered while queued starts running: the poll that sees it must set the next poll at
-    the running interval, not at the idle (all-queued) one. Before: the cadence was chosen from the
-    details, which the dispatcher reads beside the loop after the cadence was chosen, so the next poll
-    came an idle interval (15 s) later and a job that ended in it was seen that late."""
+async def test_queued_jobs_are_polled_at_the_running_cadence_so_a_start_is_seen_at_once():
+    """A job registered while queued starts running: it is seen by the next poll, at most the running
+    interval later, never the idle one (issue 37: a job still queued at the first poll was next looked at
+    15 s later, so a 4-target build took 30.7 s instead of ~17 s). Before that, the cadence was chosen from
+    the details, which the dispatcher reads beside the loop after the cadence was chosen."""
     policy = PolicySettings()
     assert policy.watch_idle_interval_s > policy.watch_interval_s
     jobs = StandinJobs({"/u/a": "pending", "/u/b": "pending"})
@@ -40,10 +40,10 @@ async def test_a_job_seen_running_sets_the_running_cadence_before_its_details_ar
         engine = ClusterWatch(policy, clock=clock)
         engine.sync(WatchSet(watches=[_watch("/u/a", "pending"), _watch("/u/b", "pending")]))
         await engine.poll(iris)  # the listing poll: both still queued
-        assert engine.interval() == policy.watch_idle_interval_s
+        assert engine.interval() <= policy.watch_interval_s  # not the idle interval
 
         jobs.set_state("/u/a", "running")
-        clock.t += policy.watch_idle_interval_s
+        clock.t += policy.watch_interval_s
         await engine.poll(iris)  # GetJobState: /u/a changed; the dispatcher has not read it yet
         assert engine.dirty == {"/u/a"}
         assert engine.jobs["/u/a"].now.state == "pending"
@@ -165,11 +165,12 @@ def test_watch_intervals_out_of_order_are_refused_naming_the_fields():
         PolicySettings(watch_fast_interval_s=8.0)
 
 
-async def test_a_poll_answered_while_an_end_is_being_read_does_not_read_it_again():
-    """The end of a job is being read (``GetJobStatus`` in flight, slow under load) when the next poll
-    comes back with the job's new state: that poll must not mark the job for a second read. Before, the
-    job's ``now`` still said running, so the poll marked it dirty again and the next dispatch round read
-    the end a second time (the 1,500-watch test saw two ``GetJobStatus`` for one end on CI)."""
+async def test_a_poll_answered_while_a_vanished_job_is_being_read_does_not_read_it_again():
+    """A job absent from the poll's answer is being read (``GetJobStatus`` in flight, slow under load, to
+    confirm it before it is reported missing) when the next poll comes back without it again: that poll
+    must not mark the job for a second read. Before, the job's ``now`` still said running, so the poll
+    marked it dirty again and the next dispatch round read it a second time (the 1,500-watch test saw two
+    ``GetJobStatus`` for one end on CI, when ends were still read in detail)."""
     import asyncio
 
     jobs = StandinJobs({"/u/a": "running", "/u/b": "running"})
@@ -177,7 +178,7 @@ async def test_a_poll_answered_while_an_end_is_being_read_does_not_read_it_again
         engine = ClusterWatch(PolicySettings(), clock=FakeClock())
         engine.details_at = float("inf")  # GetJobState polls only
         engine.sync(WatchSet(watches=[_watch("/u/a", "running"), _watch("/u/b", "running")]))
-        jobs.set_state("/u/a", "succeeded")
+        del jobs.jobs["/u/a"]  # pruned: absent from GetJobState, GetJobStatus answers not found
         await engine.poll(iris)
         assert engine.dirty == {"/u/a"}
 
@@ -186,18 +187,20 @@ async def test_a_poll_answered_while_an_end_is_being_read_does_not_read_it_again
         async def poll_meanwhile() -> None:
             await asyncio.sleep(0.1)
             assert engine.jobs["/u/a"].now.state == "running"  # the read is still in flight
-            await engine.poll(iris)  # answers "succeeded" while the details are still being read
+            await engine.poll(iris)  # absent again while the job is still being read
 
         read, _ = await asyncio.gather(engine.dispatch(iris), poll_meanwhile())
-        assert read == ["/u/a"] and engine.jobs["/u/a"].now.state == "succeeded"
+        assert read == ["/u/a"] and engine.jobs["/u/a"].now.missing
         assert engine.dirty == set() and await engine.dispatch(iris) == []
         assert jobs.requests["GetJobStatus"] == 1
 
-        # A later change is still seen: the next poll after the read compares with the details.
+        # A later change is still seen, and taken from the poll as it is (no detail read).
+        engine.told("/u/a", engine.jobs["/u/a"].now)  # its target knows: no longer polled
         jobs.set_state("/u/b", "failed")
         await engine.poll(iris)
         assert engine.dirty == {"/u/b"}
-        assert await engine.dispatch(iris) == ["/u/b"] and jobs.requests["GetJobStatus"] == 2
+        assert await engine.dispatch(iris) == ["/u/b"] and jobs.requests["GetJobStatus"] == 1
+        assert engine.jobs["/u/b"].now.state == "failed"
 
 
 async def test_a_listing_of_many_pages_comes_less_often_and_each_page_is_charged():
@@ -228,3 +231,56 @@ async def test_a_listing_of_many_pages_comes_less_often_and_each_page_is_charged
         assert listings == [180.0, 360.0]
         total = sum(jobs.requests[m] for m in ("GetJobState", "ListJobs"))
         assert total <= 6 * policy.watch_status_budget_per_min + policy.watch_status_burst
+
+
+async def test_an_end_without_warning_speeds_the_cadence_up_for_the_jobs_still_running():
+    """Ends come in groups (a build's targets fail together, a burst): after a poll sees one job end, the
+    others are polled at the fast cadence for END_GROUP_S, spending the bank; then the normal cadence again.
+    The ended job's state is taken from the poll as it is: no detail request before its target is woken."""
+    from activities.watch import END_GROUP_S
+
+    policy = PolicySettings()
+    ids = [f"/u/g{i}" for i in range(4)]
+    jobs = StandinJobs({j: "running" for j in ids})
+    clock = FakeClock()
+    async with IrisClient("http://standin", client_revision_date="2026-11-20", transport=jobs) as iris:
+        engine = ClusterWatch(policy, clock=clock)
+        engine.sync(WatchSet(watches=[_watch(j, "running") for j in ids]))
+        engine.details_at = clock.t  # GetJobState polls only
+        await engine.poll(iris)
+        assert engine.interval() > policy.watch_fast_interval_s  # nothing near its end
+        jobs.set_state(ids[0], "failed")
+        clock.t += 5
+        await engine.poll(iris)
+        before = dict(jobs.requests)
+        assert await engine.dispatch(iris) == [ids[0]]
+        assert dict(jobs.requests) == before  # the state as the poll reported it: no further request
+        assert engine.jobs[ids[0]].now.state == "failed" and engine.jobs[ids[0]].now.terminal
+        assert [(w, p.state) for w, p in engine.wakeups()] == [(f"wf{ids[0]}", "failed")]
+        assert engine.interval() == policy.watch_fast_interval_s  # the others: fast
+        clock.t += END_GROUP_S
+        assert engine.interval() > policy.watch_fast_interval_s  # a minute later: normal again
+
+
+async def test_5000_watched_jobs_stay_within_the_status_budget_listing_pages_included():
+    """5,000 running jobs, nothing changing, for 20 minutes on a fake clock through the loop's own schedule
+    (``poll``, ``next_poll``): every request counted, ``ListJobs`` pages included, at most
+    ``watch_status_budget_per_min`` a minute (issue 37: 19 a minute, the listing's 10 pages on top of the
+    polls). The bucket starts full, as after a long idle period."""
+    policy = PolicySettings()
+    ids = [f"/runner/s{i:05d}" for i in range(5000)]
+    jobs = StandinJobs({j: "running" for j in ids})
+    clock = FakeClock()
+    async with IrisClient("http://standin", client_revision_date="2026-11-20", transport=jobs) as iris:
+        engine = ClusterWatch(policy, clock=clock)
+        engine.sync(WatchSet(watches=[_watch(j, "running") for j in ids]))
+        start, due = clock.t, clock.t
+        while clock.t < start + 20 * 60:
+            await engine.poll(iris)
+            due = engine.next_poll(due)
+            clock.t = max(clock.t, due)
+        minutes = (clock.t - start) / 60
+    status = sum(jobs.requests[m] for m in ("GetJobState", "ListJobs", "GetJobStatus"))
+    assert jobs.requests["ListJobs"] >= 20  # two listings of 10 pages each were made
+    assert status / minutes <= policy.watch_status_budget_per_min, (dict(jobs.requests), minutes)
+    assert engine.budget_interval() < 5.5  # the polls keep what the pages leave: 5.4 s

@@ -13,7 +13,15 @@ from temporalio.converter import PayloadCodec
 
 with workflow.unsafe.imports_passed_through():
     from domain.models import JobProgress
-    from domain.watch import PageRequest, WatchClusterInput, WatchClusterResult, WatchPage, WatchRequest
+    from domain.watch import (
+        PageRequest,
+        WatchClusterInput,
+        WatchClusterResult,
+        WatchJobInput,
+        WatchPage,
+        WatchRequest,
+    )
+    from workflows import options
 
 
 class SizeRecorder(PayloadCodec):
@@ -73,3 +81,13 @@ class SupersededWatcher:
                                                result_type=WatchClusterResult,
                                                start_to_close_timeout=timedelta(seconds=120),
                                                retry_policy=RetryPolicy(maximum_attempts=1))
+
+
+@workflow.defn
+class Registrant:
+    """A target's registration step alone: ``watch_job`` with the production options
+    (tests/workflows/test_watch_registration.py)."""
+
+    @workflow.run
+    async def run(self, inp: WatchJobInput) -> JobProgress:
+        return await workflow.execute_activity("watch_job", inp, result_type=JobProgress, **options.WATCH_JOB)

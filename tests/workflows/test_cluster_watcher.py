@@ -20,7 +20,7 @@ from activities.watch import WatchActivities
 from clients.iris import IrisClient
 from domain.config import PolicySettings, ServiceConfig
 from domain.models import SubmitInput, SubmittedJob, TargetResult
-from domain.watch import watcher_id
+from domain.watch import watcher_id, watcher_task_queue
 from tests.iris.helpers import bash_spec
 from tests.iris.test_cluster_watch import RecordingTransport
 from tests.workflows.standins import Standins, eventually, plan, result, target_input
@@ -72,7 +72,9 @@ async def test_one_watcher_serves_every_running_target_with_one_request_per_poll
     activities = [a for a in s.all() if getattr(a, "__temporal_activity_definition").name != "watch_job"]
     try:
         async with Worker(temporal_client, task_queue=tq, workflows=[TargetBuildWorkflow, IrisWatcherWorkflow],
-                          activities=[*activities, *watch.all()]):
+                          activities=[*activities, *watch.all()]), \
+                Worker(temporal_client, task_queue=watcher_task_queue(tq), workflows=[IrisWatcherWorkflow],
+                       activities=[watch.watch_cluster]):
             handles = [await temporal_client.start_workflow(
                 TargetBuildWorkflow.run, target_input(f"w{run}-{i}", target), id=f"w{run}-{i}", task_queue=tq)
                 for i in range(N_TARGETS)]
@@ -145,8 +147,11 @@ async def test_follow_shows_the_watchers_live_progress_and_leases_the_fast_log_c
     activities = [a for a in s.all() if getattr(a, "__temporal_activity_definition").name != "watch_job"]
     live = WatchedProgress(temporal_client, tq)
     try:
+        watch = WatchActivities(config)
         async with Worker(temporal_client, task_queue=tq, workflows=[TargetBuildWorkflow, IrisWatcherWorkflow],
-                          activities=[*activities, *WatchActivities(config).all()]):
+                          activities=[*activities, *watch.all()]), \
+                Worker(temporal_client, task_queue=watcher_task_queue(tq), workflows=[IrisWatcherWorkflow],
+                       activities=[watch.watch_cluster]):
             h = await temporal_client.start_workflow(TargetBuildWorkflow.run, target_input(f"f{run}", target),
                                                      id=f"f{run}", task_queue=tq)
 

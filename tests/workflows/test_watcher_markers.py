@@ -71,7 +71,10 @@ async def _signals(client, wid: str, run_id: str) -> list[tuple[str, object]]:
             continue
         a = e.workflow_execution_signaled_event_attributes
         (arg,) = await client.data_converter.decode(a.input.payloads)
-        out.append((a.signal_name, arg))
+        if a.signal_name == "watch_many":  # registrations batched by watch_job: one entry each
+            out.extend(("watch", r) for r in arg)
+        else:
+            out.append((a.signal_name, arg))
     return out
 
 

@@ -123,13 +123,15 @@ async def test_1500_watches_keep_every_payload_under_512kb_and_an_end_is_deliver
     assert len(page.marker_sets) == 1 and len(page.watches) > 100
     assert all(not w.markers for w in page.watches)
     # The Iris side: one status request per poll for all jobs (GetJobState, or a ListJobs listing when the
-    # details are due: either may be the one that sees the end), the end read once — once more only by a
-    # watch activity that started after it (a continue-as-new or a stall under load: it rebuilds from the
-    # workflow, which may not have recorded the end yet; at least once, never per poll).
+    # details are due: either may be the one that sees the end). The end costs no detail read when a
+    # GetJobState poll saw it (its state is taken as the poll reported it), one GetJobStatus when a listing
+    # did (a job that changed alone), once more only by a watch activity that started after it (a
+    # continue-as-new or a stall under load: it rebuilds from the workflow, which may not have recorded the
+    # end yet); never per poll.
     restarted = sum(1 for t in starts if t > ended_at)
     readers = [(caller, round(t - ended_at, 2)) for method, caller, t in iris.calls if method == "GetJobStatus"]
     polls = iris.requests["GetJobState"] + iris.requests["ListJobs"]
-    assert polls >= 1 and 1 <= iris.requests["GetJobStatus"] <= 1 + restarted, \
+    assert polls >= 1 and iris.requests["GetJobStatus"] <= 1 + restarted, \
         (iris.requests, "starts after the end:", [round(t - ended_at, 2) for t in starts], "end read by:", readers)
 
 
