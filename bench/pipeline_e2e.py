@@ -38,6 +38,7 @@ from clients.iris import IrisClient  # noqa: E402
 from domain.config import load_config  # noqa: E402
 from domain.models import MergeAuthorization, PipelineReport, target_workflow_id  # noqa: E402
 from domain.watch import watcher_id  # noqa: E402
+from runtime.operator_client import has_workers  # noqa: E402
 from sandbox.git_remotes import commit_to_remote  # noqa: E402
 from sandbox.stack import IMAGE_REPO_PATH, MARINSKYRL_SLUG, SandboxStack  # noqa: E402
 from workflows.pipeline import BuildPipelineWorkflow  # noqa: E402
@@ -381,6 +382,14 @@ async def main_async(args) -> int:
         self0 = resource.getrusage(resource.RUSAGE_SELF)
         client = await Client.connect(stack.temporal.address, namespace=stack.temporal.namespace,
                                       data_converter=pydantic_data_converter)
+        # The worker polls before the first build (a loaded machine took over a minute to start it, and
+        # starter.py refuses a build no worker polls for).
+        config = load_config(stack.config_path)
+        deadline = time.monotonic() + 300
+        while not await has_workers(client, config.temporal.task_queue):
+            if time.monotonic() > deadline:
+                raise SystemExit("the worker did not poll within 300 s (see its log)")
+            await asyncio.sleep(0.5)
         results = []
         for i in range(1, args.n + 1):
             print(f"run {i}/{args.n}: building {', '.join(args.arch)} …", file=sys.stderr, flush=True)

@@ -90,7 +90,7 @@ def printed_commands() -> list[tuple[str, str]]:
     ``.venv/bin/python bench/monitoring.py --lead 75``."""
     found = []
     for doc in DOCS:
-        for span in re.findall(r"`([^`\n]*bench/[a-z_]+\.py[^`\n]*)`", doc.read_text()):
+        for span in re.findall(r"`((?:[^`\n]*\s)?bench/[a-z_]+\.py(?:\s[^`\n]*)?)`", doc.read_text()):
             found.append((f"{doc.relative_to(ROOT)}", span))
     return found
 
