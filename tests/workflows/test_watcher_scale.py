@@ -164,7 +164,7 @@ async def test_an_activity_of_a_run_that_continued_as_new_polls_nothing(temporal
 
 async def test_a_stalled_watcher_is_replaced_and_the_end_still_delivered(temporal_client, tmp_path):
     """A request that never answers is bounded (the job is shown unreachable and read again); a worker
-    whose loop is starved (the detail read of a job that just ended blocks the event loop for 15 s) stops
+    whose loop is starved (the poll that sees a job's end blocks the event loop for 15 s) stops
     heartbeating: Temporal starts a fresh attempt after one heartbeat timeout (the old one ends itself as
     stalled once it runs again), the new attempt rebuilds from the workflow, and the end is delivered."""
     run = uuid.uuid4().hex[:8]
@@ -191,8 +191,8 @@ async def test_a_stalled_watcher_is_replaced_and_the_end_still_delivered(tempora
         await _eventually(polling, "the watcher polls")
         iris.stall_once = {"GetJobState": 60.0}  # bounded by the poll deadline: not a stall
         await _eventually(lambda: _async(not iris.stall_once), "the hung request")
-        iris.block_once = {"GetJobStatus": 15.0}
         iris.set_state(ended, "succeeded")
+        iris.block_once = {"GetJobState": 15.0}  # the poll that sees the end (ends need no detail read)
         got = await asyncio.wait_for(receiver.result(), 120)
         for j in job_ids:
             iris.set_state(j, "succeeded")  # the rest end too: the watcher completes and its history closes
