@@ -323,12 +323,13 @@ class GitHubWebhookSettings(_Model):
     max_body_bytes: int = Field(default=2 * 1024 * 1024, gt=0, description="Larger bodies are refused (413) "
                                                                             "unread.")
     idle_timeout_s: float = Field(default=10.0, gt=0, description=(
-        "A connection that sends or accepts nothing for this long is closed (keep-alive, stalled reads)."))
+        "A keep-alive connection idle for this long is closed."))
     read_timeout_s: float = Field(default=30.0, gt=0, description=(
         "A request's line and headers, then its body, must each arrive within this long, or the connection "
-        "is cut (a client trickling bytes cannot hold a thread)."))
+        "is closed (a client trickling bytes holds a socket for at most this long; never a thread)."))
     max_connections: int = Field(default=32, gt=0, description=(
-        "Connections served at once (one thread each); one more is answered 503 and closed at once."))
+        "Deliveries handled at once; one more is answered 503 (GitHub redelivers). Open connections are "
+        "sockets of an asyncio server (uvicorn), not threads."))
 
     @model_validator(mode="after")
     def _listen(self) -> GitHubWebhookSettings:

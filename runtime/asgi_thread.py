@@ -108,7 +108,8 @@ class ASGIThread:
         except OSError:
             self._sock.close()
             raise
-        config = uvicorn.Config(app, http=_protocol(header_timeout_s), lifespan="off", access_log=False,
+        config = uvicorn.Config(app, http=_protocol(header_timeout_s), interface="asgi3", lifespan="off",
+                                access_log=False, proxy_headers=False,
                                 log_config=None, log_level="warning", timeout_keep_alive=keep_alive_s,
                                 limit_concurrency=max_connections, h11_max_incomplete_event_size=max_header_bytes,
                                 server_header=False, date_header=False)

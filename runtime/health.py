@@ -6,8 +6,9 @@ worker's identity among the workflow and activity pollers?). Liveness only says 
 loop still turns (a drain after SIGTERM is still live): restarting a pod never fixes an unreachable
 server, so that is not a liveness failure.
 
-Why ``http.server`` in a thread: three GET paths need no framework, and a thread keeps answering (and
-reports the loop as stuck) even when the event loop is blocked.
+Why uvicorn in its own thread and loop: three GET paths need no framework, its own loop keeps answering
+(and reports the worker's loop as stuck) even when the worker's event loop is blocked, and its
+connections are sockets, not threads, so slow clients cannot fill it.
 
   GET /livez   200 while the monitor ticked recently, else 503
   GET /readyz  200 while the worker runs, Temporal answers and the server sees both pollers, else 503
@@ -27,7 +28,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from runtime.http_thread import BackgroundHTTPServer, TimedRequestHandler
+from runtime.asgi_thread import ASGIThread
 
 _QUEUE_TYPES = {"workflow": TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
                 "activity": TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY}
@@ -84,38 +85,33 @@ async def monitor(state: HealthState, client: Client, task_queue: str, identity:
 
 
 class HealthServer:
-    """Serves ``state`` on HOST:PORT from a daemon thread; ``close()`` stops it."""
+    """Serves ``state`` on HOST:PORT from its own thread and event loop (uvicorn, runtime/asgi_thread.py);
+    ``close()`` stops it. A slow or silent client holds a socket, not a thread: forty of them sending a
+    byte a second leave /livez answering (the thread pool they used to fill answered 503 and a liveness
+    probe would have restarted the worker); each must send its headers within ``header_timeout_s``."""
 
-    def __init__(self, state: HealthState, bind: str):
+    def __init__(self, state: HealthState, bind: str, *, header_timeout_s: float = 10.0):
         host, _, port = bind.rpartition(":")
         self.state = state
+        self._http = ASGIThread(self._app, host or "0.0.0.0", int(port), "health", header_timeout_s=header_timeout_s)
 
-        class Handler(TimedRequestHandler):
-            disable_nagle_algorithm = True  # headers and body in two writes: no 40 ms delayed-ACK stall
-
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-                view = state.view()
-                path = self.path.split("?")[0]
-                if path == "/livez":
-                    code = 200 if view["live"] else 503
-                elif path == "/readyz":
-                    code = 200 if view["ready"] else 503
-                elif path == "/healthz":
-                    code = 200
-                else:
-                    self.send_error(404)
-                    return
-                body = json.dumps(view).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_args) -> None:  # probes every few seconds would flood the log
-                pass
-
-        self._http = BackgroundHTTPServer((host or "0.0.0.0", int(port)), Handler, "health")
+    async def _app(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        view = self.state.view()
+        path = scope["path"]
+        if path == "/livez":
+            code = 200 if view["live"] else 503
+        elif path == "/readyz":
+            code = 200 if view["ready"] else 503
+        elif path == "/healthz":
+            code = 200
+        else:
+            code, view = 404, {"message": "not found: /livez /readyz /healthz"}
+        body = json.dumps(view).encode()
+        await send({"type": "http.response.start", "status": code,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
 
     @property
     def port(self) -> int:

@@ -12,8 +12,8 @@ wait on this task queue (visibility: ``BuildStage``) and signals each whose bran
 An ``/approve-merge`` comment names only its PR's number: each build in its merge wait gets it, and
 the workflow whose PR it is wakes (the others ignore another number).
 
-Served like the health probes (``http.server`` in a daemon thread); each accepted delivery is handed to
-the worker's event loop. Answers: 202 accepted (JSON: who was woken), 200 ping / duplicate delivery /
+Served on uvicorn from its own thread (runtime/asgi_thread.py: a slow client holds a socket, not a
+thread); each accepted delivery is handed to the worker's event loop. Answers: 202 accepted (JSON: who was woken), 200 ping / duplicate delivery /
 an event that wakes nobody, 401 unsigned or bad signature, 413 body over ``max_body_bytes`` (unread),
 400 malformed, 404 other paths, 405 other methods, 503 Temporal did not take the signal (GitHub shows
 the delivery failed; a redelivery is processed again). Every refusal is one log line naming why.
@@ -25,7 +25,7 @@ import asyncio
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from temporalio.service import RPCError, RPCStatusCode
@@ -35,7 +35,7 @@ from domain.github_webhook import PullRequestEvent, pull_request_event, signatur
 from domain.models import GitHubWake
 from domain.redact import redact
 from runtime import search_attributes as sa
-from runtime.http_thread import BackgroundHTTPServer, TimedRequestHandler
+from runtime.asgi_thread import ASGIThread, BodyTooLarge, read_body
 from runtime.logging import get_logger
 
 SEEN_DELIVERIES = 10_000  # delivery ids remembered (GitHub redelivers by id, days later at most)
@@ -78,7 +78,14 @@ def pipeline_waker(client, config: ServiceConfig) -> Waker:
 
 
 class WebhookReceiver:
-    """Verifies, de-duplicates and maps deliveries; ``wake`` runs on ``loop``. ``close()`` stops it."""
+    """Verifies, de-duplicates and maps deliveries; ``wake`` runs on ``loop``. ``close()`` stops it.
+
+    Served by uvicorn (runtime/asgi_thread.py) from its own thread and event loop: a slow client holds a
+    socket, not a thread, so forty clients sending a byte a second starve nobody. Its line and headers
+    must arrive within ``read_timeout_s``, a keep-alive connection idle for ``idle_timeout_s`` is closed,
+    at most ``max_connections`` deliveries are handled at once (503 beyond), and the body is read up to
+    ``max_body_bytes`` (413, unread, on its declared length) within ``read_timeout_s`` (408), then its
+    signature is checked before a byte of it is parsed (401)."""
 
     def __init__(self, settings: GitHubWebhookSettings, secret: str, repo: str, wake: Waker,
                  loop: asyncio.AbstractEventLoop):
@@ -90,12 +97,11 @@ class WebhookReceiver:
         self._lock = threading.Lock()
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._inflight: set[str] = set()
+        self._handlers = threading.BoundedSemaphore(settings.max_connections)
         self.log = get_logger("webhooks")
         host, port = split_address(settings.listen)
-        self._http = BackgroundHTTPServer((host, port), _handler(self), "github-webhooks",
-                                          idle_timeout_s=settings.idle_timeout_s,
-                                          read_timeout_s=settings.read_timeout_s,
-                                          max_connections=settings.max_connections)
+        self._http = ASGIThread(self._app, host, port, "github-webhooks", header_timeout_s=settings.read_timeout_s,
+                                keep_alive_s=max(1, int(settings.idle_timeout_s)))
 
     @property
     def port(self) -> int:
@@ -104,17 +110,17 @@ class WebhookReceiver:
     def close(self) -> None:
         self._http.close()
 
-    # -- one delivery (called on the HTTP thread)
+    # -- one delivery (on the server's own loop)
 
     def refuse(self, status: int, why: str, **fields: Any) -> tuple[int, dict[str, Any]]:
         self.log.warning("github webhook refused", status=status, reason=why, **fields)
         return status, {"message": why}
 
-    def handle(self, headers, body: bytes) -> tuple[int, dict[str, Any]]:
-        event = headers.get("X-GitHub-Event") or ""
-        delivery = headers.get("X-GitHub-Delivery") or ""
+    async def handle(self, headers: Mapping[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
+        event = headers.get("x-github-event") or ""
+        delivery = headers.get("x-github-delivery") or ""
         ids = {"github_event": event[:40], "delivery": delivery[:80]}
-        if problem := signature_problem(self._secret, body, headers.get("X-Hub-Signature-256")):
+        if problem := signature_problem(self._secret, body, headers.get("x-hub-signature-256")):
             return self.refuse(401, problem, **ids)
         if not event or not delivery:
             return self.refuse(400, "missing X-GitHub-Event or X-GitHub-Delivery", **ids)
@@ -135,7 +141,7 @@ class WebhookReceiver:
             self._inflight.add(delivery)
         future = asyncio.run_coroutine_threadsafe(self._wake(ev, delivery), self._loop)
         try:
-            woken = future.result(SIGNAL_TIMEOUT_S)
+            woken = await asyncio.wait_for(asyncio.wrap_future(future), SIGNAL_TIMEOUT_S)
         except Exception as e:
             future.cancel()  # Temporal unreachable, a stopped loop: GitHub shows it failed; redeliver works
             with self._lock:
@@ -150,58 +156,47 @@ class WebhookReceiver:
             self.log.info("github webhook woke the merge wait", **ids, workflows=woken, prs=ev.pr_numbers)
         return 202, {"woken": woken, "event": event, "delivery": delivery}
 
-
-def _handler(receiver: WebhookReceiver) -> type[TimedRequestHandler]:
-    class Handler(TimedRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # headers and body in two writes: no 40 ms delayed-ACK stall
-
-        def _send(self, status: int, payload: dict[str, Any], *, close: bool = False) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            if close:
-                self.send_header("Connection", "close")
-                self.close_connection = True
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-            if self.path.split("?")[0] != receiver.settings.path:
-                self._send(404, {"message": "not found"}, close=True)
-                return
+    async def _app(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] != self.settings.path:
+            return await _answer(send, 404, {"message": "not found"})
+        if scope["method"] != "POST":
+            return await _answer(send, 405, {"message": "POST only"})
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        limit = self.settings.max_body_bytes
+        declared = headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            status, payload = self.refuse(413, f"body of {declared[:20]} bytes is over {limit} bytes",
+                                          github_event=headers.get("x-github-event", "")[:40])
+            return await _answer(send, status, payload)  # unread: the connection is closed
+        if not self._handlers.acquire(blocking=False):
+            status, payload = self.refuse(503, f"busy: {self.settings.max_connections} deliveries in progress "
+                                               "(github.webhook.max_connections)")
+            return await _answer(send, status, payload)
+        try:
             try:
-                length = int(self.headers.get("Content-Length") or "")
-            except ValueError:
-                status, payload = receiver.refuse(411, "no Content-Length")
-                self._send(status, payload, close=True)
-                return
-            limit = receiver.settings.max_body_bytes
-            if length > limit or length < 0:
-                status, payload = receiver.refuse(413, f"body of {length} bytes is over {limit} bytes",
-                                                  github_event=(self.headers.get("X-GitHub-Event") or "")[:40])
-                self._send(status, payload, close=True)  # unread: the connection is closed
-                return
+                body = await read_body(receive, limit, self.settings.read_timeout_s)
+            except BodyTooLarge:
+                status, payload = self.refuse(413, f"body is over {limit} bytes")
+                return await _answer(send, status, payload)
+            except (TimeoutError, ConnectionError) as e:
+                self.refuse(408, f"body not received within {self.settings.read_timeout_s:g} s "
+                                 f"(github.webhook.read_timeout_s): {type(e).__name__}")
+                return await _answer(send, 408, {"message": "body not received in time"})
             try:
-                body = self.read_body(length)  # within read_timeout_s, or the connection is cut
-            except OSError as e:  # cut at the deadline, timed out or gone: nothing to answer on
-                receiver.refuse(408, f"body not received within {receiver.settings.read_timeout_s:g} s "
-                                f"(github.webhook.read_timeout_s): {type(e).__name__}")
-                self.close_connection = True
-                return
-            try:
-                status, payload = receiver.handle(self.headers, body)
+                status, payload = await self.handle(headers, body)
             except Exception as e:  # a bug here: one line, and GitHub shows the delivery failed
-                status, payload = receiver.refuse(500, f"receiver error: {type(e).__name__}")
-            self._send(status, payload)
+                status, payload = self.refuse(500, f"receiver error: {type(e).__name__}")
+            return await _answer(send, status, payload)
+        finally:
+            self._handlers.release()
 
-        def do_GET(self) -> None:  # noqa: N802
-            self._send(405, {"message": "POST only"}, close=True)
 
-        do_PUT = do_PATCH = do_DELETE = do_GET
-
-        def log_message(self, *_args) -> None:  # our own one line per refusal instead
-            pass
-
-    return Handler
+async def _answer(send, status: int, payload: dict[str, Any]) -> None:
+    data = json.dumps(payload).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    if status in (404, 405, 408, 413):
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})

@@ -63,7 +63,8 @@ def test_every_manifest_is_strictly_valid(version):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_rendered_overlay_is_strictly_valid_and_namespaced(version):
     docs = _rendered_overlay()
-    assert {d["kind"] for d in docs} == {"ServiceAccount", "ConfigMap", "Deployment", "PodDisruptionBudget", "Service"}
+    assert {d["kind"] for d in docs} == {"ServiceAccount", "ConfigMap", "Deployment", "PodDisruptionBudget", "Service",
+                                         "NetworkPolicy"}
     for doc in docs:
         kubernetes_validate.validate(doc, version, strict=True)
         assert doc["metadata"]["namespace"] == "gpu-rl-builder"
