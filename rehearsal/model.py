@@ -811,6 +811,22 @@ def writer_line(mtime_ns: int, traces: list[tuple[int, int, str]], plan: Rehears
 
 # ----------------------------------------------------------------------------- the verdict
 
+_ARCH_WORDS = {"aarch64": ("aarch64", "arm64"), "x86_64": ("x86_64", "amd64", "x86-64")}
+
+
+def _arch_specific(plan: RehearsalPlan, line: str | None) -> str | None:
+    """The architecture the build script's failing line names (e.g. /usr/lib/aarch64-linux-gnu), if it is
+    the planned one: a step that only the target architecture's own userland can answer."""
+    if not line:
+        return None
+    file, _, n = line.partition(" ")[0].rpartition(":")
+    text = plan.script_text.splitlines()
+    if file != plan.script_path or not n.isdigit() or not 0 < int(n) <= len(text):
+        return None
+    words = _ARCH_WORDS.get(plan.uname_m, (plan.uname_m,))
+    return words[1] if any(w in text[int(n) - 1] for w in words) else None
+
+
 def _unrehearsable_here(unrehearsable: list, failing: str | None) -> str | None:
     """What the failing statement could not have (a stood-in download at that very line), else None."""
     for u in unrehearsable:
@@ -827,7 +843,8 @@ def evaluate(plan: RehearsalPlan, target: TargetSpec, *, exit_code: int, stderr:
              dockerfile_defaults: dict[str, str | None], dockerfiles: dict[str, DockerfileContract] | None = None,
              context: Iterable[str] | None = None, leaks: list[tuple[str, str]] | None = None,
              script_text: str = "", background: list[tuple[str, str]] | None = None,
-             credential_files: list[tuple[str, str | None]] | None = None) -> RehearsalResult:
+             credential_files: list[tuple[str, str | None]] | None = None,
+             foreign_userland: str | None = None) -> RehearsalResult:
     """One rehearsal's verdict from what the run recorded.
 
     ``unrehearsable``: stood-in downloads (StandinCall records); the run is "skipped" only when the
@@ -865,6 +882,14 @@ def evaluate(plan: RehearsalPlan, target: TargetSpec, *, exit_code: int, stderr:
                                    stderr_tail=tail, tools=tools, unrehearsed_from=line,
                                    reason=f"the script needs {needs}" + (f" at {line}" if line else "")
                                    + "; the steps after it were not rehearsed")
+        arch = _arch_specific(plan, line) if foreign_userland else None
+        if arch is not None:  # it fails on files of the other architecture's userland: unproven, not wrong
+            return RehearsalResult(
+                status="skipped", seconds=seconds, line=line, exit_code=exit_code, stderr_tail=tail, tools=tools,
+                unrehearsed_from=line,
+                reason=f"the step at {line} concerns {arch} files, and this worker rehearses in the "
+                       f"{foreign_userland}; it and the steps after it were not rehearsed "
+                       f"({failure_reason(line, exit_code, tail)})")
         return RehearsalResult(status="failed", seconds=seconds, line=line, exit_code=exit_code, stderr_tail=tail,
                                tools=tools, kaniko=final, reason=failure_reason(line, exit_code, tail))
     left = [c for c in kaniko if not c.finished]

@@ -122,6 +122,7 @@ def _root_args(top: Path, image: Path) -> list[str]:
             args += ["--ro-bind", str(src), f"/{entry}"]
     if (top / "rw" / "usr-local").is_dir():
         args += ["--bind", str(top / "rw" / "usr-local"), "/usr/local"]
+    args += _usr_bin_args(image)
     # /tmp is a private directory of this run (not a tmpfs) so that a build context the script assembles
     # there can still be read after the run.
     return args + ["--proc", "/proc", "--dev", "/dev", "--bind", str(top / "tmp"), "/tmp",
@@ -131,6 +132,24 @@ def _root_args(top: Path, image: Path) -> list[str]:
                    "--bind", str(top / "rehearsal" / "trace"), "/.rehearsal/trace",
                    "--bind", str(top / "rehearsal" / "installed"), "/.rehearsal/installed",
                    "--bind", str(top / "app"), "/app", "--bind", str(top / "kaniko"), "/kaniko", "--chdir", "/app"]
+
+
+def _usr_bin_args(image: Path) -> list[str]:
+    """/usr/bin as a per-run directory (a tmpfs) holding each of the image's entries bound read-only: a
+    stood-in `apt-get install curl` can then put its stand-in at /usr/bin/curl, where the package would, so a
+    script calling `/usr/bin/curl` runs as on the cluster. Binding each file (not a symlink farm) keeps a
+    program's own path (/proc/self/exe) what it is in the image. About 0.3 ms per entry."""
+    usr_bin = image / "usr" / "bin"
+    if (image / "usr").is_symlink() or usr_bin.is_symlink() or not usr_bin.is_dir():
+        return []
+    args = ["--tmpfs", "/usr/bin"]
+    for entry in sorted(os.listdir(usr_bin)):
+        src = usr_bin / entry
+        if src.is_symlink():
+            args += ["--symlink", os.readlink(src), f"/usr/bin/{entry}"]
+        else:
+            args += ["--ro-bind", str(src), f"/usr/bin/{entry}"]
+    return args
 
 
 def _unpack_bundle(bundle_zip: Path, dest: Path) -> None:
@@ -451,7 +470,7 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
                                               megatron=variant_env(contract, t.variant)),
             dockerfile_defaults=dict(df.global_args) if df else {}, dockerfiles=contract.dockerfiles,
             context=r.context, leaks=r.leaks, script_text=script_text, background=r.background,
-            credential_files=credential_files)
+            credential_files=credential_files, foreign_userland=roots[key].note)
         t.rehearsal.root = roots[key].describe()
     failed = refusal(targets)
     if failed:

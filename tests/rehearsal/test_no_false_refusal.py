@@ -1,0 +1,61 @@
+"""Refuse no good script (#35 item 5): one-line edits of the real era-C tree that the cluster runs fine.
+Each plans (it was refused); where the rehearsal cannot tell, it says what it did not rehearse."""
+
+from __future__ import annotations
+
+from tests.rehearsal.helpers import need_isolation, planned, rehearse
+
+SCRIPT = "docker/build_gpu_rl_kaniko.sh"
+CRANE_CURL = 'curl -fsSL \\\n  "https://github.com/google/go-containerregistry/releases'
+
+
+def _edit(old: str, new: str):
+    def apply(text: str) -> str:
+        assert text.count(old) == 1, old
+        return text.replace(old, new)
+    return apply
+
+
+def test_absolute_usr_bin_curl_after_apt_installs_curl_plans(tmp_path):
+    """`apt-get install curl` (stood in) then `/usr/bin/curl`: 127 "No such file" before."""
+    need_isolation()
+    contract, targets, bundle, script, harbor = planned(
+        tmp_path, "era-c", {SCRIPT: _edit(CRANE_CURL, "/usr/bin/" + CRANE_CURL)}, arches=["amd64"])
+    refusal = rehearse(contract, targets, bundle, script, harbor)
+    assert refusal is None, refusal
+    assert all(t.rehearsal.status == "passed" for t in targets)
+
+
+def test_absolute_usr_bin_jq_without_installing_it_is_still_refused(tmp_path):
+    """The control the other way: nothing installed jq, so /usr/bin/jq is missing on the cluster too."""
+    need_isolation()
+    contract, targets, bundle, script, harbor = planned(
+        tmp_path, "era-c", {SCRIPT: _edit("cd /tmp\n", "cd /tmp\n/usr/bin/jq -n . > /dev/null\n")}, arches=["amd64"])
+    refusal = rehearse(contract, targets, bundle, script, harbor)
+    assert refusal and "/usr/bin/jq: No such file or directory" in refusal, refusal
+
+
+ARM64_CHECK = ('echo "[arch] build host=',
+               'if [ "$BUILD_ARCH" = aarch64 ]; then test -d /usr/lib/aarch64-linux-gnu; fi\necho "[arch] build host=')
+
+
+def test_an_arm64_library_path_check_is_unrehearsed_not_refused_in_the_amd64_userland(tmp_path):
+    """arm64 is rehearsed in the image's amd64 variant here (no emulator): the check failed and was refused."""
+    need_isolation()
+    from rehearsal.task_image import host_platform
+    from tests.contract.real import line_in
+
+    if host_platform() != "linux/amd64":
+        import pytest
+
+        pytest.skip("written for an amd64 worker")
+    contract, targets, bundle, script, harbor = planned(
+        tmp_path, "era-c", {SCRIPT: _edit(*ARM64_CHECK)}, arches=["amd64", "arm64"])
+    at = f"{SCRIPT}:{line_in('era-c', SCRIPT, 'echo \"[arch] build host=')}"
+    refusal = rehearse(contract, targets, bundle, script, harbor)
+    assert refusal and f"unrehearsed from {at}" in refusal and "failed before" not in refusal, refusal
+    assert rehearse(contract, targets, bundle, script, harbor, accept_unrehearsed=True) is None
+    by = {t.architecture: t.rehearsal for t in targets}
+    assert by["amd64"].status == "passed", by["amd64"].describe()
+    assert by["arm64"].status == "skipped" and by["arm64"].unrehearsed_from == at
+    assert "concerns arm64 files, and this worker rehearses in the linux/amd64 variant" in by["arm64"].reason
