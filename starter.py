@@ -158,12 +158,15 @@ def cli(ctx: click.Context, config_path: str | None, **connection) -> None:
 @click.option("--accept-unrehearsed", is_flag=True,
               help="Plan although a step of the build script could not be rehearsed (policy.rehearsal = "
                    "\"required\" refuses otherwise); the plan and report record it per target.")
+@click.option("--allow-suspicious-files", is_flag=True,
+              help="Bundle files the bundle's suspicious-file rule refuses (wheels, archives, binaries, files over "
+                   "5 MiB) after you reviewed them; git-lfs pointer files are refused regardless.")
 @click.option("--plan", "plan_only", is_flag=True, help="Resolve everything, submit nothing, print the plan.")
 @click.option("--follow", "follow_", is_flag=True, help="Follow progress until the pipeline ends.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan/report as JSON.")
 @click.pass_context
 def build(ctx, architectures, variants, requested_by, reason, link, clusters, priority, harbor_ref,
-          push_floating, issue_url, accept_unrehearsed, plan_only, follow_, as_json):
+          push_floating, issue_url, accept_unrehearsed, allow_suspicious_files, plan_only, follow_, as_json):
     """Start (or attach to) the build pipeline for the latest MarinSkyRL + Harbor commits.
 
     Returns once the request is planned (every check done before any job is submitted): exit 2 when
@@ -172,7 +175,8 @@ def build(ctx, architectures, variants, requested_by, reason, link, clusters, pr
         request = build_request(
             architectures=architectures, variants=variants, requested_by=requested_by, reason=reason, link=link,
             clusters=clusters, priority=priority, harbor_ref=harbor_ref, push_floating=push_floating,
-            issue_url=issue_url, accept_unrehearsed=accept_unrehearsed)
+            issue_url=issue_url, accept_unrehearsed=accept_unrehearsed,
+            allow_suspicious_files=allow_suspicious_files)
     except OperatorInputError as e:
         _fail(str(e))
     config = _config(ctx, request, plan=plan_only)

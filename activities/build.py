@@ -217,7 +217,8 @@ class BuildActivities(ActivityGroup):
         env.update(self.config.cluster(job.cluster).job_env)
         worktree = create_worktree(repo, inp.build_commit, self.paths.worktree(f"{inp.request_id}-submit-{t.key}"))
         try:
-            bundle = build_bundle(worktree, self.paths.bundle(inp.request_id, inp.build_commit))
+            bundle = build_bundle(worktree, self.paths.bundle(inp.request_id, inp.build_commit),
+                                  allow_suspicious=t.allow_suspicious_files)
         except BundleError as err:
             raise input_error(f"Iris bundle of {inp.build_commit[:12]}: {err}") from None
         return launch_spec(job, wire_name, env, bundle.path.read_bytes())

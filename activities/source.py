@@ -166,7 +166,8 @@ class SourceActivities(ActivityGroup):
                                      date=f"{base_date + 1} +0000")
         # Before the push: a refused bundle (a symlink, a suspicious file) leaves nothing behind.
         try:
-            bundle = build_bundle(wt, self.paths.bundle(inp.request_id, result.sha))
+            bundle = build_bundle(wt, self.paths.bundle(inp.request_id, result.sha),
+                                  allow_suspicious=inp.allow_suspicious_files)
         except BundleError as e:
             raise input_error(f"Iris bundle of {result.sha[:12]} refused before submission: {e}") from None
         pushed = False
@@ -274,7 +275,8 @@ class SourceActivities(ActivityGroup):
         wt = self.paths.worktree(inp.request_id)
         if _head(wt) != inp.build_commit:  # another worker prepared it: re-create the same commit here
             snap = self._prepare_source(PrepareSourceInput(request_id=inp.request_id, base_commit=inp.base_commit,
-                                                           harbor_commit=inp.harbor_commit, push=False))
+                                                           harbor_commit=inp.harbor_commit, push=False,
+                                                           allow_suspicious_files=inp.request.allow_suspicious_files))
             if snap.build_commit != inp.build_commit:
                 raise input_error(f"re-created build commit {snap.build_commit[:12]} differs from "
                                   f"{inp.build_commit[:12]}: the inputs changed under the request")
@@ -325,6 +327,7 @@ class SourceActivities(ActivityGroup):
             targets = self._plan(contract, inp, {**configured, **live})
         for t in targets:
             t.lines_at = lines_at
+            t.allow_suspicious_files = inp.request.allow_suspicious_files
         unknown = sorted({f"{t.architecture}→{t.cluster}" for t in targets if t.cluster not in self.config.clusters})
         if unknown:
             raise input_error(f"planned cluster(s) {', '.join(unknown)} (from {contract.ops.path} placements) are "
@@ -353,7 +356,8 @@ class SourceActivities(ActivityGroup):
         if _head(wt) != inp.build_commit:  # pushed by an earlier run: a managed worktree at the build commit
             wt = create_worktree(repo, inp.build_commit, self.paths.worktree(f"{rid}-rehearsal"))
         try:
-            bundle = build_bundle(wt, self.paths.bundle(rid, inp.build_commit))
+            bundle = build_bundle(wt, self.paths.bundle(rid, inp.build_commit),
+                                  allow_suspicious=inp.request.allow_suspicious_files)
         except BundleError as e:
             raise input_error(f"Iris bundle of {inp.build_commit[:12]} refused before submission: {e}") from None
         policy = self.config.policy

@@ -54,9 +54,24 @@ class SuspiciousBundle(BundleError):
         more = f" (+{len(found) - 10} more)" if len(found) > 10 else ""
         super().__init__(
             f"bundle would carry {len(found)} suspicious file(s): {listed}{more}. Remove or gitignore "
-            "them, or pass allow_suspicious=True after review"
+            "them, or pass --allow-suspicious-files (gpu-rl-builder build) after reviewing them"
         )
         self.suspicious = found
+
+
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1\n"
+
+
+class LfsPointer(BundleError):
+    """A git-lfs pointer: the bundle (what git tracks) carries the pointer text, not the file, so the image
+    would COPY a 130-byte stub. Refused whatever the flags: no build wants a pointer."""
+
+    def __init__(self, found: list[str]):
+        listed = ", ".join(found[:10]) + (f" (+{len(found) - 10} more)" if len(found) > 10 else "")
+        super().__init__(f"the bundle would carry git-lfs pointer file(s), not their content: {listed}; Iris "
+                         "bundles what git tracks, so the build would COPY the pointer text: commit the file "
+                         "itself (under 25 MiB) or have the build script fetch it")
+        self.found = found
 
 
 class NotAGitWorktree(BundleError):
@@ -144,6 +159,9 @@ def build_bundle(
     worktree, out_path = Path(worktree), Path(out_path)
     paths = list_bundle_files(worktree)
     files = describe_files(worktree, paths)
+    pointers = [f.path for f in files if f.head.startswith(LFS_POINTER)]
+    if pointers:
+        raise LfsPointer(pointers)
     flagged = suspicious(files)
     biggest = largest(files)
     out_path.parent.mkdir(parents=True, exist_ok=True)

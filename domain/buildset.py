@@ -76,6 +76,7 @@ class TargetSpec(BaseModel):
     cache_repo: str | None = None  # the kaniko cache repository the script derives for this architecture
     # The planned command run in an isolated root before anything is submitted (rehearsal/model.py).
     rehearsal: RehearsalResult | None = None
+    allow_suspicious_files: bool = False  # the request's --allow-suspicious-files, for the submit's bundle
     # Where each planned value came from: field -> "file:line" (at the build commit), "config:<key>"
     # or "flag:<option>" (the operator's request). Fields: cluster, priority, resources.*, max_retries,
     # timeout, task_image, command, env.NAME, dockerfile, tag, image_repository, wheel_source, markers,

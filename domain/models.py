@@ -160,6 +160,7 @@ class PrepareSourceInput(BaseModel):
     harbor_commit: str
     push: bool = True
     plan_only: bool = False  # a --plan refused here removes its worktree and bundle (nothing left on disk)
+    allow_suspicious_files: bool = False  # the request's --allow-suspicious-files (the bundle check)
 
 
 class SourceSnapshot(BaseModel):

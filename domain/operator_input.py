@@ -62,7 +62,8 @@ def cluster_overrides(items: list[str] | tuple[str, ...]) -> dict[str, str]:
 
 
 def build_request(*, architectures, variants, requested_by, reason, link=None, clusters=(), priority=None,
-                  harbor_ref=None, push_floating=False, issue_url=None, accept_unrehearsed=False) -> BuildRequest:
+                  harbor_ref=None, push_floating=False, issue_url=None, accept_unrehearsed=False,
+                  allow_suspicious_files=False) -> BuildRequest:
     """The one way a BuildRequest is made from operator input (``build`` and ``schedule create``)."""
     if requested_by is None or reason is None:
         raise OperatorInputError(
@@ -84,6 +85,7 @@ def build_request(*, architectures, variants, requested_by, reason, link=None, c
             clusters=cluster_overrides(clusters), priority=priority,
             harbor_ref=clean_text(harbor_ref, flag="--harbor-ref", max_len=MAX_NAME, required=False),
             push_floating=push_floating, accept_unrehearsed=accept_unrehearsed,
+            allow_suspicious_files=allow_suspicious_files,
             issue_url=clean_text(issue_url, flag="--issue-url", required=False))
     except ValidationError as e:
         fields = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
@@ -128,7 +130,7 @@ def request_differences(running: BuildRequest, asked: BuildRequest) -> list[str]
     requester's name and reason do not change the images, so they are not differences)."""
     out = []
     for field in ("architectures", "variants", "clusters", "priority", "harbor_ref", "push_floating", "issue_url",
-                  "accept_unrehearsed"):
+                  "accept_unrehearsed", "allow_suspicious_files"):
         a, b = getattr(running, field), getattr(asked, field)
         if field in ("architectures", "variants"):
             a, b = sorted(a), sorted(b)

@@ -30,6 +30,9 @@ class BuildRequest(BaseModel):
     issue_url: str | None = None
     # --accept-unrehearsed: plan although part of the job could not be rehearsed (recorded per target).
     accept_unrehearsed: bool = False
+    # --allow-suspicious-files: bundle files the suspicious-file rule flags (wheels, archives, binaries,
+    # files over 5 MiB) after the operator reviewed them; recorded in the request (git-lfs pointers never).
+    allow_suspicious_files: bool = False
 
     @field_validator("issue_url")
     @classmethod

@@ -245,7 +245,8 @@ class BuildPipelineWorkflow:
 
         await self._set_stage(Stage.PREPARING_SOURCE)
         prepare = PrepareSourceInput(request_id=inp.request_id, base_commit=state.base_commit,
-                                     harbor_commit=state.harbor_commit, push=False, plan_only=inp.plan_only)
+                                     harbor_commit=state.harbor_commit, push=False, plan_only=inp.plan_only,
+                                     allow_suspicious_files=inp.request.allow_suspicious_files)
         source: SourceSnapshot = await workflow.execute_activity_method(
             SourceActivities.prepare_source,
             prepare, **options.PREPARE_SOURCE,
