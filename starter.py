@@ -1073,7 +1073,7 @@ async def _forced_check(client, config: ServiceConfig, handle) -> str:
     inp = (await client.data_converter.decode(list(action.args), [RebuildCheckInput]))[0]
     wid = f"{action.id}-forced-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     await client.start_workflow(RebuildCheckWorkflow.run, inp.model_copy(update={"force": True}), id=wid,
-                                task_queue=action.task_queue, typed_search_attributes=_kind(sa.BuildKind.REBUILD_CHECK))
+                                task_queue=action.task_queue, search_attributes=_kind(sa.BuildKind.REBUILD_CHECK))
     return wid
 
 # --------------------------------------------------------------------------------------- evidence

@@ -63,3 +63,65 @@ async def test_triggered_schedule_records_the_decision_and_starts_the_pipeline(s
 async def _with_action(schedule):
     desc = await schedule.describe()
     return desc if desc.info.recent_actions else None
+
+
+async def test_cancelled_scheduled_rebuild_is_shown_held_in_describe_and_force_restarts_it(service_stack):
+    """Through the CLI (issue 39): `cancel` of the started rebuild; the next `schedule trigger` holds it and
+    `schedule describe` says so; `schedule trigger --force` starts it again."""
+    import re
+
+    from temporalio.client import WorkflowExecutionStatus
+
+    from tests.cli.starter_cli import starter
+
+    s = service_stack
+    cfg = s.config_path
+    url = s.remotes.marinskyrl_url
+    pin_current_head(s, harbor_commit=s.remotes.harbor_head)
+    new_head = commit_to_remote(url, {PPO_CONFIG: git_show(url, "main", PPO_CONFIG) + "# knob\n"}, "Trainer knob")
+    wid = pipeline_id(new_head, s.remotes.harbor_head)
+    sid = f"rebuild-hold-{uuid.uuid4().hex[:8]}"
+    schedule = await s.client.create_schedule(sid, Schedule(
+        action=ScheduleActionStartWorkflow(RebuildCheckWorkflow.run, check_input(start_pipeline=True),
+                                           id=f"rebuild-check-{sid}", task_queue=s.task_queue),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(days=7))]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP)))
+    pipeline = s.client.get_workflow_handle(wid)
+    try:
+        assert (await starter(cfg, "schedule", "trigger", sid)).code == 0
+        await wait_until(lambda: _n_checks_done(s, schedule, 1), timeout=90, what="the first check")
+        cancelled = await starter(cfg, "cancel", wid)
+        assert cancelled.code == 0, cancelled.text
+
+        async def is_cancelled():
+            return (await pipeline.describe()).status == WorkflowExecutionStatus.CANCELED or None
+
+        await wait_until(is_cancelled, timeout=120, what="the rebuild cancelled")
+        run = (await pipeline.describe()).run_id
+        assert (await starter(cfg, "schedule", "trigger", sid)).code == 0
+        await wait_until(lambda: _n_checks_done(s, schedule, 2), timeout=90, what="the second check")
+        shown = await starter(cfg, "schedule", "describe", sid)
+        assert shown.code == 0, shown.text
+        assert f"an operator cancelled {wid}" in shown.out and "held until the source or Harbor commit" in shown.out
+        assert (await pipeline.describe()).run_id == run, "the cancelled rebuild was not restarted"
+
+        forced = await starter(cfg, "schedule", "trigger", sid, "--force")
+        assert forced.code == 0, forced.text
+        check_id = re.search(r"forced rebuild check (\S+) started", forced.out).group(1)
+        res = await s.client.get_workflow_handle(check_id, result_type=RebuildCheckResult).result()
+        assert res.started and res.pipeline_workflow_id == wid and "--force" in res.note
+        assert (await pipeline.describe()).run_id != run
+    finally:
+        await stop_pipeline(pipeline)
+        await schedule.delete()
+
+
+async def _n_checks_done(s, schedule, n: int):
+    desc = await schedule.describe()
+    if len(desc.info.recent_actions) < n:
+        return None
+    for a in desc.info.recent_actions:
+        h = s.client.get_workflow_handle(a.action.workflow_id, run_id=a.action.first_execution_run_id)
+        if (await h.describe()).close_time is None:
+            return None
+    return desc
