@@ -65,12 +65,17 @@ from domain.jobs import registry_has_our_image, submission_name
 from domain.log_evidence import (
     MAX_GAPS_VERIFIED,
     ImageFacts,
+    ImageRun,
     LogIntegrity,
     built_by_job,
+    image_check_script,
+    image_check_steps,
     judge,
     needs_image,
+    read_image_run,
     seq_gaps,
     unexplained_gaps,
+    with_image_run,
 )
 from domain.markers import check_log
 from domain.models import (
@@ -285,12 +290,63 @@ class BuildActivities(ActivityGroup):
         ref = await write_evidence(self.evidence, inp.request_id, f"{safe_name(inp.job_id)}.log", text)
         image = await self._image_facts(inp, result.pushed_digest) if needs_image(result, integrity) else None
         j = judge(markers, result, integrity, image)
+        if j.verdict == "log_lost" and image is not None and image.ours and image.digest and (
+                image.built_by_job or (image.built_by_job is False and image.adoption_allowed)):
+            steps = image_check_steps(markers, j.unproven)
+            if steps:  # the image can answer some of what the log lost: run its own checks
+                j = with_image_run(j, await self._run_image_checks(inp, image, markers, steps, j.unproven))
         if j.verdict != "log":
             activity.logger.info(f"{inp.job_id}: log incomplete ({'; '.join(j.incomplete)}); {j.verdict}: "
                                  f"{len(j.stood_in)} marker(s) proven by the image, {len(j.missing)} by nothing")
         return LogCheck(log=ref, found=j.found, missing=j.missing, cached=j.cached, final_push_seen=j.final_push_seen,
                         pushed_digest=j.pushed_digest, incomplete=j.incomplete, stood_in=j.stood_in,
                         lost=j.reasons if j.verdict == "log_lost" else [], contradicted=j.contradicted)
+
+    async def _run_image_checks(self, inp: LogCheckInput, image: ImageFacts, markers, steps: list[str],
+                                unproven: dict[str, str]) -> ImageRun:
+        """Run the steps in the image itself: an Iris job on the target's cluster (its architecture) whose task
+        image is the pushed digest, with a small CPU request and no retries, bounded by
+        policy.image_check_timeout_s (the pull included; it is terminated beyond that). Its name derives from
+        the build job's, so a retried step attaches to it. Its log is read like a build's (complete, then judged)."""
+        t = inp.target
+        ref = f"{t.image_repository}@{image.digest}"
+        name = f"{inp.job_id.rstrip('/')}-image-check"
+        cluster = self.config.cluster(inp.cluster)
+        asked = [m.name for m in markers if m.name in unproven and m.check_step and m.step in steps]
+        spec = LaunchSpec(
+            name=name, argv=[*cluster.image_check_runner, "bash", "-c", image_check_script(markers, steps)],
+            env={**cluster.job_env, "GPU_RL_BUILDER_IMAGE": ref},
+            resources=Resources(cpu_millicores=1000, memory_bytes=8 * 1024**3, disk_bytes=t.job.resources.disk_bytes
+                                if t.job.resources.disk_bytes else 100 * 1024**3),
+            max_retries_failure=0, max_retries_preemption=2, task_image=ref,
+            timeout_s=self.config.policy.image_check_timeout_s)
+        deadline = time.monotonic() + self.config.policy.image_check_timeout_s + 60
+        try:
+            async with iris_client(self.config, inp.cluster) as iris:
+                job_id, _ = await iris.submit_idempotent(spec)
+                while True:
+                    info = await iris.job_status(job_id, with_tasks=False)
+                    activity.heartbeat({"image_check": job_id, "state": info.state.value})
+                    if info.is_terminal:
+                        break
+                    if time.monotonic() > deadline:
+                        await iris.terminate(job_id)
+                        return ImageRun(ref=ref, job_id=job_id, asked=asked, error=(
+                            f"the image check job {job_id} did not end within "
+                            f"{self.config.policy.image_check_timeout_s} s (policy.image_check_timeout_s); terminated"))
+                    await asyncio.sleep(1.0)
+                log = await _complete_log(iris, job_id)
+        except (IrisError, NotFound) as e:
+            return ImageRun(ref=ref, asked=asked, error=f"the image check job could not run: {e}")
+        text = _log_text(log)
+        await write_evidence(self.evidence, inp.request_id, f"{safe_name(job_id)}.log", text)
+        run = read_image_run(ref, job_id, text, markers, steps, unproven)
+        if info.state.value != "succeeded" and not run.proven and not run.contradicted:
+            run.error = f"the image check job {job_id} ended {info.state.value}" + (f": {info.error}" if info.error
+                                                                                    else "")
+        activity.logger.info(f"{inp.job_id}: image check {job_id} on {ref}: {len(run.proven)} proven, "
+                             f"{len(run.contradicted)} contradicting line(s), {len(run.failed)} not proven")
+        return run
 
     async def _image_facts(self, inp: LogCheckInput, pushed: str | None = None) -> ImageFacts:
         """The image at the target's tag as evidence for a log that lost lines: ours (labels), its digest, its

@@ -237,6 +237,11 @@ class ClusterSettings(_Model):
                                                                       "job on this cluster.")
     architecture: str | None = Field(None, description="The host architecture (amd64, arm64), declared when the "
                                                        "controller cannot tell.")
+    image_check_runner: list[str] = Field(default_factory=list, description="Argv put before `bash -c <checks>` "
+                                          "of the job that runs a built image's own checks (its task image is that "
+                                          "image). Empty on a real cluster; a controller whose tasks run on the "
+                                          "host (the sandbox) names the program that lays the image out first "
+                                          "(sandbox/image_run_standin.py).")
 
     @field_validator("client_revision_date")
     @classmethod
@@ -421,6 +426,9 @@ class PolicySettings(_Model):
                                       "push may pass with the image that was already at the tag before the job "
                                       "was submitted (reported as adopted, not built by this job). Off: such a "
                                       "target ends log_lost, naming the digest it found.")
+    image_check_timeout_s: int = Field(420, ge=30, description="How long the job that runs a built image's own "
+                                       "checks (where a lost log cannot prove a marker) may take, pulling the "
+                                       "image included, before the marker stays unproven (log_lost).")
     operator_decision_timeout_s: int = Field(24 * 3600, description="How long a target waits for `decide` before "
                                                                     "it fails.")
     visibility_recheck_interval_s: int = Field(600, description="A waiting target validates again this often "

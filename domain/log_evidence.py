@@ -17,8 +17,11 @@ lines, numbered without a single gap, and lost the marker. So:
   labels (our build commit) and tag digest prove the push; a config-history step that IS the marker's RUN
   instruction (kaniko records it only after the step exited 0) proves a fixed, unguarded echo of that step's
   final `&&` chain. History never proves a value (`megatron=1`, a commit, a platform) or a branch, and text
-  that merely holds the echo (a comment, another step) proves nothing. An empty log is the same case with
-  every marker missing.
+  that merely holds the echo (a comment, another step) proves nothing. Where the image itself can answer (a
+  marker printed by a `python -c` of a step that only tests and prints: the imports it reports), that step is
+  run again in the image (``image_check_script``, ``read_image_run``, ``with_image_run``): what the image prints
+  proves it, the excluded branch it prints fails the build, a failed or silent run proves nothing. An empty log
+  is the same case with every marker missing.
 
 ``judge`` returns the verdict the target acts on: validated by the log, validated with the image standing
 in (the report says the log was incomplete and which evidence stood in), ``log_lost`` when neither can
@@ -35,7 +38,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from domain.markers import Marker, MarkerCheck
+from domain.markers import Marker, MarkerCheck, own_output
 
 # How many seq gaps the activity asks the store about; more are reported as not verified (no claim).
 MAX_GAPS_VERIFIED = 20
@@ -277,3 +280,125 @@ def judge(markers: list[Marker], check: MarkerCheck, integrity: LogIntegrity,
                                          f"`{n}` ({why})" for n, why in list(unproven.items())[:3])
                                      + (" ..." if len(unproven) > 3 else ""), *incomplete])
     return LogJudgement(verdict="image", missing=[], **common)
+
+
+# ---------------------------------------------------------------------------------------------- run the image
+# Where the log cannot prove a marker that the image itself can answer (printed by a `python -c` of a RUN step
+# that only tests and prints: the imports a marker reports, Marker.check_step), the service runs that step again
+# in the image (activities/build.py: an Iris job whose task image is the pushed digest, a small CPU request, on
+# the target's cluster). Its planned build args are defaults under the image's own ENV (Docker: ENV wins).
+CHECK_DELIM = "::gpu-rl-builder image check"
+
+
+def image_check_steps(markers: list[Marker], unproven: dict[str, str]) -> list[str]:
+    """The distinct RUN steps whose re-run in the image can prove an unproven marker, in Dockerfile order."""
+    steps: list[str] = []
+    for m in markers:
+        if m.name in unproven and m.check_step and m.step and m.step not in steps:
+            steps.append(m.step)
+    return steps
+
+
+def image_check_script(markers: list[Marker], steps: list[str]) -> str:
+    """One bash script running each step as `sh -c` would, each in its own subshell, each followed by a
+    delimiter line with its exit status."""
+    import shlex
+
+    out = ["set +e"]
+    for i, step in enumerate(steps):
+        env: dict[str, str] = {}
+        for m in markers:
+            if m.step == step:
+                env.update(m.step_env)
+        defaults = "".join(f'[ -n "${{{k}+x}}" ] || export {k}={shlex.quote(v)}; ' for k, v in env.items()
+                           if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k))
+        body = re.sub(r"^RUN\s+", "", step.strip())
+        out.append(f"( {defaults}exec sh -c {shlex.quote(body)} ); echo \"{CHECK_DELIM} {i} exit=$?\"")
+    return "\n".join(out) + "\n"
+
+
+class ImageRun(BaseModel):
+    """What running the image's own checks showed."""
+
+    ref: str  # repository@digest that ran
+    job_id: str = ""
+    proven: dict[str, str] = Field(default_factory=dict)  # marker -> how the run proved it
+    contradicted: list[str] = Field(default_factory=list)  # the image's own output against the plan
+    failed: dict[str, str] = Field(default_factory=dict)  # marker -> why the run did not prove it
+    error: str = ""  # the run could not be made or read (then nothing is proven by it)
+    asked: list[str] = Field(default_factory=list)  # the markers it was run for
+
+
+def read_image_run(ref: str, job_id: str, log_text: str, markers: list[Marker], steps: list[str],
+                   unproven: dict[str, str]) -> ImageRun:
+    """Split the check job's output per step; a marker of a step that exited 0 and printed it is proven; a line
+    of another value or an excluded branch contradicts the plan; a failed or silent step proves nothing (a CPU
+    task may lack what a GPU import needs: not an assertion on the image)."""
+    run = ImageRun(ref=ref, job_id=job_id, asked=[m.name for m in markers if m.name in unproven and m.check_step
+                                                  and m.step in steps])
+    segments: dict[int, tuple[str, int | None]] = {}
+    buf: list[str] = []
+    delim = re.compile(re.escape(CHECK_DELIM) + r" (\d+) exit=(\d+)")
+    for line in log_text.splitlines():
+        hit = delim.search(line)
+        if hit:
+            segments[int(hit.group(1))] = ("\n".join(buf) + "\n", int(hit.group(2)))
+            buf = []
+        else:
+            buf.append(line)
+    for i, step in enumerate(steps):
+        ms = [m for m in markers if m.step == step and m.role == "assert"]
+        text, code = segments.get(i, ("", None))
+        own, numbers = own_output(text)
+        for c in _step_contradictions(ms, own, numbers):
+            run.contradicted.append(f"running {ref} ({ms[0].source}:{ms[0].line if ms else 0}): {c}")
+        for m in ms:
+            if m.name not in unproven or not m.check_step:
+                continue
+            if code is None:
+                run.failed[m.name] = f"the image check of {m.source}:{m.line} printed no end line (its log lost it)"
+            elif code != 0:
+                last = next((x for x in reversed(own.splitlines()) if x.strip()), "")
+                run.failed[m.name] = (f"running its step ({m.source}:{m.line}) in {ref} exited {code}"
+                                      + (f": {last.strip()[:200]}" if last else ""))
+            elif m.search(own):
+                run.proven[m.name] = (f"the image ran its own check: {m.source}:{m.line} printed it in {ref} "
+                                      f"(Iris job {job_id})")
+            else:
+                run.failed[m.name] = f"running its step ({m.source}:{m.line}) in {ref} did not print it"
+    return run
+
+
+def _step_contradictions(markers: list[Marker], own: str, numbers: list[int]) -> list[str]:
+    from domain.markers import _contradictions
+
+    return _contradictions(markers, own, numbers)
+
+
+def with_image_run(j: LogJudgement, run: ImageRun) -> LogJudgement:
+    """The judgement after the image answered: its contradicting output fails the build; what it proved stands
+    in; what stays unproven keeps the target log_lost, with the run's reason."""
+    if run.contradicted:
+        return j.model_copy(update={"verdict": "contradicted", "contradicted": run.contradicted,
+                                    "reasons": list(run.contradicted)})
+    unproven = dict(j.unproven)
+    stood_in = dict(j.stood_in)
+    for name, how in run.proven.items():
+        if name in unproven:
+            unproven.pop(name)
+            stood_in[name] = how
+    for name, why in run.failed.items():
+        if name in unproven:
+            unproven[name] = f"{unproven[name]}; {why}"
+    if run.error:
+        unproven = {n: (f"{w}; {run.error}" if n in run.asked else w) for n, w in unproven.items()}
+    found = [*j.found, *(n for n in run.proven if n not in j.found)]
+    if not unproven:
+        return j.model_copy(update={"verdict": "image", "missing": [], "unproven": {}, "stood_in": stood_in,
+                                    "found": found, "reasons": [], "final_push_seen": True})
+    reasons = [f"neither the log nor the image {run.ref} proves {len(unproven)} marker(s): " + "; ".join(
+        f"`{n}` ({why})" for n, why in list(unproven.items())[:3]) + (" ..." if len(unproven) > 3 else ""),
+        *j.incomplete]
+    return j.model_copy(update={"missing": list(unproven), "unproven": unproven, "stood_in": stood_in,
+                                "found": found, "reasons": reasons})
+

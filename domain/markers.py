@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from domain.contract import BuildContract, EchoLine
 from domain.contract.models import guards_hold
 from domain.contract.script import errexit_covers, shell_values
+from domain.contract.shell import template_vars
 
 _PART = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)|\$\([^)]*\)")
 DIGEST_RE = r"sha256:([0-9a-f]{64})"
@@ -44,6 +45,10 @@ class Marker(BaseModel):
     step: str | None = None  # a Dockerfile echo: its RUN instruction as written (kaniko's history `created_by`)
     must_run: bool = False  # an unguarded `echo` in its step's final `&&` chain: the step's zero exit ran it
     excludes: list[str] = []  # lines of the branch the plan excludes, printed by the same step
+    # Its step only tests and prints (EchoLine.check_step): the image can be asked by running the step in it, with
+    # ``step_env`` (the planned build args the step reads) as defaults under the image's own ENV.
+    check_step: bool = False
+    step_env: dict[str, str] = {}
 
     @property
     def carries_value(self) -> bool:
@@ -216,6 +221,9 @@ def _echo_markers(echoes: list[EchoLine], cond_env: dict[str, str], values: dict
             continue
         m = _to_marker(e.template, values, source, e.source_text)
         m.line, m.conditional, m.step, m.must_run = e.line, bool(e.guards), e.step, e.must_run
+        if e.step and e.check_step and not m.values:  # a planned value it prints would come from us, not the image
+            m.check_step = True
+            m.step_env = {v: cond_env[v] for v in dict.fromkeys(template_vars(e.step)) if v in cond_env}
         out.append(m)
     planned = {m.text for m in out if m.text}
     for e, text in excluded:

@@ -12,6 +12,7 @@ import atexit
 import importlib
 import json
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -207,7 +208,11 @@ def write_service_config(path: Path, state_dir: Path, *, temporal, iris, token_r
     # The rehearsal's task image (ubuntu:22.04) comes from the open registry, the sandbox's docker.io
     # mirror, holding the stand-in (sandbox/task_image.py); unpacked once per registry (by digest).
     mirrors = _task_image_mirror(open_registry)
-    cluster = {"controller_url": iris.url, "iris_user": "gpu-rl-builder"}  # the client's own revision date
+    cluster = {"controller_url": iris.url, "iris_user": "gpu-rl-builder",  # the client's own revision date
+               # The local controller runs tasks on the host: the job that runs a built image's own checks
+               # gets the image laid out first by the sandbox's stand-in for a container runtime.
+               "image_check_runner": [shutil.which("python3") or "/usr/bin/python3",
+                                      str(Path(__file__).resolve().parent / "image_run_standin.py")]}
     config: dict[str, Any] = {
         "work_dir": str(state_dir / "work"),
         # Outside work_dir on purpose: the store stands for a bucket that outlives the worker's disk.

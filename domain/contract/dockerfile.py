@@ -14,13 +14,14 @@ assertion markers a successful build log must show. An instruction we do not use
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import dockerfile as bk
 
 from domain.contract.errors import ContractError
 from domain.contract.models import ArchSpec, CopyStep, DockerfileContract, EchoLine, ScriptContract, Stage
-from domain.contract.shell import command_name, parse_bash, printed_lines, statements
+from domain.contract.shell import command_args, command_name, parse_bash, printed_lines, src, statements
 
 _LAYER = {"RUN", "COPY", "ADD"}
 # BuildKit's instruction set: the parser accepts any word, the builder (and kaniko) rejects the rest.
@@ -108,6 +109,7 @@ def _run_markers(command: str, start: int, end: int, lines: list[str], stage: st
     except ContractError:
         return []  # a RUN body we cannot read prints no marker we rely on; BuildKit runs it regardless
     final = _final_chain(root)
+    check = _is_check(root)
     out = []
     for s in statements(root):
         for p in printed_lines(s):
@@ -116,8 +118,37 @@ def _run_markers(command: str, start: int, end: int, lines: list[str], stage: st
             must = (command_name(s.node) == "echo" and not s.guards and not s.in_loop
                     and _span(s.node) in final)
             out.append(EchoLine(template=p.template, guards=s.guards, in_loop=s.in_loop, stage=stage, line=at,
-                                source_text=p.source_text, step=step, must_run=must))
+                                source_text=p.source_text, step=step, must_run=must,
+                                check_step=check and command_name(s.node) != "echo"))
     return out
+
+
+# Commands a check step may run: it reads the image and prints, so running it again in the image proves what it
+# prints (the imports a marker reports, a test of a file). Anything else (an installer, a write) is not re-run.
+_CHECK_COMMANDS = {"echo", "printf", "test", "[", "[[", "true", "false", ":", "exit"}
+
+
+def _is_check(root) -> bool:
+    """The RUN step only tests and prints: every command is a test, an echo/printf to the log or a
+    `python -c` (imports and prints), with no redirection to a file."""
+    stmts = list(statements(root))
+    if not stmts:
+        return False
+    for s in stmts:
+        if s.node.type in ("variable_assignment", "declaration_command", "test_command"):
+            continue
+        name = command_name(s.node)
+        if name is None:
+            return False
+        if name in _CHECK_COMMANDS:
+            if s.redirected and name in ("echo", "printf"):
+                return False
+            continue
+        base = name.rsplit("/", 1)[-1]
+        if re.fullmatch(r"python[0-9.]*", base) and any(src(a) == "-c" for a in command_args(s.node)):
+            continue
+        return False
+    return True
 
 
 def _span(node) -> tuple[int, int]:

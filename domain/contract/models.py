@@ -251,6 +251,9 @@ class EchoLine(BaseModel):
     source_text: str | None = None  # as written in the file (what a kaniko cache-hit line quotes)
     step: str | None = None  # a Dockerfile echo: its whole RUN instruction as written (what kaniko's history records)
     must_run: bool = False  # an `echo` a zero exit of its RUN step proves ran (its final `&&` chain, unguarded)
+    # Printed by a `python -c` of a RUN step that only tests and prints: running the step again in the image
+    # proves what the image answers (an echo of a variable would only repeat the value it is given).
+    check_step: bool = False
 
 
 class CopyStep(BaseModel):

@@ -90,7 +90,7 @@ def test_a_silent_or_lost_log_never_passes_on_history_text_or_a_value():
     files = edited(DF_AMD, lambda t: t.replace("FROM base AS rl\n", "FROM base AS rl\nENV INSTALL_MEGATRON=0\n"))
     markers = _megatron(files)
     history = _history_of(files)  # holds every marker's template, `(megatron=${INSTALL_MEGATRON})` included
-    assert any(f'echo "{MEG}"' in h for h in history)
+    assert any(f"print('{MEG}')" in h for h in history)
     for what, log, lines in (("silent", "", 0), ("lost", "\n".join(map(str, range(10_000))) + "\n" + PUSH, 10_002)):
         check = check_log(markers, log)
         j = judge(markers, check, LogIntegrity(lines=lines), _ours(history))
@@ -157,3 +157,43 @@ def test_an_image_this_job_did_not_push_is_adopted_and_passes_only_where_policy_
     j = judge(markers, check, LogIntegrity(lines=1), image.model_copy(update={"built_by_job": None,
                                                                               "built_why": "no record"}))
     assert j.verdict == "log_lost" and "cannot tell whether this job pushed it: no record" in j.reasons[0]
+
+
+def test_the_image_run_proves_only_what_the_image_printed_and_its_excluded_branch_fails():
+    """Issue #34 item 2 (pure part): the script that runs a check step in the image, and how its output is read."""
+    import subprocess
+
+    from domain.log_evidence import image_check_script, image_check_steps, read_image_run, with_image_run
+
+    markers = _megatron()
+    meg = next(m for m in markers if m.name == MEG)
+    assert meg.check_step and meg.step_env == {"INSTALL_MEGATRON": "1"}
+    final = next(m for m in markers if m.name == FINAL1)
+    assert not final.check_step  # an echo of a value we would pass ourselves proves nothing about the image
+    check = check_log(markers, "")
+    j = judge(markers, check, LogIntegrity(lines=0), _ours([]))
+    steps = image_check_steps(markers, j.unproven)
+    assert steps == [meg.step]
+    script = image_check_script(markers, steps)
+    ref = f"{REPO}@sha256:{'ab' * 32}"
+    # The step really runs (bash, as in the image): the image's ENV wins over the planned default (Docker's rule).
+    for env, expect in (({}, "import"), ({"INSTALL_MEGATRON": "0"}, "excluded")):
+        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                             env={"PATH": "/usr/bin:/bin", "KANIKO_STANDIN_ROOT": "/nonexistent", **env})
+        run = read_image_run(ref, "/u/check", out.stdout + out.stderr, markers, steps, j.unproven)
+        if expect == "excluded":  # the image says INSTALL_MEGATRON=0: the standard branch
+            assert run.contradicted and "megatron backend not installed (INSTALL_MEGATRON=0)" in run.contradicted[1]
+            after = with_image_run(j, run)
+            assert after.verdict == "contradicted" and after.contradicted == run.contradicted
+        else:  # the import fails (no megatron in this root): not proven, and not an assertion (a CPU task)
+            assert not run.contradicted and not run.proven and "exited 1" in run.failed[MEG], run
+            after = with_image_run(j, run)
+            assert after.verdict == "log_lost" and "exited 1" in after.unproven[MEG]
+    good = "Megatron native imports OK\nFSDP torchtitan backend not installed (INSTALL_MEGATRON=1)\n" \
+           "::gpu-rl-builder image check 0 exit=0\n"
+    run = read_image_run(ref, "/u/check", good, markers, steps, j.unproven)
+    assert list(run.proven) == [MEG] and "the image ran its own check" in run.proven[MEG]
+    after = with_image_run(j, run)
+    assert MEG in after.stood_in and MEG not in after.missing and after.verdict == "log_lost"  # values stay unproven
+    silent = read_image_run(ref, "/u/check", "", markers, steps, j.unproven)
+    assert "printed no end line" in silent.failed[MEG] and with_image_run(j, silent).verdict == "log_lost"

@@ -2,7 +2,9 @@
 
 A megatron target whose Dockerfile gained `ENV INSTALL_MEGATRON=0` builds (kaniko stand-in, the fixture's
 real Dockerfile) a non-megatron image: its complete log contradicts the plan (assertion_failure naming the
-line); a silent or lost log ends log_lost (history text proves no value and no branch). A job that pushes
+line); where the log is silent or lost, the image's own check (the step's `python3 -c "import megatron.core"`)
+runs in an Iris job whose task image is the pushed digest (here laid out by sandbox/image_run_standin.py) and
+answers with the excluded branch: assertion_failure too. History text proves no value and no branch. A job that pushes
 nothing while an earlier image of the commit sits at the tag is "adopted, not built by this job" and passes
 only where policy.allow_adopted_image says so."""
 
@@ -30,6 +32,19 @@ MEG = "Megatron native imports OK"
 NOT_MEG = "megatron backend not installed (INSTALL_MEGATRON=0)"
 FINAL = "uv sync FINAL (vllm, cufft, triton, nvshmem, nvrtc + closure verify) done"
 ENV_OFF = ("FROM base AS rl\n", "FROM base AS rl\nENV INSTALL_MEGATRON=0\n")
+
+
+RUNNER = [shutil.which("python3") or "/usr/bin/python3", str(Path(__file__).resolve().parents[2] / "sandbox"
+                                                            / "image_run_standin.py")]
+
+
+def _acts(tmp_path: Path, url: str, host: str, **policy) -> BuildActivities:
+    """The activities with the sandbox's image runner on the local cluster (its tasks run on the host)."""
+    config = _config(tmp_path, url, host)
+    local = config.clusters["local"].model_copy(update={"image_check_runner": RUNNER})
+    return BuildActivities(config.model_copy(update={
+        "clusters": {**config.clusters, "local": local},
+        "policy": config.policy.model_copy(update=policy)}))
 
 
 def _context(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -71,7 +86,7 @@ async def _capture(acts, name, target, check):
 
 async def test_a_megatron_target_whose_image_lacks_megatron_never_validates(iris_controller, iris_client,
                                                                            open_registry, tmp_path):
-    acts = BuildActivities(_config(tmp_path, iris_controller.url, open_registry.host))
+    acts = _acts(tmp_path, iris_controller.url, open_registry.host)
     files = edited(DF_AMD, lambda t: t.replace(*ENV_OFF), fixture_files(HARBOR))
     repo, tag = f"{open_registry.host}/evidence", f"gpu-rl-megatron-{uuid.uuid4().hex[:8]}"
     target = _target(files, "megatron", repo, tag)
@@ -95,11 +110,12 @@ async def test_a_megatron_target_whose_image_lacks_megatron_never_validates(iris
             assert f"done (megatron=0)` shows it with another value: the plan expects `{FINAL} (megatron=1)`" in text
             assert "planned INSTALL_MEGATRON=1" in text and check.lost == []
             assert (str(c.failure_class), c.reasons) == ("assertion_failure", check.contradicted)
-        elif what == "silent":
-            assert MEG in check.missing and f"{FINAL} (megatron=1)" in check.missing and not check.stood_in.get(MEG)
-            assert (str(c.failure_class), c.reasons) == ("log_lost", check.lost)
-        else:  # whatever the store kept: its contradicting lines, or nothing that proves megatron
-            assert str(c.failure_class) in ("assertion_failure", "log_lost"), c
+        else:  # silent, or whatever the store kept: the image itself answers, with the excluded branch
+            text = "\n".join(check.contradicted)
+            assert f"`{NOT_MEG}` is the branch the plan excludes: the plan expects `{MEG}`" in text, (what, check)
+            if what == "silent":
+                assert text.startswith(f"running {repo}@sha256:"), text
+            assert (str(c.failure_class), c.reasons) == ("assertion_failure", check.contradicted)
             assert MEG not in check.stood_in
         print(f"{what}: {c.failure_class}: {c.reasons[0][:200]}")
 
@@ -114,9 +130,7 @@ async def test_a_job_that_pushed_nothing_adopts_the_older_image_only_where_polic
     out.write_text(_build(ctx, f"{repo}:{tag}", open_registry.host, tmp_path, megatron="0", push=False))
     target = _target(files, "standard", repo, tag)
     for allowed in (False, True):
-        config = _config(tmp_path, iris_controller.url, open_registry.host)
-        config = config.model_copy(update={"policy": config.policy.model_copy(update={"allow_adopted_image": allowed})})
-        acts = BuildActivities(config)
+        acts = _acts(tmp_path, iris_controller.url, open_registry.host, allow_adopted_image=allowed)
         name = f"/tester/nopush-{uuid.uuid4().hex[:8]}"
         before = await acts._record_tag_before("evidence", target, name)  # as submit_job does
         assert before["digest"] and before["digest"].startswith("sha256:")
@@ -131,3 +145,24 @@ async def test_a_job_that_pushed_nothing_adopts_the_older_image_only_where_polic
         else:
             assert (check.lost, check.missing, check.contradicted) == ([], [], []), check
             assert all("adopted, not built by this job" in v for v in check.stood_in.values()) and check.stood_in
+
+
+async def test_a_good_megatron_image_answers_its_own_import_check_and_a_lost_value_stays_unproven(
+        iris_controller, iris_client, open_registry, tmp_path):
+    """The fixture's megatron image (no ENV override) and a silent log: the image run proves the branch marker
+    from the image's content (its megatron.core import); markers that carry a value (`done (megatron=1)`) are
+    proven only by their own line, so the target still ends log_lost, naming them: never a pass on less."""
+    acts = _acts(tmp_path, iris_controller.url, open_registry.host)
+    files = fixture_files(HARBOR)
+    repo, tag = f"{open_registry.host}/evidence", f"gpu-rl-megatron-{uuid.uuid4().hex[:8]}"
+    target = _target(files, "megatron", repo, tag)
+    name = f"/tester/good-silent-{uuid.uuid4().hex[:8]}"
+    assert (await acts._record_tag_before("evidence", target, name))["digest"] is None
+    _build(_context(tmp_path, files), f"{repo}:{tag}", open_registry.host, tmp_path, megatron="1")
+    await _run_to_end(iris_client, name, "true")
+    check = await ActivityEnvironment().run(acts.check_build_log, _check_input(name, target))
+    assert check.contradicted == [] and check.lost, check
+    assert check.stood_in[MEG].startswith("the image ran its own check: docker/Dockerfile.gpu-rl:"), check.stood_in
+    assert f"{FINAL} (megatron=1)" in check.missing and MEG not in check.missing
+    assert "carries a value (INSTALL_MEGATRON=1)" in check.lost[0] or any(
+        "carries a value" in r for r in check.lost), check.lost
