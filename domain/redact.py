@@ -339,6 +339,9 @@ _HEX_RUN = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{2}(?:[ :-]?[0-9A-Fa-f]{2}){7
 # What may separate two pieces of one encoded stream: a line break with its prefix (a wrapped stream; the
 # line's rest for a hex dump: its ASCII column, then the next line's offset) or hexdump -C's middle gap.
 _B64_GAP = re.compile(_BREAK_RE)
+# The same runs, each with the line break that follows it if any (a stream that may go on on the next
+# line: only then are runs looked up by position and joined).
+_B64_RUN_END = re.compile(r"([A-Za-z0-9+/_-]{16,}={0,6})((?:\\|=)?(?:\r?\n|\\r\\n|\\n))?")
 _LINE_END = re.compile(r"\r?\n|\\r\\n|\\n")
 _HEX_GAP = re.compile(f"  |(?:[ \\t]{{2,}}[^\\n]{{0,100}})?(?:{_BREAK_RE})(?:[0-9A-Fa-f]{{4,16}}:?[ \\t]+)?")
 DEPTH = 3  # layers decoded (base64 of gzip of base64 of a config.json holding base64 is 3)
@@ -441,10 +444,8 @@ def _b64_spans(chars: str, m: _Matcher, depth: int, budget: _Budget) -> list[tup
 def _decoded_spans(text: str, m: _Matcher, depth: int, budget: _Budget) -> list[tuple[int, int]]:
     """Spans of ``text`` whose base64, base32 or hex decodes to something holding a secret."""
     out: list[tuple[int, int]] = []
-    for pieces in _runs(text, _B64_RUN, _B64_GAP):
-        if budget.left <= 0:
-            return out
-        chars = text[pieces[0][0]:pieces[0][1]] if len(pieces) == 1 else "".join(text[a:b] for a, b in pieces)
+
+    def decoded(chars: str) -> list[tuple[int, int]]:
         key = (id(m.automaton), depth, chars)
         found = budget.seen.get(key)
         if found is None:
@@ -455,6 +456,17 @@ def _decoded_spans(text: str, m: _Matcher, depth: int, budget: _Budget) -> list[
                     if len(_RUNS) >= 4096:
                         _RUNS.clear()
                     _RUNS[key] = found
+        return found
+
+    # Each distinct run decoded first (a log repeats its prefixes and paths); positions are looked up only
+    # when one holds a secret or a run is wrapped onto the next line (its pieces decode only together).
+    runs = _B64_RUN_END.findall(text)  # one pass: each run, and whether a line break follows it
+    hot = any([decoded(c) for c in {run for run, _ in runs} if budget.left > 0])
+    for pieces in _runs(text, _B64_RUN, _B64_GAP) if hot or any(brk for _, brk in runs) else ():
+        if budget.left <= 0:
+            return out
+        chars = text[pieces[0][0]:pieces[0][1]] if len(pieces) == 1 else "".join(text[a:b] for a, b in pieces)
+        found = decoded(chars)
         if found:
             starts, n = [], 0  # a run's character -> its position in the text
             for a, b in pieces:

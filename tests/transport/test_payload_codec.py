@@ -370,3 +370,25 @@ async def test_the_codec_server_lets_in_operators_by_their_github_token_only(git
             assert (await post("tok-nobody-0123456789")).status_code == 401
     finally:
         server.close()
+
+
+async def test_the_starter_shows_a_retried_steps_encoded_failure_message():
+    """Failure messages travel encoded (``Encoded failure`` in the raw proto): ``decode_failures`` gives the
+    starter the real one, redacted, through the client's converter and codec."""
+    from types import SimpleNamespace
+
+    from temporalio.api.workflow.v1 import PendingActivityInfo
+
+    from runtime import progress
+
+    secret = "s3ntinel-RETRY-" + os.urandom(8).hex()
+    register_secret(secret)
+    converter = data_converter(RedactingCodec(Keys(primary="k", by_id={"k": os.urandom(32)})))
+    pa = PendingActivityInfo(attempt=3)
+    pa.activity_type.name = "submit_job"
+    await converter.encode_failure(ApplicationError(f"cannot reach controller ({secret})"), pa.last_failure)
+    assert pa.last_failure.message == "Encoded failure"
+    (decoded,) = await progress.decode_failures(SimpleNamespace(data_converter=converter), [pa])
+    (reason,) = progress.retrying([decoded], "amd64-standard")
+    assert "submit_job failed (attempt 2): cannot reach controller ([REDACTED])" in reason.detail, reason.detail
+    assert secret not in reason.detail
