@@ -211,6 +211,10 @@ class GateReader:
             merged_pins = await self.merged_pins(pull.merge_commit_sha, images)
         return ReviewState(
             foreign_head=foreign, merged_pins=merged_pins,
+            mergeable=pull.mergeable if pull.state == "open" and not pull.merged else None,
+            # Main's head only while the PR cannot merge (a conflict is judged again when main moves); else a
+            # push to main would wake every waiting build's watch for nothing.
+            base_sha=pull.base_sha if pull.mergeable is False and pull.state == "open" else None,
             state=pull.state, head_ref=pull.head_ref, merged_by=pull.merged_by, closed_by=closed_by,
             closed_at=pull.closed_at, branch_deleted=branch_deleted,
             head_sha=pull.head_sha, checks=v.state, failing_checks=v.failing, pending_checks=v.pending,

@@ -26,10 +26,18 @@ from clients.git_source import (
     DivergedWorktree,
     GitSourceError,
     adopt_pushed_commit,
+    build_request_of,
+    changed_paths,
     commit_build_change,
     create_worktree,
+    is_ancestor,
+    last_change_of,
+    list_files_at,
     push_branch,
+    read_files_at,
+    replay_commit,
     reset_worktree,
+    resolve_ref,
     restore_paths,
     worktree_changes,
 )
@@ -52,11 +60,14 @@ from clients.registry import (
 )
 from clients.registry import NotFound as RegistryNotFound
 from clients.registry import Unauthorized as RegistryUnauthorized
+from domain.boundary import BoundaryRule, decide
 from domain.config import GitHubSettings
 from domain.contract import ContractError, load_contract
 from domain.github_pace import watch_pace
 from domain.issue_ref import parse_issue_ref
 from domain.models import (
+    ConflictInput,
+    ConflictVerdict,
     MergeInput,
     PinnedImage,
     PullRequestInfo,
@@ -66,7 +77,7 @@ from domain.models import (
     WatchInput,
 )
 from domain.outcome import drift_markdown, pinned_images, registry_drift
-from domain.pins import PinEntry, PinTableError, update_pin_table
+from domain.pins import PinEntry, PinTableError, read_pins, update_pin_table
 from domain.redact import redact, redact_obj
 from domain.render import inert_markdown
 from domain.report import evidence_lines, target_rows
@@ -84,7 +95,7 @@ class RecordActivities(ActivityGroup):
         self.github_cache = ConditionalCache()
 
     def all(self) -> list:
-        return [self.record_artifact, self.watch_pull_request, self.merge_pull_request]
+        return [self.record_artifact, self.watch_pull_request, self.merge_pull_request, self.resolve_conflict]
 
     def _github(self) -> tuple[GitHubSettings, GitHubClient]:
         gh = self.config.github
@@ -402,4 +413,106 @@ class RecordActivities(ActivityGroup):
                 await gh.merge_pull(inp.pr_number, inp.head_sha)
             except (HeadMoved, NotMergeable) as e:
                 activity.logger.warning(f"merge of #{inp.pr_number} refused: {e}")
+                refused = f"GitHub refused the merge ({e.status}): {e.message}"
+                return (await state()).model_copy(update={"merge_refused": refused})
             return await state()
+
+    # ------------------------------------------------------------------ a PR that cannot merge
+    @activity.defn
+    async def resolve_conflict(self, inp: ConflictInput) -> ConflictVerdict:
+        """The PR cannot merge because main moved. Judge main's new commits and resolve what the service owns:
+        main already pins images of the same or a newer source → superseded (naming that build); the new commits
+        cross the rebuild boundary → the validated images no longer match main (rebuild); else the build
+        commit's change and the pin lines are written again on the new main and pushed, with a lease on exactly
+        the old pin commit. Reproducible (fixed author and dates: a retry makes the same commits, and a pushed
+        one is found again), so idempotent under retry."""
+        async with Heartbeater():
+            return await asyncio.to_thread(self._resolve_conflict, inp)
+
+    def _resolve_conflict(self, inp: ConflictInput) -> ConflictVerdict:
+        gh = self.config.github
+        if gh is None:
+            raise input_error("github: no [github] section in the configuration; cannot resolve a PR conflict")
+        path = gh.pin_table_path
+        repo = self.repos.marinskyrl()
+        main = resolve_ref(repo)
+        table = read_files_at(repo, main, [path], missing_ok=True).get(path)
+        pins = read_pins(table) if table is not None else {}
+        mine = [t for t in inp.targets if t.status == "validated" and t.digest]
+        sources = [(pins.get((t.architecture.upper(), t.variant.upper())) or {}).get("source_commit") for t in mine]
+        if mine and all(src and is_ancestor(repo, inp.build_commit, src) for src in sources):
+            change = last_change_of(repo, main, path)
+            request = build_request_of(change[1]) if change else None
+            by = request.removesuffix("-pins") if request else (f"commit {change[0][:12]}" if change else "someone")
+            newest = ", ".join(sorted({s[:12] for s in sources if s}))
+            return ConflictVerdict(
+                kind="superseded", main_commit=main, superseded_by=by,
+                detail=f"main ({main[:12]}) already pins images built from {newest}, the same or a newer source "
+                       f"than this build's {inp.build_commit[:12]}, recorded by {by}")
+        changed = [p for p in changed_paths(repo, inp.base_commit, main) if p != path]
+        rules, texts = self._boundary_inputs(repo, main)
+        verdict = decide(rules, texts, changed, harbor_moved=False)
+        if verdict.needed:
+            return ConflictVerdict(
+                kind="rebuild", main_commit=main, reasons=verdict.deciding or verdict.reasons,
+                detail=f"main moved to {main[:12]} with changes that reach the image: the validated images no "
+                       f"longer match main ({'; '.join(verdict.deciding or verdict.reasons)})")
+        return self._rebase(inp, repo, main, path)
+
+    def _boundary_inputs(self, repo, sha: str) -> tuple[list[BoundaryRule], dict[str, str]]:
+        """The rebuild boundary at ``sha``: the build contract's rules and Dockerfiles, else the configured rules
+        (``build.deploy_boundary``) and whatever Dockerfiles are there."""
+        try:
+            contract = load_contract(self.repos.contract_files(repo, sha), sha, self.config.build)
+            rules = [BoundaryRule(glob=r.glob, rebuild=r.rebuild, reaches=r.reaches, source=r.source)
+                     for r in contract.deploy_boundary]
+        except (ContractError, GitSourceError) as e:
+            activity.logger.warning(f"judging main at {sha[:12]} with the configured boundary: {e}")
+            rules = [BoundaryRule(glob=r.glob, rebuild=r.rebuild, reaches=r.reaches,
+                                  source=f"config:build.deploy_boundary[{i}]")
+                     for i, r in enumerate(self.config.build.deploy_boundary)]
+        dockerfiles = [p for p in list_files_at(repo, sha, "docker") if p.rsplit("/", 1)[-1].startswith("Dockerfile")]
+        return rules, read_files_at(repo, sha, dockerfiles, missing_ok=True)
+
+    def _rebase(self, inp: ConflictInput, repo, main: str, path: str) -> ConflictVerdict:
+        dest = self.paths.worktree(f"{inp.request_id}-rebase")
+        try:
+            wt = create_worktree(repo, main, dest)
+        except (DirtyWorktree, DivergedWorktree) as e:
+            activity.logger.warning(f"recreating the rebase worktree: {e}")
+            shutil.rmtree(dest, ignore_errors=True)
+            wt = create_worktree(repo, main, dest)
+        reset_worktree(wt, main)
+        author = f"{self.config.repos.git_author_name} <{self.config.repos.git_author_email}>"
+        when = git.Repo(wt).commit(main).committed_date
+        if inp.build_commit != inp.base_commit:  # the build's own change (Harbor re-pin) first, as it was
+            conflicts = replay_commit(wt, inp.build_commit)
+            if conflicts:
+                return ConflictVerdict(
+                    kind="foreign_conflict", main_commit=main, reasons=conflicts,
+                    detail=f"the build commit {inp.build_commit[:12]} conflicts with main ({main[:12]}) in "
+                           f"{', '.join(conflicts)}: files the service does not own")
+            message = git.Repo(wt).commit(inp.build_commit).message.split("\n\nBuild-Request:")[0]
+            commit_build_change(wt, message=message, request_id=inp.request_id, author=author,
+                                date=f"{when + 1} +0000")
+        table = wt / path
+        try:
+            entries = [PinEntry(architecture=t.architecture, variant=t.variant, digest=t.digest, tag=t.tag,
+                                source_commit=inp.build_commit, harbor_commit=inp.harbor_commit)
+                       for t in inp.targets if t.status == "validated" and t.digest]
+            table.write_text(update_pin_table(table.read_text(), entries, path=path))
+        except (FileNotFoundError, PinTableError) as e:
+            reset_worktree(wt, main)
+            return ConflictVerdict(kind="foreign_conflict", main_commit=main, reasons=[path],
+                                   detail=f"the pin table cannot be written on main ({main[:12]}): {e}")
+        result = commit_build_change(
+            wt, message=f"Pin GPU-RL images built from {inp.build_commit[:12]}\n\nValidated digests for "
+                        f"{', '.join(e.architecture + '-' + e.variant for e in entries)}; Harbor {inp.harbor_commit}; "
+                        f"written again on {main[:12]}.",
+            request_id=f"{inp.request_id}-pins", author=author, date=f"{when + 2} +0000")
+        push_branch(wt, self.config.repos.marinskyrl_url, inp.branch, result.sha, lease_on=inp.pin_commit,
+                    credential=self.repos.git_credential)
+        return ConflictVerdict(
+            kind="rebased", main_commit=main, pin_commit=result.sha,
+            detail=f"main moved to {main[:12]} with no change that reaches the image; the pin commit was written "
+                   f"again on it ({result.sha[:12]}) and pushed: checks run again and a new approval is needed")

@@ -483,6 +483,41 @@ def changed_paths(fetched: FetchedRepo, old_sha: str, new_sha: str) -> list[str]
 
 
 # --------------------------------------------------------------------------------------- worktree
+def is_ancestor(fetched: FetchedRepo, old: str, new: str) -> bool:
+    """Is ``old`` an ancestor of (or equal to) ``new``?"""
+    try:
+        _run(_repo(fetched), "merge-base", "--is-ancestor", old, new)
+    except GitCommandFailed:
+        return False
+    return True
+
+
+def last_change_of(fetched: FetchedRepo, sha: str, path: str) -> tuple[str, str] | None:
+    """The latest non-merge commit reachable from ``sha`` that changed ``path``: (sha, message)."""
+    out = _run(_repo(fetched), "log", "-1", "--no-merges", "--format=%H%x00%B", sha, "--", path)
+    if not out.strip():
+        return None
+    commit, _, message = out.partition("\0")
+    return commit.strip(), message
+
+
+def replay_commit(worktree: Path, commit: str) -> list[str]:
+    """Apply ``commit``'s change on top of the worktree's HEAD, uncommitted (the caller commits it
+    reproducibly). Returns the paths that conflict, after putting the worktree back at HEAD."""
+    repo = git.Repo(worktree)
+    try:
+        _run(repo, "cherry-pick", "--no-commit", commit)
+        return []
+    except GitCommandFailed:
+        conflicted = _run(repo, "diff", "--name-only", "--diff-filter=U", "-z")
+        _run(repo, "reset", "--quiet", "--hard", "HEAD")
+        try:
+            _run(repo, "cherry-pick", "--quit")
+        except GitCommandFailed:
+            pass
+        return sorted(p for p in conflicted.split("\0") if p) or ["(git named no file)"]
+
+
 def create_worktree(fetched: FetchedRepo, base_sha: str, dest: Path) -> Path:
     """A clean clone of the mirror at ``base_sha`` in ``dest`` (detached HEAD), reused when safe.
 
@@ -708,6 +743,7 @@ def remote_branch_sha(worktree: Path, remote_url: str, branch: str, *, git_env: 
 def push_branch(
     worktree: Path, remote_url: str, branch: str, sha: str, *, git_env: dict[str, str] | None = None,
     keep_own: tuple[str, ...] = (), replace_own: str | None = None, credential: GitCredential | None = None,
+    lease_on: str | None = None,
 ) -> None:
     """Make ``refs/heads/<branch>`` on the remote point at ``sha``; fast-forward only, idempotent.
 
@@ -718,7 +754,10 @@ def push_branch(
     ``replace_own``: a Build-Request trailer; when the branch's head is a commit with that trailer on
     the same parent as ``sha`` (an earlier run's pin commit with other content, e.g. a digest that has
     changed since), it is replaced with ``--force-with-lease`` on exactly that head: the service's own
-    commit on its own branch, never anyone else's (a moved head makes the push fail)."""
+    commit on its own branch, never anyone else's (a moved head makes the push fail).
+
+    ``lease_on``: the branch may be replaced while it is at exactly this commit (the service's own pin commit,
+    rebased onto a new main); any other head is a BranchConflict."""
     repo = git.Repo(worktree)
     env = _git_env(git_env)
     current = remote_branch_sha(worktree, remote_url, branch, git_env=git_env, credential=credential)
@@ -730,7 +769,9 @@ def push_branch(
              credential=credential)  # a failure is git's own (GitCommandFailed or a refusal), not a conflict
         if keep_own and _only_own_commits_on_top(repo, sha, current, keep_own):
             return
-        if replace_own and _own_sibling(repo, current, sha, replace_own):
+        if lease_on is not None and current == lease_on:
+            lease = current
+        elif replace_own and _own_sibling(repo, current, sha, replace_own):
             lease = current
         else:
             try:

@@ -117,6 +117,7 @@ class Pull(_Model):
     head_ref: str
     head_sha: str
     base_ref: str
+    base_sha: str | None = None
     merged: bool = False
     mergeable: bool | None = None  # None while GitHub is still computing it
     merge_commit_sha: str | None = None
@@ -134,6 +135,7 @@ class Pull(_Model):
             head_ref=d["head"]["ref"],
             head_sha=d["head"]["sha"],
             base_ref=d["base"]["ref"],
+            base_sha=d["base"].get("sha"),
             merged=bool(d.get("merged") or d.get("merged_at")),
             mergeable=d.get("mergeable"),
             merge_commit_sha=d.get("merge_commit_sha"),

@@ -50,7 +50,8 @@ class WaitingReason(BaseModel):
     """What a build waits for and the exact operator command that unblocks it (None: nothing to run)."""
 
     kind: Literal["operator_decision", "package_visibility", "registry_inconclusive", "registry_unreachable",
-                  "merge_checks", "merge_authorization", "step_retrying", "registry_drift", "head_moved"]
+                  "merge_checks", "merge_authorization", "step_retrying", "registry_drift", "head_moved",
+                  "merge_conflict"]
     target: str | None = None  # target key, or None for the pipeline itself
     detail: str  # one short sentence: what is needed
     command: str | None = None  # e.g. ``python starter.py recheck <wid> amd64-standard``
@@ -541,7 +542,33 @@ class ReviewState(BaseModel):
     branch_deleted: bool = False  # the head branch no longer exists
     registry_drift: list[RegistryDrift] = Field(default_factory=list)  # pinned images changed since validation
     foreign_head: ForeignHead | None = None  # the head is not the pin commit (read when the pin is known)
+    mergeable: bool | None = None  # GitHub's answer for an open PR (None: not computed yet, or not asked)
+    base_sha: str | None = None  # the base branch head GitHub compared with
+    merge_refused: str = ""  # GitHub's refusal of the merge call (405), as it said it
     merged_pins: MergedPins | None = None  # merged: what its pin table holds (read when the images are known)
+
+
+class ConflictInput(BaseModel):
+    """The PR cannot merge: what the service needs to judge main's new commits and rebase its own pin commit."""
+
+    request_id: str
+    branch: str
+    base_commit: str  # main when the build started
+    build_commit: str
+    harbor_commit: str
+    pin_commit: str  # the PR head now (the service's pin commit): the lease of a rebased push
+    targets: list[TargetResult] = Field(default_factory=list)
+
+
+class ConflictVerdict(BaseModel):
+    """How main's new commits stand against this build (activities/record.resolve_conflict)."""
+
+    kind: Literal["superseded", "rebuild", "rebased", "foreign_conflict"]
+    main_commit: str
+    detail: str  # one sentence, shown in the wait or the end
+    superseded_by: str | None = None  # the build (request id, else the commit) whose pins main holds
+    pin_commit: str | None = None  # rebased: the new pin commit now at the PR head
+    reasons: list[str] = Field(default_factory=list)  # the rebuild boundary's reasons, or the conflicting files
 
 
 class WatchInput(BaseModel):

@@ -12,6 +12,7 @@ import shlex
 
 from domain.buildset import BuildRequest
 from domain.models import (
+    ConflictVerdict,
     FailureInfo,
     FailureRecord,
     ForeignHead,
@@ -252,7 +253,7 @@ def cancelled(request: BuildRequest) -> FailureInfo:
 # ----------------------------------------------------------------------------- done by someone else
 # Ways a build ends because someone outside the service ended what it waited for: they read as cancelled
 # (a person's decision, not an error), and the Temporal run fails so that `resume` may run it again.
-CLOSED_OUTSIDE_CLASSES = frozenset({"pr_closed", "branch_deleted", "merged_other_head"})
+CLOSED_OUTSIDE_CLASSES = frozenset({"pr_closed", "branch_deleted", "merged_other_head", "superseded"})
 
 
 def is_cancelled(failure: FailureInfo | None) -> bool:
@@ -322,6 +323,36 @@ def merged_other_head(rev: ReviewState, pr: PullRequestInfo, request: BuildReque
         next_step=f"read what main pins now (`git show {rev.merge_commit or 'MERGE_COMMIT'}:{path}`); to pin the "
                   f"validated images listed in this report, run `{build_command(request)}` (validated targets "
                   "are adopted, not rebuilt) and approve its PR")
+
+
+def superseded(verdict: ConflictVerdict, pr: PullRequestInfo) -> FailureInfo:
+    """The PR cannot merge because main already pins images of the same or a newer source: merging this build
+    would overwrite newer pins with older ones, so it ends, naming the build that superseded it."""
+    return FailureInfo(
+        failure_class="superseded", error_type="Superseded",
+        message=f"superseded by {verdict.superseded_by}: PR #{pr.number} conflicts with main and {verdict.detail}; "
+                "nothing was merged (main's pins stay)",
+        next_step=f"nothing to do: main pins the newer images; PR #{pr.number} ({pr.url}) cannot merge and may be "
+                  "closed")
+
+
+def conflict_waiting(verdict: ConflictVerdict | None, rev: ReviewState, pr: PullRequestInfo, workflow_id: str,
+                     request: BuildRequest) -> WaitingReason:
+    """Why the PR cannot merge and the next step: GitHub's refusal, and how main's new commits were judged
+    (a rebase the service did itself never waits here: it waits for checks and a new approval)."""
+    said = f" ({rev.merge_refused})" if rev.merge_refused else ""
+    main = f" ({rev.base_sha[:12]})" if rev.base_sha else ""
+    cancel = f"`{STARTER} cancel {q(workflow_id)}`"
+    if verdict is None:
+        return WaitingReason(kind="merge_conflict", detail=(
+            f"PR #{pr.number} ({pr.url}) cannot merge: GitHub reports conflicts with main{main}{said}; the service "
+            f"judges main's new commits next. If it stays: {cancel}, then build from the new main"),
+            command=build_command(request))
+    why = "; ".join(verdict.reasons[:5])
+    return WaitingReason(kind="merge_conflict", detail=(
+        f"PR #{pr.number} ({pr.url}) cannot merge{said}: {verdict.detail}"
+        + (f" [{why}]" if why and why not in verdict.detail else "")
+        + f". Next step: {cancel}, then build from the new main (the command)"), command=build_command(request))
 
 
 def restore_head_command(repo_url: str, branch: str, pin_commit: str, theirs: str) -> str:

@@ -160,6 +160,10 @@ SERVICE_CLASSES = [
                                 "validated digests: the build ended cancelled; nothing of it is pinned on main.",
           f"read what main pins (`git show <merge-commit>:<pin table>`); to pin the validated images, {BUILD_AGAIN} "
           "(validated targets are adopted) and approve its PR"),
+    Entry("superseded", "The build's PR conflicted with main, and main already pins images built from the same "
+                        "or a newer source (the report names the build that pinned them): merging would overwrite "
+                        "newer pins, so the build ended; nothing was merged.",
+          "nothing to do; the PR cannot merge and may be closed"),
     Entry("tag_moved", "While the PR waits for its merge, someone moved or deleted a pinned tag in the registry: "
                        "the PR still pins the validated digest, and the merge is held (`registry_drift`) because "
                        "the tag no longer serves it.",
@@ -205,6 +209,12 @@ WAITS = {
                                       "another head.",
                         "restore the branch with the printed `git push --force-with-lease` (it never overwrites a "
                         "later push), then approve again; if the new commits were meant, cancel and build them"),
+    "merge_conflict": Entry("merge_conflict", "GitHub says the PR cannot merge (conflicts, or a 405 on the merge "
+                                              "call). The service judged main's new commits with the rebuild "
+                                              "boundary: they reach the image, or the conflict is in files it does "
+                                              "not own. (Pin lines alone are rewritten on the new main by the "
+                                              "service: checks run again and a new approval is asked for.)",
+                            "cancel the build, then build from the new main (the command printed)"),
     "step_retrying": Entry("step_retrying", "A step failed and Temporal retries it with backoff; `follow` shows "
                                             "the attempt and the last error.",
                            "fix the cause the error names (a credential, a service); the retry is bounded and "
@@ -229,7 +239,7 @@ STAGES = {
     Stage.FAILED: f"end: the failure class says why and the report gives the next step ({REPORT})",
     Stage.CANCELLED: "end: cancelled by an operator (class `cancelled`), or its PR closed or build branch deleted "
                      "on GitHub by someone (`pr_closed`, `branch_deleted`), or someone else's head merged by hand "
-                     "(`merged_other_head`)",
+                     "(`merged_other_head`), or superseded by a newer build already on main (`superseded`)",
 }
 
 EXIT_CODES = [(0, "success, or the build runs (without `--follow`)"), (1, "the build or the command failed"),

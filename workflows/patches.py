@@ -63,3 +63,8 @@ REBUILD_CANCEL_MEMORY = "rebuild-cancel-memory"
 # BuildPipelineWorkflow's merge wait merges only the pin commit it pushed: a PR head that is anything else holds
 # the merge (naming who pushed it and the restore command), and the merge call is given the pin commit's sha.
 MERGE_PIN_COMMIT = "merge-only-the-pin-commit"
+
+# BuildPipelineWorkflow's merge wait judges a PR GitHub cannot merge (resolve_conflict): superseded by newer pins
+# on main ends the build, changes that reach the image wait with the rebuild command, pin lines alone are
+# rewritten on the new main (new pin commit, checks again, a new approval).
+MERGE_CONFLICT = "merge-conflict-judged"

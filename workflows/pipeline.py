@@ -33,6 +33,8 @@ with workflow.unsafe.imports_passed_through():
         AdoptInput,
         AuthorizeInput,
         BuildState,
+        ConflictInput,
+        ConflictVerdict,
         ForeignHead,
         GitHubWake,
         LoadStateInput,
@@ -88,6 +90,8 @@ class BuildPipelineWorkflow:
         self._merged_outside = False  # the PR was merged by a person on GitHub, not by this service
         self._wake_head: str | None = None  # the head a push / pull_request webhook named last
         self._read: ReviewState | None = None  # the gate as the last watch returned it (its next ``last``)
+        self._conflict: ConflictVerdict | None = None  # how main's new commits were judged (PR cannot merge)
+        self._conflict_key = ""  # the head@main it was judged for: judged again only when one of them moves
 
     @workflow.signal
     def target_changed(self, brief: TargetBrief) -> None:
@@ -161,6 +165,9 @@ class BuildPipelineWorkflow:
         if rev.foreign_head is not None:
             return (f"{who}; accepted, held: {outcome.head_moved_blocking(rev.foreign_head)}; only the pin commit is "
                     "merged: restore the branch (the report prints the command), then approve again")
+        if rev.mergeable is False:
+            return f"{who}; accepted, held: PR #{self._report.pull_request.number} cannot merge (conflicts with main); " \
+                   "the report says why and the next step"
         blocking = _blocking(rev, auth.override_checks)
         if rev.registry_drift:
             return (f"{who}; accepted, held: {blocking}; it merges once the registry serves the validated "
@@ -427,9 +434,13 @@ class BuildPipelineWorkflow:
                                                       head_sha=self._review.head_sha, comment_url=a.url)
             elif self._merge_auth is not None and self._merge_auth.head_sha not in (None, self._review.head_sha):
                 self._merge_auth = None  # new commits since the authorization: they need their own
+            if self._review.mergeable is False and not moved and workflow.patched(patches.MERGE_CONFLICT):
+                if await self._judge_conflict(inp, pr, pin):  # rebased: a new pin commit, checks run again
+                    pin, reread = self._pin() or pin, True
+                    continue
             self._show_merge_wait()
             auth = self._merge_auth
-            if auth is None or moved or _blocking(self._review, auth.override_checks):
+            if auth is None or moved or self._review.mergeable is False or _blocking(self._review, auth.override_checks):
                 continue
             if self._github_seq != github_seq and self._wake_head not in (None, pin):
                 continue  # a push webhook named another head since this read: read again before merging
@@ -451,6 +462,9 @@ class BuildPipelineWorkflow:
                 continue
             self._merge_auth = None  # refused (head moved, conflicts, operator no longer listed): ask again
             await self._set_stage(Stage.AWAITING_MERGE)
+            if merged.mergeable is False and merged.head_sha == pin and workflow.patched(patches.MERGE_CONFLICT):
+                if await self._judge_conflict(inp, pr, pin):
+                    pin, reread = self._pin() or pin, True
             self._show_merge_wait()
         return await self._merged(pr)
 
@@ -486,6 +500,35 @@ class BuildPipelineWorkflow:
         await self._finish(Stage.CANCELLED, "cancelled", failure)
         raise ApplicationError(f"{failure.message} — next step: {failure.next_step}", self._report,
                                type="BuildFailed", non_retryable=True)
+
+    async def _judge_conflict(self, inp: PipelineInput, pr: PullRequestInfo, pin: str) -> bool:
+        """The PR cannot merge: judge main's new commits once per (head, main) and act on the verdict. Superseded
+        ends the build here; rebased moves the pin commit (True: the caller reads the new head; the approval,
+        given for the old tree, is withdrawn); anything else is shown as the wait's reason and next step."""
+        rev, rep = self._review, self._report
+        key = f"{rev.head_sha}@{rev.base_sha or '?'}"
+        if key == self._conflict_key:
+            return False
+        self._conflict_key = key
+        if rep.state is None or rep.source is None:
+            return False  # a report without its base and build commits: shown as a conflict, not judged
+        self._conflict = verdict = await workflow.execute_activity_method(
+            RecordActivities.resolve_conflict,
+            ConflictInput(request_id=inp.request_id, branch=rep.source.branch, base_commit=rep.state.base_commit,
+                          build_commit=rep.source.build_commit, harbor_commit=rep.source.harbor_commit,
+                          pin_commit=pin, targets=rep.targets),
+            **options.RECORD, summary=f"PR #{pr.number} cannot merge: judge main's new commits, rebase the pin commit")
+        if verdict.kind == "superseded":
+            failure = outcome.superseded(verdict, pr)
+            await self._finish(Stage.CANCELLED, "cancelled", failure)
+            raise ApplicationError(f"{failure.message} — next step: {failure.next_step}", self._report,
+                                   type="BuildFailed", non_retryable=True)
+        if verdict.kind == "rebased" and verdict.pin_commit:
+            pr.pin_commit = pr.head_sha = verdict.pin_commit
+            self._merge_auth, self._conflict = None, None
+            rep.message = verdict.detail
+            return True
+        return False
 
     def _pin(self) -> str | None:
         """The commit the service pushed to the build branch (its pin commit): the only head it merges."""
@@ -548,6 +591,10 @@ class BuildPipelineWorkflow:
         drift = [outcome.drift_waiting(rev.registry_drift, pr, wid)] if rev.registry_drift else []
         if rev.foreign_head is not None:  # held whatever the checks say: the head is not the pin commit
             self._report.waiting = [outcome.head_moved_waiting(rev.foreign_head, pr, wid)] + drift
+            self._refresh()
+            return
+        if rev.mergeable is False:  # GitHub cannot merge it: why, and the next step
+            self._report.waiting = [outcome.conflict_waiting(self._conflict, rev, pr, wid, self._request)] + drift
             self._refresh()
             return
         if auth is not None:
