@@ -416,6 +416,8 @@ class BuildPipelineWorkflow:
             watch_cancelled = False
             if self._review.merged:  # merged by a human outside the service
                 self._merged_outside = True
+                if self._pr_body():  # no pin table in this repository: the PR body carries the digests
+                    self._review = rep.review = self._review.model_copy(update={"merged_pins": None})
                 pins = self._review.merged_pins
                 if pins is not None and not pins.unreadable and not pins.holds_validated:
                     await self._merged_other_head(inp, pr)  # what main pins is not this build's: ends here
@@ -483,7 +485,8 @@ class BuildPipelineWorkflow:
             rep.message = f"merged PR #{pr.number} as {rep.merge_commit}" + (
                 f" (authorized by {self._merge_auth.by}, {self._merge_auth.verified})"
                 if self._merge_auth and self._merge_auth.verified else "") + (
-                f"; {outcome.merged_pins_text(self._review.merged_pins)}" if self._review.merged_pins else "")
+                f"; {outcome.merged_pins_text(self._review.merged_pins)}"
+                if self._review.merged_pins and not self._review.merged_pins.unreadable and not self._pr_body() else "")
         if self._review.registry_drift:
             rep.message += f"; note: {outcome.drift_blocking(self._review.registry_drift)}"
         await self._set_stage(Stage.DONE)
@@ -529,6 +532,10 @@ class BuildPipelineWorkflow:
             rep.message = verdict.detail
             return True
         return False
+
+    def _pr_body(self) -> bool:
+        src = self._report.source
+        return src is not None and src.digests_in == "pr_body"
 
     def _pin(self) -> str | None:
         """The commit the service pushed to the build branch (its pin commit): the only head it merges."""

@@ -24,11 +24,13 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from clients.github import HeadMoved
 from domain.buildset import BuildRequest, CompatibilityRequest
 from domain.models import (
+    BundleSummary,
     MergeAuthorization,
     MergeWaitState,
     PipelineInput,
     PipelineReport,
     PullRequestInfo,
+    SourceSnapshot,
     TargetResult,
 )
 from domain.pins import PinEntry, update_pin_table
@@ -65,7 +67,7 @@ def _commit_table(gh, branch: str, start: str, digest: str, message: str) -> str
     return work.head.commit.hexsha
 
 
-async def _start(client, config, gh):
+async def _start(client, config, gh, *, source: SourceSnapshot | None = None):
     """A pipeline in its merge wait on a PR whose head is the pin commit it pushed (what record leaves)."""
     wid = f"pinned-{uuid.uuid4().hex[:10]}"
     branch = config.repos.build_branch(wid)
@@ -78,7 +80,8 @@ async def _start(client, config, gh):
                        compatibility_request=CompatibilityRequest(requested_by="test", reason="pinned head"))
     target = TargetResult(key=KEY, architecture="amd64", variant="standard", status="validated", cluster="c",
                           job_ids=["/j/1"], tag="t1", image_ref="registry.invalid/gpu-rl:t1", digest=VALIDATED)
-    rep = PipelineReport(workflow_id=wid, status="awaiting_merge", request=req, pull_request=pr, targets=[target])
+    rep = PipelineReport(workflow_id=wid, status="awaiting_merge", request=req, pull_request=pr, targets=[target],
+                         source=source)
     handle = await client.start_workflow(
         BuildPipelineWorkflow.run, PipelineInput(request=req, request_id=wid, resume=MergeWaitState(report=rep)),
         id=wid, task_queue=config.temporal.task_queue,
@@ -184,6 +187,29 @@ async def test_a_hand_merge_of_someone_elses_head_is_reported_from_the_pin_table
             f"{KEY} pins {THEIRS}, not the validated {VALIDATED}") in f.message
     assert f"at head {theirs[:12]} (force_push by alice" in f.message and "holds the validated" not in f.message
     assert rep.merge_commit == merged["sha"] and f"git show {merged['sha']}:{PIN_TABLE}" in f.next_step
+
+
+async def test_a_hand_merge_where_the_pr_body_carries_the_digests_claims_nothing_about_a_pin_table(
+        tmp_path, temporal_dev_server, temporal_client, github_standin, alice):
+    """digests_in = pr_body (the repository has no pin table by the plan): whatever file sits at the table's
+    path is not this build's record, so the report neither claims it holds the validated digests nor ends the
+    build over it."""
+    config = _config(tmp_path, temporal_dev_server, github_standin)
+    gh = github_standin.handle
+    source = SourceSnapshot(build_commit="1" * 40, base_commit="1" * 40, branch="b", pushed=True,
+                            created_commit=False, harbor_commit="2" * 40, harbor_diff=None, changed_files=[],
+                            ops_doc_corrected=False, bundle=BundleSummary(sha256="f" * 64, size_bytes=1, file_count=1),
+                            digests_in="pr_body")
+    async with build_worker(temporal_client, config, graceful_shutdown_s=5), \
+            _webhooks(temporal_client, config) as receiver:
+        gh.set_webhook(f"http://127.0.0.1:{receiver.port}{config.github.webhook.path}", SECRET)
+        handle, pr, _, _ = await _start(temporal_client, config, github_standin, source=source)
+        gh.set_check(STANDIN_REPO, pr.head_sha, "ci", conclusion="success")
+        await _until(lambda: _waiting(handle, "merge_authorization"), "green")
+        status, merged = gh.api("PUT", f"/repos/{STANDIN_REPO}/pulls/{pr.number}/merge", {}, token=alice)
+        assert status == 200
+        final: PipelineReport = await asyncio.wait_for(handle.result(), HANG_GUARD_S)
+    assert final.status == "merged" and final.message.endswith("the pin table it merged was not read (unchecked)")
 
 
 async def test_github_refuses_a_merge_given_a_sha_the_head_moved_from(github_standin):
