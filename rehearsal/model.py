@@ -14,7 +14,7 @@ import difflib
 import fnmatch
 import os.path
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
@@ -567,6 +567,43 @@ def reference_problems(df: DockerfileContract, call: KanikoCall) -> list[Differe
     return out
 
 
+def dockerignore(text: str) -> Callable[[str], bool]:
+    """Whether a context path (relative, "/"-separated) is left out of the build by this .dockerignore, as
+    Docker's patternmatcher reads it (kaniko uses the same): one pattern a line, `#` comments, a leading `/`
+    ignored, `*` and `?` within a path element, `**` across elements, `!` re-including, the last matching
+    pattern winning, and a path excluded when it or a directory above it matches."""
+    rules: list[tuple[re.Pattern[str], bool]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        keep = line.startswith("!")
+        pat = os.path.normpath(line[1:].strip() if keep else line).lstrip("/")
+        if pat in ("", "."):
+            continue
+        rx, i = "", 0
+        while i < len(pat):
+            if pat.startswith("**", i):
+                rx += ".*"
+                i += 2
+                if pat.startswith("/", i):
+                    rx, i = rx + "(?:/|$)" if i == len(pat) - 1 else rx[:-2] + "(?:.*/)?", i + 1
+                continue
+            c = pat[i]
+            rx += "[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c)
+            i += 1
+        rules.append((re.compile(f"^{rx}$"), keep))
+
+    def excluded(path: str) -> bool:
+        parts = path.strip("/").split("/")
+        out = False
+        for rx, keep in rules:
+            if any(rx.match("/".join(parts[:n])) for n in range(1, len(parts) + 1)):
+                out = not keep
+        return out
+    return excluded
+
+
 def _known_images(dockerfiles: dict[str, DockerfileContract]) -> set[str]:
     """Images the plan knows without a push: every base a Dockerfile names by its own defaults."""
     known: set[str] = set()
@@ -783,7 +820,7 @@ def differing_files(a: dict[str, tuple[str, int]], b: dict[str, tuple[str, int]]
     return sorted(p for p in set(a) | set(b) if (a.get(p) or ("",))[0] != (b.get(p) or ("",))[0])
 
 
-TIMESTAMP_TICK_NS = 4_000_000  # a file mtime comes from the kernel's coarse clock: up to one tick behind
+TIMESTAMP_TICK_NS = 10_000_000  # a file mtime comes from the kernel's coarse clock: up to one tick (HZ=100) behind
 
 
 def writer_line(mtime_ns: int, traces: list[tuple[int, int, str]], plan: RehearsalPlan, path: str = "") -> str | None:
@@ -800,7 +837,8 @@ def writer_line(mtime_ns: int, traces: list[tuple[int, int, str]], plan: Rehears
     at = lines(t for t in traces if t[0] <= mtime_ns + TIMESTAMP_TICK_NS and t[1] >= mtime_ns)
     if len(at) > 1 and path:
         text = plan.script_text.splitlines()
-        name = os.path.basename(path)
+        # the path as the line would spell it below the context (cloud/a), or a distinctive file name
+        name = path if "/" in path or len(path) > 2 else "\0"
 
         def says(line: str) -> bool:
             file, _, n = line.partition(" ")[0].rpartition(":")
@@ -844,7 +882,7 @@ def evaluate(plan: RehearsalPlan, target: TargetSpec, *, exit_code: int, stderr:
              context: Iterable[str] | None = None, leaks: list[tuple[str, str]] | None = None,
              script_text: str = "", background: list[tuple[str, str]] | None = None,
              credential_files: list[tuple[str, str | None]] | None = None,
-             foreign_userland: str | None = None) -> RehearsalResult:
+             foreign_userland: str | None = None, dockerignore_text: str = "") -> RehearsalResult:
     """One rehearsal's verdict from what the run recorded.
 
     ``unrehearsable``: stood-in downloads (StandinCall records); the run is "skipped" only when the
@@ -863,6 +901,13 @@ def evaluate(plan: RehearsalPlan, target: TargetSpec, *, exit_code: int, stderr:
     final = parse_kaniko_argv(final_call.argv) if final_call else None
     if final is not None and final_call is not None:
         final.line = call_line(final_call, plan)
+    if dockerignore_text:  # what .dockerignore leaves out is not in the image: not a leak, not a COPY source
+        left_out = dockerignore(dockerignore_text)
+        ctx_dir = context_dir(final.context, final.context_sub_path) if final else IRIS_WORKDIR
+        leaks = [(f, w) for f, w in leaks or [] if not left_out(f)]
+        credential_files = [(f, w) for f, w in credential_files or []
+                            if not left_out(os.path.relpath(f, ctx_dir))]
+        context = [p for p in context if not left_out(p)] if context is not None else None
     if leaks or credential_files:
         ctx = context_dir(final.context, final.context_sub_path) if final else IRIS_WORKDIR
         found = [f"{IRIS_WORKDIR}/{f} holds {what}" for f, what in leaks or []]

@@ -228,6 +228,7 @@ class Rehearsal:
     context_dir: str = ""  # the final kaniko call's build context inside the root
     fingerprints: dict[str, tuple[str, int]] = {}  # its files: relative path -> (content hash, mtime ns)
     traces: list[tuple[int, int, str]] = []  # statements the run started: (start ns, end ns, calling lines)
+    dockerignore: str = ""  # the final context's .dockerignore (kaniko leaves out what it names)
 
     def kaniko_calls(self) -> list[StandinCall]:
         return [c for c in self.calls if c.tool == "executor"]
@@ -278,12 +279,16 @@ def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_
                      None)
         k = parse_kaniko_argv(final.argv) if final else None
         real_ctx = context_dir(k.context, k.context_sub_path) if k else IRIS_WORKDIR
-        fingerprints = _fingerprints(_host_path(top, image.path, real_ctx))
+        ctx_host = _host_path(top, image.path, real_ctx)
+        fingerprints = _fingerprints(ctx_host)
+        ignore = ctx_host / ".dockerignore" if ctx_host is not None else None
+        dockerignore_text = ignore.read_text(errors="replace") if ignore is not None and ignore.is_file() else ""
         traces = _traces(top / "rehearsal" / "trace", top / "rehearsal" / "exits") if fingerprints else []
     r = Rehearsal(proc.returncode, err.decode("utf-8", "replace"), calls, exits, unrehearsable,
                   time.monotonic() - started, timed_out)
     r.context, r.leaks, r.background = context, leaks, background
     r.context_dir, r.fingerprints, r.traces = real_ctx, fingerprints, traces
+    r.dockerignore = dockerignore_text
     return r
 
 
@@ -470,7 +475,7 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
                                               megatron=variant_env(contract, t.variant)),
             dockerfile_defaults=dict(df.global_args) if df else {}, dockerfiles=contract.dockerfiles,
             context=r.context, leaks=r.leaks, script_text=script_text, background=r.background,
-            credential_files=credential_files, foreign_userland=roots[key].note)
+            credential_files=credential_files, foreign_userland=roots[key].note, dockerignore_text=r.dockerignore)
         t.rehearsal.root = roots[key].describe()
     failed = refusal(targets)
     if failed:

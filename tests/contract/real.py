@@ -45,8 +45,10 @@ def commit_tree(tmp_path: Path, era: str, edits: dict[str, Callable[[str], str]]
         if edit is None:
             f.unlink()
             continue
-        new = edit(f.read_text())
-        assert new != f.read_text(), f"edit did not change {path}"
+        old = f.read_text() if f.exists() else ""  # a new file: the edit of an empty text
+        new = edit(old)
+        assert new != old, f"edit did not change {path}"
+        f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(new)
     for path in executable:
         (dest / path).chmod(0o755)

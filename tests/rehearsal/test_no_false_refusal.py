@@ -59,3 +59,41 @@ def test_an_arm64_library_path_check_is_unrehearsed_not_refused_in_the_amd64_use
     assert by["amd64"].status == "passed", by["amd64"].describe()
     assert by["arm64"].status == "skipped" and by["arm64"].unrehearsed_from == at
     assert "concerns arm64 files, and this worker rehearses in the linux/amd64 variant" in by["arm64"].reason
+
+
+def test_dockerignore_leaves_a_written_credential_out_of_the_image(tmp_path):
+    """The auth file written under an ignored directory of the context is not baked: it plans (the scan
+    refused it), while the same write elsewhere in the context is still refused."""
+    need_isolation()
+    unset = "unset REGISTRY_TOKEN\n"
+    write = 'mkdir -p "$DOCKER_CONTEXT/.auth"; printf "%s" "$REGISTRY_TOKEN" > "$DOCKER_CONTEXT/.auth/token"; '
+    edits = {SCRIPT: _edit(unset, write + unset), ".dockerignore": lambda _: ".auth\n"}
+    contract, targets, bundle, script, harbor = planned(tmp_path, "era-c", edits, arches=["amd64"])
+    refusal = rehearse(contract, targets, bundle, script, harbor)
+    assert refusal is None, refusal
+    edits[".dockerignore"] = lambda _: ".other\n"
+    contract, targets, bundle, script, harbor = planned(tmp_path / "b", "era-c", edits, arches=["amd64"])
+    refusal = rehearse(contract, targets, bundle, script, harbor)
+    assert refusal and "/app/.auth/token" in refusal, refusal
+
+
+def test_a_copy_source_that_dockerignore_leaves_out_is_refused(tmp_path):
+    """kaniko builds from the context less what .dockerignore names: `COPY cloud` of an ignored cloud/ fails."""
+    need_isolation()
+    from tests.contract.real import line_in
+
+    df = "docker/Dockerfile.gpu-rl"
+    contract, targets, bundle, script, harbor = planned(
+        tmp_path, "era-c", {".dockerignore": lambda _: "# not in the image\ncloud\n"}, arches=["amd64"])
+    refusal = rehearse(contract, targets, bundle, script, harbor)
+    at = f"{df}:{line_in('era-c', df, 'COPY cloud ${SKYRL_HOME}/cloud')}"
+    assert refusal and f"{at}: `COPY` of cloud: not in the build context" in refusal, refusal
+
+
+def test_dockerignore_patterns_follow_docker():
+    from rehearsal.model import dockerignore
+
+    left_out = dockerignore("# comment\ncloud\n**/*.tmp\n!keep.tmp\n/docs/*.md\n")
+    for path, want in [("cloud", True), ("cloud/x/y", True), ("clouds", False), ("a/b/c.tmp", True),
+                       ("c.tmp", True), ("keep.tmp", False), ("docs/a.md", True), ("docs/x/a.md", False)]:
+        assert left_out(path) is want, path
