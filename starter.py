@@ -469,22 +469,39 @@ def resume(ctx, workflow_id, follow_, as_json):
 @cli.command()
 @click.argument("workflow_id")
 @click.option("--interval", default=15.0, show_default=True, help="Seconds between progress lines (≤ 60).")
+@click.option("--until-operator", is_flag=True,
+              help="Stop following (exit 0) once the build waits for an operator (approve-merge, decide, recheck): "
+                   "the command to run is shown; `follow` again watches it to the end.")
 @click.pass_context
-def follow(ctx, workflow_id, interval):
+def follow(ctx, workflow_id, interval, until_operator):
     """Print progress per target until the pipeline ends; Ctrl-C and follow again loses nothing."""
     config = _config(ctx)
 
     async def go():
         client = await _client(config)
-        await _follow(client, workflow_id, config.temporal.task_queue, max(min(interval, 60.0), 0.5))
+        waiting = await _follow(client, workflow_id, config.temporal.task_queue, max(min(interval, 60.0), 0.5),
+                                until_operator=until_operator)
+        if waiting:
+            from runtime import progress
+
+            click.echo("\n".join(progress.wait_lines(waiting)))
+            click.echo(f"stopped following: {workflow_id} waits for an operator (the command above); "
+                       f"`python starter.py follow {workflow_id}` watches it to the end")
+            sys.exit(EXIT_OK)
         sys.exit(await _print_summary(client, workflow_id))
 
     _run(go())
 
 
-async def _follow(client: Client, wid: str, task_queue: str, interval: float, as_json: bool = False) -> None:
+# Waits an operator ends with a command (``follow --until-operator`` stops at them).
+OPERATOR_WAITS = frozenset({"merge_authorization", "operator_decision", "package_visibility"})
+
+
+async def _follow(client: Client, wid: str, task_queue: str, interval: float, as_json: bool = False,
+                  until_operator: bool = False) -> list | None:
     """Show progress until the pipeline ends: a live table on a TTY, short lines otherwise (on stderr
-    under --json, so stdout stays pure JSON)."""
+    under --json, so stdout stays pure JSON). ``until_operator``: return the waits as soon as one is an
+    operator's (None when the pipeline ended)."""
     from temporalio.client import WorkflowExecutionStatus
     from temporalio.service import RPCError
 
@@ -543,9 +560,12 @@ async def _follow(client: Client, wid: str, task_queue: str, interval: float, as
                                                    task_queue)
             if note:
                 view.note(note)
-            view.update(wid, stage, progress.rows(rep, statuses, ticker), progress.waits(rep, statuses) + retries)
+            reasons = progress.waits(rep, statuses) + retries
+            view.update(wid, stage, progress.rows(rep, statuses, ticker), reasons)
             if desc.status != WorkflowExecutionStatus.RUNNING:
-                return
+                return None
+            if until_operator and any(w.kind in OPERATOR_WAITS for w in reasons):
+                return [w for w in reasons if w.kind in OPERATOR_WAITS]
             # Wake in time for the next line that is due (plain mode prints at least every HEARTBEAT_S).
             due = getattr(view, "due_in", None)
             await asyncio.sleep(max(0.5, min(interval, due() if due else interval)))

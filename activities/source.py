@@ -330,9 +330,11 @@ class SourceActivities(ActivityGroup):
             t.allow_suspicious_files = inp.request.allow_suspicious_files
         unknown = sorted({f"{t.architecture}→{t.cluster}" for t in targets if t.cluster not in self.config.clusters})
         if unknown:
+            archs = sorted({t.architecture for t in targets if t.cluster not in self.config.clusters})
             raise input_error(f"planned cluster(s) {', '.join(unknown)} (from {contract.ops.path} placements) are "
                               f"not configured (clusters: {', '.join(sorted(self.config.clusters))}); add them "
-                              "to the configuration or pass --cluster ARCH=CLUSTER")
+                              "to the configuration or pass --cluster ARCH=CLUSTER"
+                              + cluster_suggestion(archs, configured))
         async with Heartbeater(every_s=2.0):
             failure = await asyncio.to_thread(self._rehearse, inp, contract, targets)
         if failure:
@@ -480,3 +482,15 @@ def _head(wt) -> str | None:
     except (git.exc.GitError, ValueError, OSError):
         return None
 
+
+
+def cluster_suggestion(archs: list[str], configured: dict[str, str]) -> str:
+    """`` (pass: --cluster amd64=X ...)`` for each architecture exactly one configured cluster runs, so the
+    refusal's next step (domain/outcome.input_failure) is a command that runs as printed; '' otherwise."""
+    flags = []
+    for arch in archs:
+        names = sorted(name for name, declared in configured.items() if declared == arch)
+        if len(names) != 1:
+            return ""
+        flags.append(f"--cluster {arch}={names[0]}")
+    return f" (pass: {' '.join(flags)})" if flags else ""

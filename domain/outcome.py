@@ -138,6 +138,8 @@ _FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z-]*)")
 
 
 _PARSER = re.compile(r"the parser \(([\w/.]+)\) needs attention")
+_SUGGESTED = re.compile(r"\(pass: ((?:--cluster [\w.-]+=[\w.-]+ ?)+)\)")
+_SUGGESTED_CLUSTER = re.compile(r"--cluster ([\w.-]+)=([\w.-]+)")
 _CONFIG_KEY = re.compile(r"config(?:uration)?[: ]\[?((?:[a-z0-9_]+\.)+[a-z0-9_]+)\]?")
 
 
@@ -146,6 +148,10 @@ def input_failure(error_type: str, message: str, request: BuildRequest, *, plan:
     operator's flag, or the service's parser (an issue to file; the upstream file is probably fine)."""
     loc = find_location(message)
     flag = _FLAG.search(message)
+    suggested = _SUGGESTED.search(message)
+    if suggested:  # the refusal names the flags that fix it (activities/source.cluster_suggestion): run them
+        clusters = dict(_SUGGESTED_CLUSTER.findall(suggested.group(1)))
+        request = request.model_copy(update={"clusters": {**request.clusters, **clusters}})
     again = f"then run `{build_command(request, plan)}`"
     parser = _PARSER.search(message)
     config = _CONFIG_KEY.search(message)

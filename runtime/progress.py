@@ -183,6 +183,22 @@ def group_waits(reasons: list[WaitingReason]) -> list[tuple[list[str], WaitingRe
     return list(groups.values())
 
 
+OPERATOR_ENV = "GPU_RL_BUILDER_OPERATOR"
+YOUR_NAME = "<your-name>"  # domain/outcome.py's placeholder in decide/approve-merge commands
+
+
+def personal(command: str | None) -> str | None:
+    """``command`` with ``--by <your-name>`` filled from $GPU_RL_BUILDER_OPERATOR when it is set, so the
+    printed command runs as printed (``<your-name>`` is a shell redirection); unchanged otherwise."""
+    import os
+    import shlex
+
+    login = os.environ.get(OPERATOR_ENV, "").strip()
+    if not command or not login:
+        return command
+    return command.replace(YOUR_NAME, shlex.quote(login))
+
+
 def _group_command(targets: list[str], w: WaitingReason) -> str | None:
     """The one command that unblocks every target of a group, runnable as printed: the wait's own for one
     target (or when it names no target), else a loop over the targets."""
@@ -207,7 +223,7 @@ def wait_lines(reasons: list[WaitingReason], width: int | None = None) -> list[s
         who = f"{', '.join(targets)}: " if targets else ""
         detail = w.detail.replace(w.target, "each") if len(targets) > 1 and w.target else w.detail
         out.append(f"WAITING {who}{shorten(detail, 320)}")
-        command = _group_command(targets, w)
+        command = personal(_group_command(targets, w))
         if not command:
             out.append(f"  next: {NEXT_STEP.get(w.kind, DEFAULT_NEXT_STEP)}")
             continue
@@ -388,7 +404,7 @@ def summary_lines(rep: PipelineReport, width: int = 80) -> list[str]:
         out.append(shorten(f"next step: {f.next_step}", 3 * width))
     elif rep.waiting:
         w = rep.waiting[0]
-        out.append(shorten(f"next step: {w.command or NEXT_STEP.get(w.kind, DEFAULT_NEXT_STEP)}", 3 * width))
+        out.append(shorten(f"next step: {personal(w.command) or NEXT_STEP.get(w.kind, DEFAULT_NEXT_STEP)}", 3 * width))
     elif rep.status == "merged":
         out.append("next step: nothing; the digests are pinned on the default branch")
     out.append(f"full report: python starter.py report {wid}")

@@ -77,9 +77,12 @@ def to_toml(data: dict[str, Any], prefix: str = "") -> str:
 class SandboxStack:
     """Start with ``start()`` (or ``with SandboxStack(dir) as s``); ``stop()`` is idempotent."""
 
-    def __init__(self, state_dir: Path, *, github: bool = True) -> None:
+    def __init__(self, state_dir: Path, *, github: bool = True, auto_green: bool = False) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.want_github = github
+        # The GitHub stand-in reports a green "ci" check run on every head nobody set checks on, the way a
+        # real repository's CI reports on a pushed head (scripts/sandbox-build's kept stack).
+        self.auto_green = auto_green
         self.temporal = None
         self.iris = None
         self.open_registry = None
@@ -148,7 +151,7 @@ class SandboxStack:
             MARINSKYRL_SLUG: self.remotes.marinskyrl_url.removeprefix("file://"),
             HARBOR_SLUG: self.remotes.harbor_url.removeprefix("file://"),
         }
-        self.github = module.start_github_standin(self.state_dir / "github", remotes)
+        self.github = module.start_github_standin(self.state_dir / "github", remotes, auto_green=self.auto_green)
         self._stops.append(("github", self.github.stop))
 
     def _write_config(self) -> None:

@@ -101,3 +101,16 @@ def test_follow_ends_with_a_few_lines_and_a_pointer_to_the_report():
     text = "\n".join(lines)
     assert all(t.key in text for t in targets) and "sha256:000000000000" in text
     assert lines[-1] == f"full report: python starter.py report {WID}"
+
+
+def test_printed_operator_commands_fill_by_from_the_environment(monkeypatch):
+    """`--by <your-name>` does not run as printed (a shell redirection); with $GPU_RL_BUILDER_OPERATOR set
+    the printed command carries the login."""
+    from domain.outcome import approve_command
+
+    wait = WaitingReason(kind="merge_authorization", detail="PR #7 is green: an operator authorizes the merge",
+                         command=approve_command(WID))
+    monkeypatch.delenv("GPU_RL_BUILDER_OPERATOR", raising=False)
+    assert progress.wait_lines([wait])[1] == f"  run: python starter.py approve-merge {WID} --by <your-name>"
+    monkeypatch.setenv("GPU_RL_BUILDER_OPERATOR", "sandbox-operator")
+    assert progress.wait_lines([wait])[1] == f"  run: python starter.py approve-merge {WID} --by sandbox-operator"

@@ -111,3 +111,26 @@ def test_an_unknown_by_names_the_configured_operators(tmp_path, capsys):
         starter._operator(load_config(p), "mallory")
     assert done.value.code == EXIT_USAGE
     assert "--by mallory: not a configured operator (operators.logins: ana, sandbox-operator)" in capsys.readouterr().err
+
+
+def test_a_refusal_for_an_unconfigured_planned_cluster_offers_a_build_command_with_cluster():
+    """Issue 38.4: in the sandbox the ops doc's clusters are not configured; the refusal's next step must be
+    a command that runs as printed, so it carries the --cluster flag the refusal names."""
+    import shlex
+
+    from activities.source import cluster_suggestion
+    from domain.buildset import BuildRequest, CompatibilityRequest
+    from domain.outcome import input_failure
+
+    configured = {"sandbox-amd64": "amd64", "sandbox-arm64": "arm64"}
+    message = ("planned cluster(s) amd64→cw-rno2a (from docs/ops.md placements) are not configured (clusters: "
+               "sandbox-amd64, sandbox-arm64); add them to the configuration or pass --cluster ARCH=CLUSTER"
+               + cluster_suggestion(["amd64"], configured))
+    assert message.endswith("(pass: --cluster amd64=sandbox-amd64)")
+    request = BuildRequest(architectures=["amd64"], variants=["megatron"],
+                           compatibility_request=CompatibilityRequest(requested_by="sandbox-operator", reason="first"))
+    step = input_failure("InputError", message, request).next_step
+    command = step.split("`")[-2]
+    assert shlex.split(command)[:3] == ["python", "starter.py", "build"]
+    assert "--cluster amd64=sandbox-amd64" in command, step
+    assert cluster_suggestion(["amd64"], {"a": "amd64", "b": "amd64"}) == ""  # two candidates: no guess
