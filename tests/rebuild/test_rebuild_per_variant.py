@@ -65,7 +65,7 @@ async def test_a_cancelled_scheduled_rebuild_is_held_until_an_input_changes(serv
         async def cancelled():
             return (await handle.describe()).status == WorkflowExecutionStatus.CANCELED or None
 
-        await wait_until(cancelled, timeout=120, what="the pipeline cancelled")
+        await wait_until(cancelled, timeout=300, what="the pipeline cancelled")  # its activities end first
         run = (await handle.describe()).run_id
         held = await run_check(s, start_pipeline=True)
         assert held.decision.needed and not held.started and held.pipeline_workflow_id == wid

@@ -96,7 +96,7 @@ async def test_cancelled_scheduled_rebuild_is_shown_held_in_describe_and_force_r
         async def is_cancelled():
             return (await pipeline.describe()).status == WorkflowExecutionStatus.CANCELED or None
 
-        await wait_until(is_cancelled, timeout=120, what="the rebuild cancelled")
+        await wait_until(is_cancelled, timeout=300, what="the rebuild cancelled")  # its activities end first
         run = (await pipeline.describe()).run_id
         assert (await starter(cfg, "schedule", "trigger", sid)).code == 0
         await wait_until(lambda: _n_checks_done(s, schedule, 2), timeout=90, what="the second check")
