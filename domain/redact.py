@@ -84,9 +84,13 @@ _SECRET_ASSIGNMENT = re.compile(
 # document's escaped non-ASCII text, such as a progress bar's, is left alone). Groups: 1 %XX, 2 \u00XX,
 # 3 \xXX, 4 \/ or \\, 5 &#xH;, 6 &#D;, 7 an octal escape \NNN, 8 quoted-printable =XX, 9 its soft line
 # break (``=`` at a line's end: removed).
-_ESCAPE = re.compile(r"%([0-7][0-9A-Fa-f])|\\u(00[0-7][0-9A-Fa-f])|\\x([0-7][0-9A-Fa-f])|\\([/\\])"
-                     r"|&#[xX]0*([0-7]?[0-9A-Fa-f]);|&#0*([0-9]{1,3});|\\([01][0-7]{2})|=([0-7][0-9A-F])"
-                     r"|(=\r?\n)")
+_ESCAPE_RE = (r"%([0-7][0-9A-Fa-f])|\\u(00[0-7][0-9A-Fa-f])|\\x([0-7][0-9A-Fa-f])|\\([/\\])"
+              r"|&#[xX]0*([0-7]?[0-9A-Fa-f]);|&#0*([0-9]{1,3});")
+_ESCAPE = re.compile(_ESCAPE_RE)
+# With octal escapes and quoted-printable too: used only where the text holds one (``=`` is frequent in
+# logs, and each alternative costs every match attempt).
+_ESCAPE_FULL = re.compile(_ESCAPE_RE + r"|\\([01][0-7]{2})|=([0-7][0-9A-F])|(=\r?\n)")
+_FULL_MARKS = ("=\n", "=\r\n", "=\\n", "=3D", "=20", "\\0", "\\1")
 # A line break inside a cut token: a newline (or its JSON escape), after an optional ``\`` continuation,
 # with the indentation or the ``[task stream]`` prefix of our own log files that follows it.
 _BREAK_RE = (r"(?:\\|=)?(?:\r?\n|\\r\\n|\\n)(?:[ \t]*\[[^\]\n]{1,100}\] ?){0,2}(?:task=\S{1,200} (?:attempt=\S{1,40} )?\| ?)?"
@@ -304,18 +308,19 @@ def _escaped_spans(text: str, m: _Matcher) -> list[tuple[int, int]]:
     """Every span of ``text`` that holds a secret: found in the text, in its decoded view and in the
     view of that view (doubled escapes), mapped back to the text."""
     spans = _hits(text, m)
-    if _ESCAPE.search(text) is None:
+    escape = _ESCAPE_FULL if any(x in text for x in _FULL_MARKS) else _ESCAPE
+    if escape.search(text) is None:
         return spans
-    once = _ESCAPE.sub(_unescape, text)
+    once = escape.sub(_unescape, text)
     # Escapes that decode to a control character (a JSON ``\u001b``) need it removed too; a second decoding
     # only where an escape can decode to an escape (``%25``, ``\\``): cheap substring checks first.
     hits = _clean_hits if any(x in text for x in ("\\u00", "\\x", "%0", "%1", "&#", "\\0")) else _hits
     found = hits(once, m)
     doubled = any(x in text for x in ("%25", "\\\\", "%5C", "%5c", "&amp;", "\\u005"))
-    second = _view(once) if doubled and _ESCAPE.search(once) else None
+    second = _view(once, escape) if doubled and escape.search(once) else None
     found2 = hits(second.text, m) if second is not None else []
     if found or found2:
-        first = _view(text)
+        first = _view(text, escape)
         spans += [first.span(a, b) for a, b in found]
         spans += [first.span(*second.span(a, b)) for a, b in found2]
     return spans
