@@ -300,7 +300,8 @@ class BuildActivities(ActivityGroup):
                                  f"{len(j.stood_in)} marker(s) proven by the image, {len(j.missing)} by nothing")
         return LogCheck(log=ref, found=j.found, missing=j.missing, cached=j.cached, final_push_seen=j.final_push_seen,
                         pushed_digest=j.pushed_digest, incomplete=j.incomplete, stood_in=j.stood_in,
-                        lost=j.reasons if j.verdict == "log_lost" else [], contradicted=j.contradicted)
+                        lost=j.reasons if j.verdict == "log_lost" else [], contradicted=j.contradicted,
+                        image_digest=image.digest if image is not None and j.stood_in else None)
 
     async def _run_image_checks(self, inp: LogCheckInput, image: ImageFacts, markers, steps: list[str],
                                 unproven: dict[str, str]) -> ImageRun:

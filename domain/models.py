@@ -313,6 +313,9 @@ class LogCheck(BaseModel):
     lost: list[str] = Field(default_factory=list)  # log_lost: why neither the log nor the image proves ``missing``
     # Lines of the build's own output against the plan (another value, an excluded branch): assertion_failure.
     contradicted: list[str] = Field(default_factory=list)
+    # The registry digest the judgement relied on where the image stood in for the log (no `Pushed` line): the
+    # validation must find the same digest at the tag (domain/validation.py check_claimed_digest).
+    image_digest: str | None = None
 
 
 class CaptureInput(BaseModel):

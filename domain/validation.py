@@ -324,9 +324,10 @@ def check_claimed_digest(report: ValidationReport, claimed: str | None) -> Valid
     if not claimed or not report.digest:
         return report
     same = claimed in (report.digest, report.platform_digest)
-    check = CheckResult(name="pushed_digest", expected=f"{claimed} (the build log)", observed=report.digest,
+    check = CheckResult(name="pushed_digest", expected=f"{claimed} (what this job pushed: its log, or the image "
+                        "judged for its lost log)", observed=report.digest,
                         verdict="pass" if same else "fail",
-                        detail="" if same else f"the log claims {claimed} was pushed but the registry serves "
-                        f"{report.digest} for {report.image_ref}:{report.tag}")
+                        detail="" if same else f"this job pushed {claimed} (its log, or the image judged for it) but "
+                        f"the registry serves {report.digest} for {report.image_ref}:{report.tag}")
     return report.model_copy(update={"checks": [*report.checks, check]})
 

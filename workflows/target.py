@@ -382,7 +382,8 @@ class TargetBuildWorkflow:
                           harbor_commit=self._inp.harbor_commit),
             **options.CHECK_LOG, summary=f"fetch the full log of {job_id} and check the assertion markers")
         self._publish_evidence(f"{job_id} build log", check.log)
-        self._claimed_digest = check.pushed_digest
+        # What this job pushed: its log's `Pushed` digest, else the one the image judgement relied on.
+        self._claimed_digest = check.pushed_digest or check.image_digest
         return check
 
     async def _capture(self, job_id: str, check: LogCheck | None) -> FailureRecord:

@@ -135,6 +135,7 @@ class Round:
     lost: list[str] = field(default_factory=list)  # check_build_log's log_lost reasons (missing markers unproven)
     stood_in: dict[str, str] = field(default_factory=dict)  # markers the image proved for an incomplete log
     contradicted: list[str] = field(default_factory=list)  # check_build_log: own-output lines against the plan
+    image_digest: str | None = None  # check_build_log: the registry digest the image judgement relied on
 
 
 class Standins:
@@ -235,8 +236,9 @@ class Standins:
         if r.log_error:
             raise ApplicationError(r.log_error[1], type=r.log_error[0], non_retryable=True)
         return LogCheck(log=_ref(f"{inp.job_id}.log"), found=list(r.stood_in), missing=list(r.missing),
-                        final_push_seen=r.final_push, pushed_digest=DIGEST if r.final_push else None,
+                        final_push_seen=r.final_push, pushed_digest=DIGEST if r.final_push and not r.image_digest else None,
                         lost=list(r.lost), stood_in=dict(r.stood_in), contradicted=list(r.contradicted),
+                        image_digest=r.image_digest,
                         incomplete=["the log store holds no line of the job"] if r.lost or r.stood_in else [])
 
     @activity.defn(name="capture_failure")

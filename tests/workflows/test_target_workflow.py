@@ -325,6 +325,18 @@ async def test_a_lost_log_the_image_cannot_prove_ends_log_lost_at_once_with_the_
     assert s.names("check_build_log")[0].build_commit == target_input(wid).build_commit
 
 
+async def test_the_digest_the_image_judgement_relied_on_is_the_one_validated(time_skipping_env):
+    """Issue #34 item 3: without a `Pushed` line, the image judged for the lost log must still be at the tag."""
+    wid, tq = _ids()
+    judged = "sha256:" + "cd" * 32
+    stood = {"uv sync layer 0 (small pkgs + torch) done": "image config history: its RUN step"}
+    s = Standins(rounds={KEY: [Round(state="succeeded", stood_in=stood, image_digest=judged)]},
+                 validations={KEY: ["pass"]})
+    async with worker(time_skipping_env.client, tq, s):
+        await result(await _start(time_skipping_env, s, tq, wid))
+    assert [v.claimed_digest for v in s.names("validate_image")] == [judged]
+
+
 async def test_a_log_line_against_the_plan_is_an_assertion_failure_never_validated(time_skipping_env):
     """Issue #34: the build's own output shows a marker with another value (every marker else present, the
     push seen): the target fails as assertion_failure naming the line, is not retried and never validated."""
