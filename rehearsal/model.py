@@ -635,8 +635,9 @@ def _missing_sources(df: DockerfileContract, call: KanikoCall, context: Iterable
             if c.from_:
                 continue
             missing = []
+            env = {k: _substitute(v, values) for k, v in c.env.items()}  # ENV values may use ARGs themselves
             for src in c.sources:
-                resolved = _substitute(src, values)
+                resolved = _substitute(src, {**values, **env})
                 if resolved is None or re.match(r"^(https?|git)://|^git@", resolved):
                     continue
                 rel = resolved.strip("/")

@@ -53,6 +53,7 @@ def parse_dockerfile(text: str, path: str) -> DockerfileContract:
     pin_lines: dict[str, int] = {}
     global_args: dict[str, str | None] = {}
     stages: list[Stage] = []
+    stage_env: dict[int, dict[str, str]] = {}
     for c in commands:
         ins = c.cmd.upper()
         if ins not in _INSTRUCTIONS:
@@ -77,6 +78,11 @@ def parse_dockerfile(text: str, path: str) -> DockerfileContract:
         if not stages:
             continue  # a parser directive or instruction before FROM that we do not use
         stage = stages[-1]
+        if ins == "ENV":  # COPY sources may use them (`COPY ${SRC}/x`): kept per stage, in order
+            vals = list(c.value)
+            env = stage_env.setdefault(len(stages) - 1, {})
+            for key, value in zip(vals[0::2], vals[1::2], strict=False):
+                env[key] = _unquote(value)
         if ins == "LABEL":
             vals = list(c.value)
             for key, value in zip(vals[0::2], vals[1::2], strict=False):
@@ -84,7 +90,7 @@ def parse_dockerfile(text: str, path: str) -> DockerfileContract:
         elif ins in _LAYER:
             stage.layer_steps += 1
             if ins in {"COPY", "ADD"}:
-                stage.copies.append(_copy_step(ins, c))
+                stage.copies.append(_copy_step(ins, c, stage_env.get(len(stages) - 1, {})))
             if ins == "RUN" and not c.json:
                 scripts = [h.content for h in c.heredocs] if c.heredocs else [" ".join(c.value)]
                 for script in scripts:
@@ -95,10 +101,11 @@ def parse_dockerfile(text: str, path: str) -> DockerfileContract:
     return DockerfileContract(path=path, pins=pins, pin_lines=pin_lines, global_args=global_args, stages=stages)
 
 
-def _copy_step(ins: str, c) -> CopyStep:
+def _copy_step(ins: str, c, env: Mapping[str, str] | None = None) -> CopyStep:
     frm = next((f.partition("=")[2] for f in c.flags if f.startswith("--from=")), None)
     words = [w for w in list(c.value)[:-1] if not w.startswith("<<")]  # the last word is the destination
-    return CopyStep(instruction=ins, sources=[_unquote(w) for w in words], from_=frm or None, line=c.start_line)
+    return CopyStep(instruction=ins, sources=[_unquote(w) for w in words], from_=frm or None, line=c.start_line,
+                    env=dict(env or {}))
 
 
 def _run_markers(command: str, start: int, end: int, lines: list[str], stage: str, path: str,

@@ -264,6 +264,7 @@ class CopyStep(BaseModel):
     sources: list[str]
     from_: str | None = None  # --from=<stage, index or image>
     line: int
+    env: dict[str, str] = Field(default_factory=dict)  # the stage's ENV values in force at this step (raw)
 
 
 class Stage(BaseModel):

@@ -46,3 +46,18 @@ def test_a_from_with_a_global_arg_and_a_full_copy_from_reference_plan(tmp_path):
                             "COPY --from=wheel-builder /wheels /wheels\n"
                             "COPY --from=ghcr.io/marin-community/tools:1.0 /bin/true /wheels/.keep")
     assert refusal is None, refusal
+
+
+COPY_CLOUD = "COPY cloud ${SKYRL_HOME}/cloud"
+
+
+def test_an_env_expanded_copy_source_missing_from_the_context_is_refused(tmp_path):
+    """`ENV CLOUD_DIR=clouds` then `COPY ${CLOUD_DIR}`: the source was skipped as unresolved (it passed)."""
+    refusal, (t, *_) = _run(tmp_path, COPY_CLOUD, "ENV CLOUD_DIR=clouds\nCOPY ${CLOUD_DIR} ${SKYRL_HOME}/cloud")
+    at = f"{DF}:{line_in('era-c', DF, COPY_CLOUD) + 1}"
+    assert refusal and f"{at}: `COPY` of ${{CLOUD_DIR}}: not in the build context" in refusal, refusal
+
+
+def test_an_env_expanded_copy_source_in_the_context_plans(tmp_path):
+    refusal, _ = _run(tmp_path, COPY_CLOUD, "ENV CLOUD_DIR=cloud\nCOPY ${CLOUD_DIR} ${SKYRL_HOME}/cloud")
+    assert refusal is None, refusal
