@@ -194,6 +194,10 @@ def expected_markers(
                           source="kaniko", role="push"))
     markers.append(Marker(name=f"pushed {repo}@sha256", pattern=re.escape(f"Pushed {repo}@") + DIGEST_RE,
                           source="kaniko", role="pushed"))
+    for m in markers:  # payloads stay small: the step text only where a judgement reads it
+        needed = m.check_step or (m.must_run and not m.carries_value and not m.conditional)
+        if not needed:
+            m.step = None
     seen: dict[str, int] = {}
     for m in markers:
         n = seen.get(m.name, 0)
