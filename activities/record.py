@@ -427,7 +427,16 @@ class RecordActivities(ActivityGroup):
         the old pin commit. Reproducible (fixed author and dates: a retry makes the same commits, and a pushed
         one is found again), so idempotent under retry."""
         async with Heartbeater():
-            return await asyncio.to_thread(self._resolve_conflict, inp)
+            verdict = await asyncio.to_thread(self._resolve_conflict, inp)
+        if verdict.kind == "superseded" and inp.pr_number is not None:
+            # Its own PR can never merge: closed, saying why (one comment per build, edited on retry).
+            _, gh = self._github()
+            async with gh:
+                await gh.upsert_comment(inp.pr_number, comment_marker(f"superseded-{inp.request_id}"),
+                                        f"Superseded: {verdict.detail}. This PR cannot merge without overwriting "
+                                        "newer pins; closed by gpu-rl-builder.")
+                await gh.close_pull(inp.pr_number)
+        return verdict
 
     def _resolve_conflict(self, inp: ConflictInput) -> ConflictVerdict:
         gh = self.config.github

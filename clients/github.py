@@ -602,6 +602,10 @@ class GitHubClient:
         return Pull.from_api(await self._json(
             "POST", f"{self._r}/pulls", json={"head": head, "base": base, "title": redact(title), "body": redact(body)}))
 
+    async def close_pull(self, number: int) -> Pull:
+        """Close the PR unmerged (a closed one stays as it is)."""
+        return Pull.from_api(await self._json("PATCH", f"{self._r}/pulls/{number}", json={"state": "closed"}))
+
     async def update_pull(self, number: int, title: str | None = None, body: str | None = None) -> Pull:
         patch = {k: redact(v) for k, v in {"title": title, "body": body}.items() if v is not None}
         return Pull.from_api(await self._json("PATCH", f"{self._r}/pulls/{number}", json=patch))

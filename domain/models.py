@@ -556,6 +556,7 @@ class ConflictInput(BaseModel):
 
     request_id: str
     branch: str
+    pr_number: int | None = None  # closed with a comment when superseded (None: left as it is)
     base_commit: str  # main when the build started
     build_commit: str
     harbor_commit: str

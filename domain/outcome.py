@@ -338,8 +338,8 @@ def superseded(verdict: ConflictVerdict, pr: PullRequestInfo) -> FailureInfo:
         failure_class="superseded", error_type="Superseded",
         message=f"superseded by {verdict.superseded_by}: PR #{pr.number} conflicts with main and {verdict.detail}; "
                 "nothing was merged (main's pins stay)",
-        next_step=f"nothing to do: main pins the newer images; PR #{pr.number} ({pr.url}) cannot merge and may be "
-                  "closed")
+        next_step=f"nothing to do: main pins the newer images; PR #{pr.number} ({pr.url}), which cannot merge, was "
+                  "closed by the service with a comment saying why")
 
 
 def conflict_waiting(verdict: ConflictVerdict | None, rev: ReviewState, pr: PullRequestInfo, workflow_id: str,

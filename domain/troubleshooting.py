@@ -163,7 +163,7 @@ SERVICE_CLASSES = [
     Entry("superseded", "The build's PR conflicted with main, and main already pins images built from the same "
                         "or a newer source (the report names the build that pinned them): merging would overwrite "
                         "newer pins, so the build ended; nothing was merged.",
-          "nothing to do; the PR cannot merge and may be closed"),
+          "nothing to do; the service closed the PR (it cannot merge) with a comment saying why"),
     Entry("tag_moved", "While the PR waits for its merge, someone moved or deleted a pinned tag in the registry: "
                        "the PR still pins the validated digest, and the merge is held (`registry_drift`) because "
                        "the tag no longer serves it.",

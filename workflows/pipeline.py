@@ -517,7 +517,8 @@ class BuildPipelineWorkflow:
             return False  # a report without its base and build commits: shown as a conflict, not judged
         self._conflict = verdict = await workflow.execute_activity_method(
             RecordActivities.resolve_conflict,
-            ConflictInput(request_id=inp.request_id, branch=rep.source.branch, base_commit=rep.state.base_commit,
+            ConflictInput(request_id=inp.request_id, branch=rep.source.branch, pr_number=pr.number,
+                          base_commit=rep.state.base_commit,
                           build_commit=rep.source.build_commit, harbor_commit=rep.source.harbor_commit,
                           pin_commit=pin, targets=rep.targets),
             **options.RECORD, summary=f"PR #{pr.number} cannot merge: judge main's new commits, rebase the pin commit")

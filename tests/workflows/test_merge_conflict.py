@@ -151,6 +151,7 @@ async def test_the_older_source_merging_second_is_superseded_and_never_overwrite
         rep = await oc.read_report(temporal_client, old.handle.id)
         async with github_standin.client() as c:
             old_pull = await c.get_pull(old.pr.number)
+            comments = [x.body for x in await c.list_issue_comments(old.pr.number)]
 
     f = rep.failure
     assert rep.status == "cancelled" and (f.failure_class, f.error_type) == ("superseded", "Superseded")
@@ -158,6 +159,7 @@ async def test_the_older_source_merging_second_is_superseded_and_never_overwrite
     assert f"already pins images built from {s2[:12]}, the same or a newer source than this build's {s1[:12]}" \
         in f.message
     assert not old_pull.merged and _main_pins(github_standin)["digest"] == new.digest  # the newer pins stay
+    assert old_pull.state == "closed" and any(b.startswith("Superseded: main (") for b in comments)
 
 
 async def test_the_newer_source_merging_second_rebases_its_pin_commit_and_merges_after_a_new_approval(
