@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from domain.contract import BuildContract, EchoLine
-from domain.contract.models import guards_hold
+from domain.contract.models import Stage, guards_hold
 from domain.contract.script import errexit_covers, shell_values
 from domain.contract.shell import template_vars
 
@@ -49,6 +49,9 @@ class Marker(BaseModel):
     # ``step_env`` (the planned build args the step reads) as defaults under the image's own ENV.
     check_step: bool = False
     step_env: dict[str, str] = {}
+    # A value marker a kaniko cache hit of its step proves (domain/markers.py _cache_proves): its values are ARGs
+    # in the step's cache key with the planned values.
+    cache_proof: bool = False
 
     @property
     def carries_value(self) -> bool:
@@ -174,20 +177,28 @@ def expected_markers(
     pin_line = s.lines.get("pinned_args", 0)
     for m in markers:
         m.line = pin_line
-    markers.extend(_echo_markers(s.echoes, cond_env, values, "script"))
+    markers.extend(m for m, _ in _echo_markers(s.echoes, cond_env, values, "script"))
     for m in markers:  # the script's: under errexit (as bash reads it) the final push proves they ran
         if m.line and errexit_covers(s.errexit_spans, m.line):
             m.image_proof = "script"
 
-    # Dockerfile: the final target's stage chain with its build args.
-    build_env = dict(df.pins)
-    for stage in df.chain():
-        build_env.update({k: v for k, v in stage.args.items() if v is not None})
-    build_env.update({"GITSHA": contract.commit, s.wheel_source_var: wheel_source})
+    # Dockerfile: the final target's stage chain with its build args (a stage's own ARG defaults apply from that
+    # stage on, never to the stages before it).
+    passed = {"GITSHA": contract.commit, s.wheel_source_var: wheel_source}
     if s.megatron_var:
-        build_env[s.megatron_var] = values.get(s.knobs[s.megatron_var].local, "0")
-    for stage in df.chain():
-        markers.extend(_echo_markers(stage.echoes, build_env, build_env, df.path))
+        passed[s.megatron_var] = values.get(s.knobs[s.megatron_var].local, "0")
+    # The pin loop sets each checked pin as the Dockerfile declares it (`printf -v "$pin" "$value"`); where the
+    # script passes it as a build arg, that value overrides a stage's default.
+    passed.update({p: df.pins[p] for p in pins if p in df.pins and p in (s.build_args or {})})
+    build_env = dict(df.pins)
+    chain = df.chain()
+    for i, stage in enumerate(chain):
+        build_env.update({k: v for k, v in stage.args.items() if v is not None})
+        build_env.update(passed)
+        stage_markers = _echo_markers(stage.echoes, build_env, build_env, df.path)
+        for m, e in stage_markers:
+            m.cache_proof = _cache_proves(m, e, chain[:i + 1], passed, df.pins, s.build_args)
+        markers.extend(m for m, _ in stage_markers)
 
     # kaniko's final push of this tag (the wheels push has another tag and does not count).
     markers.append(Marker(name=f"push {repo}:{tag}", text=f"Pushing image to {repo}:{tag}",
@@ -207,11 +218,45 @@ def expected_markers(
     return markers
 
 
+def _cache_proves(m: Marker, e: EchoLine, chain: list[Stage], passed: dict[str, str], pins: dict[str, str],
+                  build_args: dict[str, str] | None) -> bool:
+    """A kaniko cache hit of the step that prints value marker ``m`` proves it: kaniko caches only a step that
+    exited 0, under a key of the step's text AND every build arg and ENV value in force there
+    (populateCompositeKey: args.ReplacementEnvs(env)), so the reused layer's step printed what this build's would.
+    Only where that line is ours: printed unconditionally by a zero exit (``must_run``), no wildcard, one RUN
+    step of the file holds its text, and each value is an ARG the step's stage (``chain[-1]``) declares before
+    it, that no ENV of the chain overrides (ENV wins over ARG, and is not what we planned), with the value the
+    plan says: what the job passes (our knobs, the pins), else the stage's default or the pin it imports, where
+    the script passes no other `--build-arg` of that name. Anything else stays unproven by a cache hit."""
+    if not (m.values and m.pattern is None and m.must_run and not m.conditional and e.only_step):
+        return False
+    stage = chain[-1]
+    for name, value in m.values.items():
+        declared = stage.arg_lines.get(name)
+        if declared is None or declared >= e.line:
+            return False  # not an ARG of this stage at the step: the key holds no value we planned
+        if any(name in st.env_lines and (st is not stage or st.env_lines[name] < e.line) for st in chain):
+            return False  # an ENV sets it: that value, not the planned one, is what the step printed
+        if build_args is None:
+            return False  # the script passes build args we cannot name: any default may be overridden
+        if name in build_args:
+            if name not in passed or build_args[name] not in (f"${name}", f"${{{name}}}"):
+                return False  # the script passes a value we do not plan (only `NAME=$NAME` carries ours)
+            planned = passed[name]
+        else:
+            default = stage.args.get(name)
+            planned = default if default is not None else pins.get(name)
+        if planned is None or planned != value:
+            return False
+    return True
+
+
 def _echo_markers(echoes: list[EchoLine], cond_env: dict[str, str], values: dict[str, str],
-                  source: str) -> list[Marker]:
+                  source: str) -> list[tuple[Marker, EchoLine]]:
     """The echoes printed on the planned path; the lines of a branch the plan excludes go to ``excludes`` of a
     marker of the same step (else of the same file), so a log showing them fails the plan."""
     out: list[Marker] = []
+    lines: list[EchoLine] = []
     excluded: list[tuple[EchoLine, str]] = []
     for e in echoes:
         if e.in_loop:
@@ -229,6 +274,7 @@ def _echo_markers(echoes: list[EchoLine], cond_env: dict[str, str], values: dict
             m.check_step = True
             m.step_env = {v: cond_env[v] for v in dict.fromkeys(template_vars(e.step)) if v in cond_env}
         out.append(m)
+        lines.append(e)
     planned = {m.text for m in out if m.text}
     for e, text in excluded:
         if text in planned or any(text in p or p in text for p in planned):
@@ -236,7 +282,7 @@ def _echo_markers(echoes: list[EchoLine], cond_env: dict[str, str], values: dict
         owner = next((m for m in out if e.step and m.step == e.step), out[0] if out else None)
         if owner is not None and text not in owner.excludes:
             owner.excludes.append(text)
-    return out
+    return list(zip(out, lines, strict=True))
 
 
 # kaniko's own lines (logrus: `INFO[0003] RUN if …; then echo "…"`, `No cached layer found for cmd RUN …`, also
@@ -268,7 +314,8 @@ def check_log(markers: list[Marker], log_text: str) -> MarkerCheck:
     """Which markers the build's own output shows; the final push counts only as `Pushing image to` then
     `Pushed` (kaniko's lines). A kaniko cache hit of the printing step stands in only for a marker with a fixed
     text printed unconditionally (kaniko's cache key holds the step and its env values, but the line does not
-    show which value or branch the step took). Lines that show a marker's text with another value, or a branch
+    show which value or branch the step took), or for a value marker whose values are ARGs in that key with the
+    planned values (``Marker.cache_proof``). Lines that show a marker's text with another value, or a branch
     the plan excludes, are ``contradicted``."""
     found: list[str] = []
     missing: list[str] = []
@@ -281,10 +328,11 @@ def check_log(markers: list[Marker], log_text: str) -> MarkerCheck:
         if m.role == "assert":
             if m.search(own):
                 found.append(m.name)
-            elif (m.template and not m.carries_value and not m.conditional
+            elif (m.template and (m.cache_proof or (not m.carries_value and not m.conditional))
                   and any(m.template in line for line in cache_hits)):
-                # kaniko skipped the step: its layer, built earlier from identical inputs (same cache
-                # key), already printed this fixed line; the log proves the reuse, so the assertion holds.
+                # kaniko skipped the step: its layer, built earlier from identical inputs (same cache key: the
+                # step and the build args and ENV in force), already printed this line; a value only where
+                # those args are the planned values (cache_proof); the log proves the reuse.
                 cached.append(m.name)
             else:
                 missing.append(m.name)

@@ -54,6 +54,7 @@ def parse_dockerfile(text: str, path: str) -> DockerfileContract:
     global_args: dict[str, str | None] = {}
     stages: list[Stage] = []
     stage_env: dict[int, dict[str, str]] = {}
+    run_texts: list[str] = []
     for c in commands:
         ins = c.cmd.upper()
         if ins not in _INSTRUCTIONS:
@@ -74,6 +75,7 @@ def parse_dockerfile(text: str, path: str) -> DockerfileContract:
                         pin_lines[name] = c.start_line
                 else:
                     stages[-1].args[name] = value
+                    stages[-1].arg_lines[name] = c.start_line
             continue
         if not stages:
             continue  # a parser directive or instruction before FROM that we do not use
@@ -83,6 +85,7 @@ def parse_dockerfile(text: str, path: str) -> DockerfileContract:
             env = stage_env.setdefault(len(stages) - 1, {})
             for key, value in zip(vals[0::2], vals[1::2], strict=False):
                 env[key] = _unquote(value)
+                stage.env_lines.setdefault(key, c.start_line)
         if ins == "LABEL":
             vals = list(c.value)
             for key, value in zip(vals[0::2], vals[1::2], strict=False):
@@ -91,6 +94,8 @@ def parse_dockerfile(text: str, path: str) -> DockerfileContract:
             stage.layer_steps += 1
             if ins in {"COPY", "ADD"}:
                 stage.copies.append(_copy_step(ins, c, stage_env.get(len(stages) - 1, {})))
+            if ins == "RUN":
+                run_texts.append(c.original)
             if ins == "RUN" and not c.json:
                 scripts = [h.content for h in c.heredocs] if c.heredocs else [" ".join(c.value)]
                 for script in scripts:
@@ -98,6 +103,9 @@ def parse_dockerfile(text: str, path: str) -> DockerfileContract:
                                                      step=c.original.strip() if not c.heredocs else None))
     if not stages:
         raise ContractError(path, 0, "at least one `FROM ...`")
+    for s in stages:
+        for e in s.echoes:
+            e.only_step = bool(e.source_text) and sum(e.source_text in t for t in run_texts) == 1
     return DockerfileContract(path=path, pins=pins, pin_lines=pin_lines, global_args=global_args, stages=stages)
 
 

@@ -210,6 +210,9 @@ class ScriptContract(BaseModel):
     lines: dict[str, int] = Field(default_factory=dict)
     # Where errexit is on: [(set -e line, set +e line or None)] (domain/contract/script.py _errexit_spans).
     errexit_spans: list[tuple[int, int | None]] = Field(default_factory=list)
+    # What it passes to kaniko as `--build-arg NAME=VALUE` (name -> value as written; a build arg overrides a
+    # stage's ARG default); None: a `--build-arg` whose name the text does not spell (any default may be overridden).
+    build_args: dict[str, str] | None = None
 
     @property
     def always_required(self) -> list[str]:
@@ -254,6 +257,7 @@ class EchoLine(BaseModel):
     # Printed by a `python -c` of a RUN step that only tests and prints: running the step again in the image
     # proves what the image answers (an echo of a variable would only repeat the value it is given).
     check_step: bool = False
+    only_step: bool = False  # exactly one RUN instruction of the file holds its text (a cache-hit line is its step's)
 
 
 class CopyStep(BaseModel):
@@ -277,6 +281,10 @@ class Stage(BaseModel):
     layer_steps: int = 0  # RUN / COPY / ADD instructions
     echoes: list[EchoLine] = Field(default_factory=list)
     copies: list[CopyStep] = Field(default_factory=list)
+    # Where the stage declares each ARG (its last `ARG X` line) and first sets each ENV key: a kaniko cache hit
+    # proves a value its step printed only for an ARG in force there that no ENV overrides (domain/markers.py).
+    arg_lines: dict[str, int] = Field(default_factory=dict)
+    env_lines: dict[str, int] = Field(default_factory=dict)
 
 
 class DockerfileContract(BaseModel):

@@ -567,6 +567,7 @@ def parse_script(text: str, path: str = SCRIPT_PATH) -> ScriptContract:
             lines["errexit_off"] = spans[0][1]
 
     return ScriptContract(
+        build_args=_build_args(r.code_text()),
         path=path,
         required=required,
         credential_user_var=user_var,
@@ -602,6 +603,19 @@ def parse_script(text: str, path: str = SCRIPT_PATH) -> ScriptContract:
         lines=lines | {"arch_var": arch_line},
         errexit_spans=spans,
     )
+
+
+_BUILD_ARG = re.compile(r"""--build-arg(?:\s+|=)["']?([A-Za-z_][A-Za-z0-9_]*)=(\S*)""")
+
+
+def _build_args(text: str) -> dict[str, str] | None:
+    """What the script passes as `--build-arg NAME=VALUE` (name -> the value as written, quotes removed); None if
+    one `--build-arg` does not spell its name (`--build-arg "$x"`): then any ARG may be overridden by a value we
+    do not know. A name passed twice keeps the value written last (kaniko's last flag wins)."""
+    found = [(m.group(1), m.group(2).replace('"', "").replace("'", "")) for m in _BUILD_ARG.finditer(text)]
+    if len(found) != text.count("--build-arg"):
+        return None
+    return dict(found)
 
 
 def _set_errexit(node: Node) -> bool | None:

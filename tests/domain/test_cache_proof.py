@@ -1,0 +1,123 @@
+"""A kaniko cache hit proves a value marker only where its cache key holds the planned values (issue #34 follow-up).
+
+kaniko caches a RUN step only after it exited 0, under a key of the step's text and every build arg and ENV value
+in force there; so the reused layer's step printed what this build's would, where the values it prints are ARGs of
+its stage with the values we plan and no ENV overrides them. A megatron build after a standard build of the same
+commit reuses the shared base stage: `base: torch 2.11.0+cu129 index pinned` is a cache hit, never printed again.
+"""
+
+from __future__ import annotations
+
+from domain.log_evidence import LogIntegrity, judge
+from domain.markers import CACHE_HIT, Marker, check_log, expected_markers
+from tests.contract.helpers import COMMIT, DF_AMD, contract, edited
+
+REPO = "registry.local/marinskyrl"
+TAG = f"gpu-rl-megatron-{COMMIT}"
+TORCH = "base: torch 2.11.0+cu129 index pinned"
+TORCH_STEP = 'RUN echo "base: torch ${TORCH_VERSION}+cu129 index pinned"'
+PUSH = f"INFO[0009] Pushing image to {REPO}:{TAG}\nINFO[0010] Pushed {REPO}@sha256:{'ab' * 32}\n"
+
+
+def _markers(files=None, variant="megatron") -> list[Marker]:
+    return expected_markers(contract(files), "amd64", variant, "wheel-builder", TAG, image_repository=REPO)
+
+
+def _log_with_cache_hit(markers: list[Marker], cached: str, step: str) -> str:
+    """Every marker printed except ``cached``, whose step kaniko reused (as kaniko logs it)."""
+    own = "".join((m.text or m.name.replace("…", "3")) + "\n" for m in markers
+                  if m.role == "assert" and m.name != cached)
+    return f"INFO[0002] {CACHE_HIT.removesuffix(' RUN')} {step}\n" + own + PUSH
+
+
+def _judged(markers: list[Marker], log: str):
+    check = check_log(markers, log)
+    return check, judge(markers, check, LogIntegrity(lines=len(log.splitlines())), None)
+
+
+def test_a_cached_value_step_with_the_planned_args_proves_its_marker():
+    """Fails on main before this change: the cached `base: torch …` marker stayed missing and the target ended
+    log_lost (the sandbox's amd64 megatron build after the standard one)."""
+    markers = _markers()
+    torch = next(m for m in markers if m.name == TORCH)
+    assert torch.values == {"TORCH_VERSION": "2.11.0"} and torch.cache_proof
+    check, j = _judged(markers, _log_with_cache_hit(markers, TORCH, TORCH_STEP))
+    assert check.cached == [TORCH] and not check.missing and j.verdict == "log", (check, j)
+
+
+def test_a_cache_hit_of_another_step_proves_nothing():
+    markers = _markers()
+    other = TORCH_STEP.replace("index pinned", "index staged")
+    check, j = _judged(markers, _log_with_cache_hit(markers, TORCH, other))
+    assert check.missing == [TORCH] and j.verdict == "log_lost"
+
+
+def test_an_env_over_the_printed_arg_keeps_the_cached_marker_unproven():
+    """ENV wins over ARG: the key holds the ENV value, not the planned one; the cache hit proves nothing."""
+    for before in ("ENV TORCH_VERSION=2.10.0\nRUN echo \"base: torch ${TORCH_VERSION}+cu129 index pinned\"\n",):
+        files = edited(DF_AMD, lambda t, b=before: t.replace(
+            'RUN echo "base: torch ${TORCH_VERSION}+cu129 index pinned"\n', b))
+        markers = _markers(files)
+        torch = next(m for m in markers if m.name == TORCH)
+        assert not torch.cache_proof
+        check, j = _judged(markers, _log_with_cache_hit(markers, TORCH, TORCH_STEP))
+        assert check.missing == [TORCH] and not check.cached and j.verdict == "log_lost", (check, j)
+
+
+def test_an_env_in_an_earlier_stage_keeps_the_cached_marker_unproven():
+    """`ENV INSTALL_MEGATRON=0` in the base stage: the rl stage inherits it; a cached megatron value step (the
+    wrong image's) is not proof of `megatron=1`."""
+    step = 'RUN echo "megatron knob ${INSTALL_MEGATRON} staged"'
+    files = edited(DF_AMD, lambda t: t.replace("FROM base AS rl\n", "FROM base AS rl\n").replace(
+        'RUN echo "boto3 s3', f'{step}\nRUN echo "boto3 s3'))
+    good = next(m for m in _markers(files) if m.name == "megatron knob 1 staged")
+    assert good.cache_proof  # the control: the ARG the job passes, no ENV
+    files = edited(DF_AMD, lambda t: t.replace("ENV PYTHONUNBUFFERED=1\n", "ENV PYTHONUNBUFFERED=1\nENV INSTALL_MEGATRON=0\n"),
+                   files)
+    markers = _markers(files)
+    knob = next(m for m in markers if m.name == "megatron knob 1 staged")
+    assert not knob.cache_proof
+    check, j = _judged(markers, _log_with_cache_hit(markers, knob.name, step))
+    assert knob.name in check.missing and knob.name not in check.cached and j.verdict == "log_lost"
+
+
+def test_a_conditional_or_command_substituted_value_echo_cached_stays_lost():
+    cond = 'RUN if [ -n "$TORCH_VERSION" ]; then echo "base: torch ${TORCH_VERSION}+cu129 index pinned"; fi'
+    subst = 'RUN echo "base: torch ${TORCH_VERSION}+cu129 index pinned on $(uname -m)"'
+    for step in (cond, subst):
+        files = edited(DF_AMD, lambda t, s=step: t.replace(TORCH_STEP + "\n", s + "\n"))
+        markers = _markers(files)
+        torch = next(m for m in markers if m.name.startswith(TORCH))
+        assert not torch.cache_proof and (torch.conditional or torch.pattern is not None)
+        check, j = _judged(markers, _log_with_cache_hit(markers, torch.name, step))
+        assert check.missing == [torch.name] and j.verdict == "log_lost", (step, check)
+
+
+def test_an_arg_default_applies_to_its_own_stage_only():
+    """A later stage's `ARG TORCH_VERSION=2.9.0` does not change what the base stage printed (the pin it imports);
+    an arg the stage does not declare before the step is not in its key; a value the script passes that we do not
+    plan is not known."""
+    files = edited(DF_AMD, lambda t: t.replace("ARG FLASH_ATTN_VERSION\nLABEL",
+                                               "ARG FLASH_ATTN_VERSION\nARG TORCH_VERSION=2.9.0\nLABEL"))
+    markers = _markers(files)
+    torch = next(m for m in markers if m.name == TORCH)  # on main: `base: torch 2.9.0+cu129 …`
+    assert torch.cache_proof
+    late = edited(DF_AMD, lambda t: t.replace("ARG TORCH_VERSION\nENV", "ENV").replace(
+        TORCH_STEP + "\n", TORCH_STEP + "\nARG TORCH_VERSION\n"))
+    assert not any(m.cache_proof for m in _markers(late) if "torch" in m.name)
+    script = "docker/build_gpu_rl_kaniko.sh"
+    passed = edited(script, lambda t: t.replace('--build-arg "GITSHA=$GITSHA"',
+                                                '--build-arg "GITSHA=$GITSHA"\n  --build-arg "TORCH_VERSION=$T"'))
+    assert contract(passed).script.build_args is not None
+    assert not next(m for m in _markers(passed) if m.name == TORCH).cache_proof
+    unnamed = edited(script, lambda t: t.replace('--build-arg "GITSHA=$GITSHA"',
+                                                 '--build-arg "GITSHA=$GITSHA"\n  --build-arg "$EXTRA"'))
+    assert contract(unnamed).script.build_args is None
+    assert not next(m for m in _markers(unnamed) if m.name == TORCH).cache_proof
+
+
+def test_a_step_text_held_by_two_run_steps_is_not_proven_by_a_cache_hit():
+    """The wheel-builder stage (built too, not in the target's chain) echoes the same text: a hit may be its."""
+    files = edited(DF_AMD, lambda t: t.replace('RUN echo "built vllm wheel', TORCH_STEP + '\nRUN echo "built vllm wheel'))
+    torch = next(m for m in _markers(files) if m.name == TORCH)
+    assert not torch.cache_proof
