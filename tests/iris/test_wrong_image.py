@@ -21,7 +21,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.build import BuildActivities
 from domain.contract.models import LayerCeiling
 from domain.markers import expected_markers
-from domain.models import CaptureInput
+from domain.models import CaptureInput, ValidateInput
 from tests.contract.helpers import DF_AMD, FIXTURE, contract, edited, fixture_files
 from tests.iris.test_log_evidence import BURST, COMMIT, HARBOR, STANDIN, _check_input, _config, _run_to_end
 from tests.workflows.standins import target_input
@@ -55,14 +55,15 @@ def _context(tmp_path: Path, files: dict[str, str]) -> Path:
     return ctx
 
 
-def _build(ctx: Path, ref: str, host: str, tmp_path: Path, *, megatron: str, push: bool = True) -> str:
+def _build(ctx: Path, ref: str, host: str, tmp_path: Path, *, megatron: str, push: bool = True,
+           extra: tuple[str, ...] = ()) -> str:
     python3 = shutil.which("python3") or "/usr/bin/python3"
     built = subprocess.run(
         [python3, str(STANDIN), "--context", f"dir://{ctx}", "--dockerfile", str(ctx / DF_AMD),
          "--destination", ref, "--insecure-registry", host, "--build-arg", f"GITSHA={COMMIT}",
          "--build-arg", f"HARBOR_COMMIT={HARBOR}", "--build-arg", f"INSTALL_MEGATRON={megatron}",
          "--build-arg", "WHEEL_SOURCE=wheel-builder", "--custom-platform", "linux/amd64",
-         *([] if push else ["--no-push"])],
+         *([] if push else ["--no-push"]), *extra],
         capture_output=True, text=True, timeout=180,
         env={"PATH": "/usr/bin:/bin", "DOCKER_CONFIG": str(tmp_path / "no-docker-config")})
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
@@ -166,3 +167,36 @@ async def test_a_good_megatron_image_answers_its_own_import_check_and_a_lost_val
     assert f"{FINAL} (megatron=1)" in check.missing and MEG not in check.missing
     assert "carries a value (INSTALL_MEGATRON=1)" in check.lost[0] or any(
         "carries a value" in r for r in check.lost), check.lost
+
+
+async def test_a_megatron_build_after_a_standard_build_of_the_commit_validates_on_cached_value_steps(
+        iris_controller, iris_client, open_registry, tmp_path):
+    """The sandbox's amd64 standard then amd64 megatron build of one commit through the shared kaniko cache: the
+    base stage is a cache hit, so `base: torch 2.11.0+cu129 index pinned` (an echo of the ARG TORCH_VERSION) is
+    never printed again. Its cache key holds the planned TORCH_VERSION: the megatron target validates (on main
+    before the cache-proof change it ended log_lost on that marker). The megatron steps ran (another key)."""
+    acts = _acts(tmp_path, iris_controller.url, open_registry.host)
+    files = fixture_files(HARBOR)
+    repo = f"{open_registry.host}/evidence"
+    cache = ("--cache=true", f"--cache-repo={open_registry.host}/cache-{uuid.uuid4().hex[:8]}")
+    ctx = _context(tmp_path, files)
+    std_tag, meg_tag = (f"gpu-rl-{v}{uuid.uuid4().hex[:8]}" for v in ("", "megatron-"))
+    _build(ctx, f"{repo}:{std_tag}", open_registry.host, tmp_path, megatron="0", extra=cache)
+    target = _target(files, "megatron", repo, meg_tag)
+    torch = next(m for m in target.expected_markers if m.name == "base: torch 2.11.0+cu129 index pinned")
+    assert torch.cache_proof
+    name = f"/tester/cached-megatron-{uuid.uuid4().hex[:8]}"
+    assert (await acts._record_tag_before("evidence", target, name))["digest"] is None
+    out = tmp_path / "megatron.out"
+    out.write_text(_build(ctx, f"{repo}:{meg_tag}", open_registry.host, tmp_path, megatron="1", extra=cache))
+    text = out.read_text()
+    assert 'Using caching version of cmd: RUN echo "base: torch ${TORCH_VERSION}+cu129 index pinned"' in text
+    assert "base: torch 2.11.0" not in text.replace("${TORCH_VERSION}", "")  # never printed by this build
+    assert f"{FINAL} (megatron=1)" in text and MEG in text  # the megatron steps ran
+    await _run_to_end(iris_client, name, f"cat {out}")
+    check = await ActivityEnvironment().run(acts.check_build_log, _check_input(name, target))
+    assert (check.lost, check.missing, check.contradicted) == ([], [], []), check
+    assert torch.name in check.cached and check.pushed_digest, check
+    report = await ActivityEnvironment().run(acts.validate_image, ValidateInput(
+        target=target, build_commit=COMMIT, harbor_commit=HARBOR, claimed_digest=check.pushed_digest))
+    assert report.ok, report.failure_summary()
