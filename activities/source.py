@@ -369,7 +369,8 @@ class SourceActivities(ActivityGroup):
             contract, targets, bundle_path=bundle.path, bundle_sha256=bundle.sha256,
             script_text=(wt / contract.script.path).read_text(), harbor_commit=inp.harbor_commit,
             cluster_env={t.cluster: dict(self.config.cluster(t.cluster).job_env) for t in targets},
-            images=images, mode=policy.rehearsal, accept_unrehearsed=inp.request.accept_unrehearsed)
+            images=images, mode=policy.rehearsal, accept_unrehearsed=inp.request.accept_unrehearsed,
+            isolation=policy.rehearsal_isolation)
 
     # ------------------------------------------------------------------ 4. scheduled rebuild check
     @activity.defn

@@ -9,7 +9,7 @@ bwrap run with the bundle unpacked at /app and the stand-ins, verdict), twice: w
 sandbox's stand-in ubuntu:22.04 (sandbox/task_image.py) in a local docker-registry started here.
 Prints a Markdown table; asserts nothing; needs bwrap and user namespaces (else says so and exits 1).
 
-    .venv/bin/python bench/rehearsal.py [--n 5] [--trees era-c,era-b,fixture]
+    .venv/bin/python bench/rehearsal.py [--n 5] [--trees era-c,era-b,fixture] [--isolation auto|bwrap|proot]
 """
 
 from __future__ import annotations
@@ -36,11 +36,13 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--trees", default="era-c,era-b,fixture")
     ap.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py)")
+    ap.add_argument("--isolation", default="auto", choices=["auto", "bwrap", "proot"],
+                    help="policy.rehearsal_isolation (proot: as a worker under Pod Security baseline)")
     args = ap.parse_args()
     if args.smoke:
         args.n, args.trees = 1, "fixture"
     t0 = time.monotonic()
-    reason = runner.isolation_unavailable()
+    backend, reason = runner.choose_isolation(args.isolation)
     probe = time.monotonic() - t0
     if reason:
         print(f"rehearsal skipped: {reason}")
@@ -67,10 +69,12 @@ def main() -> int:
                         env = ({t.cluster: {"SANDBOX_UNAME_M": "aarch64"}}
                                if tree == "fixture" and t.architecture == "arm64" else None)
                         if not warm_cache.exists():
-                            rehearse(contract, [t], bundle, script, harbor, env, images=images(warm_cache))
+                            rehearse(contract, [t], bundle, script, harbor, env, images=images(warm_cache),
+                                     isolation=args.isolation)
                         for label, cache in (("cold", Path(tmp) / f"cold-{t.key}-{i}"), ("warm", warm_cache)):
                             started = time.monotonic()
-                            rehearse(contract, [t], bundle, script, harbor, env, images=images(cache))
+                            rehearse(contract, [t], bundle, script, harbor, env, images=images(cache),
+                                     isolation=args.isolation)
                             (cold if label == "cold" else warm).setdefault(t.key, []).append(
                                 time.monotonic() - started)
                         runs.setdefault(t.key, []).append(t.rehearsal.seconds)
@@ -78,9 +82,9 @@ def main() -> int:
                         loads.append(os.getloadavg()[0])
             for key in runs:
                 rows.append((tree, key, status[key], cold[key], warm[key], runs[key]))
-    print(f"isolation probe: {probe:.2f} s; rounds: {args.n}; stand-in task image layer {layer_bytes / 1e6:.1f} MB "
+    print(f"isolation: {backend}; probe: {probe:.2f} s; rounds: {args.n}; stand-in task image layer {layer_bytes / 1e6:.1f} MB "
           f"gzip; load average during the runs {min(loads):.1f}-{max(loads):.1f}\n")
-    print("| tree | target | verdict | cold p50 (s) | warm p50 (s) | warm max (s) | bwrap run p50 (s) |")
+    print("| tree | target | verdict | cold p50 (s) | warm p50 (s) | warm max (s) | isolated run p50 (s) |")
     print("|---|---|---|---|---|---|---|")
     for tree, key, st, c, w, r in rows:
         print(f"| {tree} | {key} | {st} | {statistics.median(c):.2f} | {statistics.median(w):.2f} | {max(w):.2f} "

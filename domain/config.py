@@ -504,6 +504,11 @@ class PolicySettings(_Model):
         "required", description="`required`: a worker that cannot rehearse (no isolation, task image not "
                                 "pullable) refuses the plan naming what it lacks; `best_effort`: the plan says "
                                 "\"rehearsal skipped: <reason>\" and goes on.")
+    rehearsal_isolation: Literal["auto", "bwrap", "proot"] = Field(
+        "auto", description="How the rehearsal isolates: `bwrap` (user, mount, PID and network namespaces; needs "
+                            "seccomp/AppArmor that allow them), `proot` (ptrace path translation under Landlock "
+                            "and seccomp: runs under Pod Security baseline and restricted; Linux >= 6.12), "
+                            "`auto` bwrap where it runs, else proot.")
     rehearsal_image_cache_dir: str | None = Field(
         None, description="Where task images are kept unpacked by manifest digest for the rehearsal (a second "
                           "rehearsal downloads nothing); default `<work_dir>/rehearsal-images`.")

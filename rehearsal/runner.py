@@ -4,9 +4,11 @@ Why bubblewrap (Debian package ``bubblewrap``, the ``bwrap`` binary): it builds 
 bind mounts in new user, mount, PID, network and IPC namespaces without a daemon, root or setuid on
 hosts that allow unprivileged user namespaces, and it dies with its parent — what a worker pod can
 run in seconds. A container runtime would need a daemon and privileges the worker does not have;
-chroot/unshare need root. Where the host cannot create the namespaces (a restricted pod) the
-rehearsal cannot run (``isolation_unavailable``): ``policy.rehearsal = "required"`` refuses the plan
-naming what the host lacks, ``"best_effort"`` says "rehearsal skipped: <reason>".
+chroot/unshare need root. Where the host cannot create the namespaces (Pod Security baseline or
+restricted keep the runtime's default seccomp and AppArmor, which refuse them), the same root is built
+by proot under Landlock and seccomp instead (rehearsal/proot.py; ``policy.rehearsal_isolation``, default
+``auto``). Where neither runs (``isolation_unavailable``): ``policy.rehearsal = "required"`` refuses the
+plan naming what the host lacks, ``"best_effort"`` says "rehearsal skipped: <reason>".
 
 The root is laid out as Iris lays out a task. Its userland is the planned task image's own
 (rehearsal/task_image.py: unpacked once per manifest digest, shared read-only): ``/usr`` and the other
@@ -43,6 +45,7 @@ from typing import Literal
 from domain.buildset import TargetSpec
 from domain.contract import BuildContract
 from domain.markers import variant_env
+from rehearsal import proot
 from rehearsal.model import (
     IRIS_WORKDIR,
     KANIKO_EXECUTOR,
@@ -75,6 +78,7 @@ PATH = "/.rehearsal/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:
 WRITABLE = ("etc", "var", "root", "home", "opt", "run", "srv", "mnt", "media")
 OWN = {"proc", "dev", "sys", "tmp", "app", "kaniko", ".rehearsal"}
 Mode = Literal["required", "best_effort"]
+Isolation = Literal["auto", "bwrap", "proot"]
 # A login shell's /etc/profile may reset PATH (Debian's does for root); every bash the script starts puts
 # the stand-ins back in front (and the stood-in installs at the end), as the image's tools stay in between.
 PATH_GUARD = """case ":$PATH:" in *:/.rehearsal/bin:*) ;; *) PATH="/.rehearsal/bin:$PATH:/.rehearsal/installed" ;; esac
@@ -194,9 +198,30 @@ def _layout(top: Path, bundle_zip: Path | None, uname_m: str, image: Path) -> No
         _unpack_bundle(bundle_zip, top / "app")
 
 
-def isolation_unavailable() -> str | None:
-    """None when bwrap can build an isolated root here, else what the host lacks (for the refusal or
-    "rehearsal skipped: …"). The probe asks for the same namespaces and mounts a rehearsal does."""
+def isolation_unavailable(isolation: Isolation = "auto") -> str | None:
+    """None when this worker can build an isolated root (``choose_isolation``), else what it lacks."""
+    return choose_isolation(isolation)[1]
+
+
+def choose_isolation(isolation: Isolation = "auto") -> tuple[str | None, str | None]:
+    """(the isolation to run, None) or (None, what the host lacks, for the refusal or "rehearsal skipped:
+    …"). ``auto``: bwrap where it runs (namespaces: the stronger), else proot (rehearsal/proot.py), which
+    runs where Pod Security baseline/restricted keep the runtime's default seccomp and AppArmor."""
+    if isolation in ("auto", "bwrap"):
+        why = bwrap_unavailable()
+        if why is None:
+            return "bwrap", None
+        if isolation == "bwrap":
+            return None, why
+    why_proot = proot.unavailable()
+    if why_proot is None:
+        return "proot", None
+    return None, why_proot if isolation == "proot" else f"{why}; and {why_proot}"
+
+
+def bwrap_unavailable() -> str | None:
+    """None when bwrap can build an isolated root here, else what the host lacks. The probe asks for the
+    same namespaces and mounts a rehearsal does."""
     exe = bwrap_path()
     if exe is None:
         return "bwrap is not installed on this worker (Debian package bubblewrap; see deploy/README.md)"
@@ -234,9 +259,10 @@ class Rehearsal:
         return [c for c in self.calls if c.tool == "executor"]
 
 
-def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_s: float = TIMEOUT_S) -> Rehearsal:
+def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_s: float = TIMEOUT_S,
+        isolation: str = "bwrap") -> Rehearsal:
     exe = bwrap_path()
-    if exe is None:
+    if isolation == "bwrap" and exe is None:
         raise RuntimeError("bwrap is not installed")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpu-rl-rehearsal-") as tmp:
@@ -245,7 +271,12 @@ def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_
         unpacked = _stats(top / "app")  # the bundle as unpacked: the scan below reads only what the script wrote
         env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **plan.env, "BASH_ENV": "/.rehearsal/bash_env"}
         timed_out = False
-        proc = subprocess.Popen([exe, *_root_args(top, image.path), "--", *plan.argv], stdin=subprocess.DEVNULL,
+        if isolation == "proot":
+            argv, extra = proot.command(top, image.path, OWN, plan.argv)
+            env.update(extra)
+        else:
+            argv = [exe, *_root_args(top, image.path), "--", *plan.argv]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
                                 start_new_session=True)
         try:
@@ -345,7 +376,7 @@ def _traces(d: Path, exits: Path) -> list[tuple[int, int, str]]:
     return out
 
 
-def _run_twice(plan: RehearsalPlan, bundle: Path, image: TaskImageRoot, timeout_s: float
+def _run_twice(plan: RehearsalPlan, bundle: Path, image: TaskImageRoot, timeout_s: float, isolation: str = "bwrap"
                ) -> tuple[Rehearsal, list[tuple[str, str | None]]]:
     """The run, and the files of its final kaniko context that follow the credential: two runs at once, one
     with every credential placeholder changed; a file that differs between them (content or presence) is
@@ -353,16 +384,16 @@ def _run_twice(plan: RehearsalPlan, bundle: Path, image: TaskImageRoot, timeout_
     that differs run to run by itself, a timestamp, cannot be judged by difference; the scan still reads it)."""
     other = plan.model_copy(update={"env": with_other_placeholders(plan.env)})
     if other.env == plan.env:
-        return run(plan, bundle, image, timeout_s=timeout_s), []
+        return run(plan, bundle, image, timeout_s=timeout_s, isolation=isolation), []
     with ThreadPoolExecutor(max_workers=2) as pool:
-        fa, fb = pool.submit(run, plan, bundle, image, timeout_s=timeout_s), pool.submit(
-            run, other, bundle, image, timeout_s=timeout_s)
+        fa, fb = pool.submit(run, plan, bundle, image, timeout_s=timeout_s, isolation=isolation), pool.submit(
+            run, other, bundle, image, timeout_s=timeout_s, isolation=isolation)
         a, b = fa.result(), fb.result()
     if a.context_dir != b.context_dir or a.exit_code != b.exit_code:
         return a, []  # the runs took different paths: the verdict of the first stands, nothing to compare
     differ = differing_files(a.fingerprints, b.fingerprints)
     if differ:
-        again = run(plan, bundle, image, timeout_s=timeout_s)
+        again = run(plan, bundle, image, timeout_s=timeout_s, isolation=isolation)
         differ = [f for f in differ if a.fingerprints.get(f, ("",))[0] == again.fingerprints.get(f, ("",))[0]]
     out = []
     for f in differ:
@@ -416,7 +447,7 @@ def script_b64(text: str) -> str:
 
 
 __all__ = ["KANIKO_EXECUTOR", "Mode", "Rehearsal", "RehearsalResult", "TIMEOUT_S", "TaskImageError", "TaskImages",
-           "isolation_unavailable", "required_refusal", "rehearse_targets", "run", "script_b64"]
+           "choose_isolation", "isolation_unavailable", "required_refusal", "rehearse_targets", "run", "script_b64"]
 
 
 def required_refusal(reason: str, fix: str = "give the worker what it lacks (deploy/README.md)") -> str:
@@ -427,7 +458,7 @@ def required_refusal(reason: str, fix: str = "give the worker what it lacks (dep
 def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bundle_path: Path, bundle_sha256: str,
                      script_text: str, harbor_commit: str, cluster_env: dict[str, dict[str, str]],
                      images: TaskImages, mode: Mode = "required", timeout_s: float = TIMEOUT_S,
-                     accept_unrehearsed: bool = False) -> str | None:
+                     accept_unrehearsed: bool = False, isolation: Isolation = "auto") -> str | None:
     """Rehearse every target (setting ``target.rehearsal``); the refusal message when one failed, else None.
 
     Where the host cannot isolate or the task image cannot be laid out, ``mode`` decides: ``required``
@@ -436,8 +467,9 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
     caller's bounded retry. A step the rehearsal could not run leaves the rest "unrehearsed from file:line";
     under ``required`` that refuses the plan unless ``accept_unrehearsed`` (the CLI's --accept-unrehearsed),
     which each such target's result records."""
-    reason = isolation_unavailable()
-    if reason is not None:
+    backend, reason = choose_isolation(isolation)
+    if backend is None:
+        reason = reason or "no isolation"
         if mode == "required":
             return required_refusal(reason)
         for t in targets:
@@ -465,7 +497,7 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
         plan = rehearsal_plan(t, bundle_sha256=bundle_sha256, script_b64=b64 if t.job.script_env_var else None,
                               cluster_env=cluster_env.get(t.cluster, {}))
         plan.script_text = script_text
-        r, credential_files = _run_twice(plan, bundle_path, roots[key], timeout_s)
+        r, credential_files = _run_twice(plan, bundle_path, roots[key], timeout_s, backend)
         df = contract.dockerfiles.get(t.dockerfile)
         t.rehearsal = evaluate(
             plan, t, exit_code=r.exit_code, stderr=r.stderr, calls=r.calls, exits=r.exits,
@@ -476,7 +508,7 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
             dockerfile_defaults=dict(df.global_args) if df else {}, dockerfiles=contract.dockerfiles,
             context=r.context, leaks=r.leaks, script_text=script_text, background=r.background,
             credential_files=credential_files, foreign_userland=roots[key].note, dockerignore_text=r.dockerignore)
-        t.rehearsal.root = roots[key].describe()
+        t.rehearsal.root = f"{roots[key].describe()} under {backend}"
     failed = refusal(targets)
     if failed:
         return failed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,13 @@ from tests.contract.real import commit_tree, files_at
 FIXTURE = Path(__file__).resolve().parents[2] / "sandbox" / "fixtures"
 IMAGES = None  # rehearsal.task_image.TaskImages, set by conftest.py (the session's stand-in task image)
 TASK_IMAGE = "docker.io/library/ubuntu:22.04"
+# Which isolation the rehearsal tests use (policy.rehearsal_isolation): GPU_RL_TEST_ISOLATION=proot runs
+# them all under proot, as a worker under Pod Security baseline would.
+ISOLATION = os.environ.get("GPU_RL_TEST_ISOLATION", "auto")
 
 
 def need_isolation() -> None:
-    reason = runner.isolation_unavailable()
+    reason = runner.isolation_unavailable(ISOLATION)
     if reason:
         pytest.skip(f"rehearsal cannot isolate on this host: {reason}")
 
@@ -53,10 +57,10 @@ def planned(tmp_path: Path, era: str, edits=None, arches: list[str] | None = Non
 
 def rehearse(contract, targets: list[TargetSpec], bundle, script: str, harbor: str,
              cluster_env: dict[str, dict[str, str]] | None = None, mode: str = "required", images=None,
-             **kw) -> str | None:
+             isolation: str | None = None, **kw) -> str | None:
     return runner.rehearse_targets(contract, targets, bundle_path=bundle.path, bundle_sha256=bundle.sha256,
                                       script_text=script, harbor_commit=harbor, cluster_env=cluster_env or {},
-                                      images=images or IMAGES, mode=mode, **kw)
+                                      images=images or IMAGES, mode=mode, isolation=isolation or ISOLATION, **kw)
 
 
 def image_root(platform: str = "linux/amd64"):

@@ -139,9 +139,10 @@ def test_no_network_inside_the_rehearsal(tmp_path):
 def test_skipped_where_the_host_cannot_isolate(tmp_path, monkeypatch):
     contract, targets, bundle, script, harbor = planned(tmp_path, "era-c", arches=["amd64"])
     monkeypatch.setattr(runner, "bwrap_path", lambda: None)
-    assert rehearse(contract, targets, bundle, script, harbor, mode="best_effort") is None
+    monkeypatch.setattr(runner.proot, "proot_path", lambda: None)
+    assert rehearse(contract, targets, bundle, script, harbor, mode="best_effort", isolation="auto") is None
     (t, *_) = targets
-    assert t.rehearsal.status == "skipped"
+    assert t.rehearsal.status == "skipped" and "proot is not installed" in t.rehearsal.reason
     assert t.rehearsal.describe().startswith("rehearsal skipped: bwrap is not installed")
 
 

@@ -94,10 +94,12 @@ def test_era_c_sibling_script_run_directly_is_refused_as_iris_would_fail_it(tmp_
 def test_required_without_isolation_refuses_naming_the_setting(tmp_path, monkeypatch):
     contract, targets, bundle, script, harbor = planned(tmp_path, "era-c", arches=["amd64"])
     monkeypatch.setattr(runner, "bwrap_path", lambda: None)
-    refusal = rehearse(contract, targets, bundle, script, harbor, mode="required")
+    monkeypatch.setattr(runner.proot, "proot_path", lambda: None)
+    refusal = rehearse(contract, targets, bundle, script, harbor, mode="required", isolation="auto")
     assert refusal and 'policy.rehearsal = "required"' in refusal and "bwrap is not installed" in refusal
+    assert "proot is not installed" in refusal
     assert "nothing was submitted" in refusal and all(t.rehearsal is None for t in targets)
-    assert rehearse(contract, targets, bundle, script, harbor, mode="best_effort") is None
+    assert rehearse(contract, targets, bundle, script, harbor, mode="best_effort", isolation="auto") is None
     assert all(t.rehearsal.describe().startswith("rehearsal skipped: bwrap is not installed") for t in targets)
 
 
@@ -108,7 +110,8 @@ def test_required_refuses_when_the_host_cannot_create_namespaces(tmp_path, monke
     fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setattr(runner, "bwrap_path", lambda: str(fake))
-    refusal = rehearse(contract, targets, bundle, script, harbor, mode="required")
+    monkeypatch.setattr(runner.proot, "proot_path", lambda: None)
+    refusal = rehearse(contract, targets, bundle, script, harbor, mode="required", isolation="auto")
     assert 'policy.rehearsal = "required"' in refusal and "No permissions to create new namespace" in refusal
 
 

@@ -1,0 +1,185 @@
+"""The rehearsal's second isolation: proot under Landlock and seccomp, for a pod bwrap cannot run in.
+
+Why: Pod Security "baseline" and "restricted" keep the runtime's default seccomp and AppArmor profiles,
+which refuse the namespaces bwrap creates. proot (Debian package ``proot``) builds the same root by
+ptrace path translation, which those profiles allow; rehearsal/confine.py adds what path translation
+alone does not give: the kernel refuses every write outside the run's temporary directory, every network
+socket, and every signal to a process outside (Landlock, seccomp). Same layout as bwrap's root
+(runner.py): the task image read-only (Landlock grants it no write), per-run writable copies, the
+bundle at ``/app``, the stand-ins at ``/.rehearsal``. Differences, said where they matter: no ``/proc``
+(the worker's own ``/proc`` would show its processes and their environment), and ``/dev`` holds only
+null, zero, full, random and urandom.
+
+Debian's proot 5.1 extracts its loader to a fixed ``/tmp`` and builds "glue" directories there for bind
+targets missing from the root; the run's root is therefore a skeleton with every target present, and the
+loader is the ELF proot carries inside itself, written into the run's directory (``PROOT_LOADER``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CONFINE = Path(__file__).with_name("confine.py")
+DEVICES = ("null", "zero", "full", "random", "urandom")
+# Host paths proot itself runs from (its binary and libraries, the dynamic loader's cache). The script
+# never sees them: proot shows it the task image as "/"; Landlock lets them be read, never written.
+HOST_READ = ("/usr/lib", "/lib", "/lib64", "/usr/lib64", "/etc/ld.so.cache")
+
+
+def proot_path() -> str | None:
+    return shutil.which("proot")
+
+
+def _elf_machine(b: bytes, off: int) -> tuple[int, int, int] | None:
+    """(class, machine, size) of the ELF at ``off`` (size from its section headers), None if not one."""
+    h = b[off:off + 64]
+    if len(h) < 64 or h[:4] != b"\x7fELF" or h[5] != 1:
+        return None
+    if h[4] == 2:
+        (machine,) = struct.unpack_from("<H", h, 18)
+        (shoff,) = struct.unpack_from("<Q", h, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", h, 0x3A)
+    elif h[4] == 1:
+        (machine,) = struct.unpack_from("<H", h, 18)
+        (shoff,) = struct.unpack_from("<I", h, 0x20)
+        shentsize, shnum = struct.unpack_from("<HH", h, 0x2E)
+    else:
+        return None
+    return h[4], machine, shoff + shentsize * shnum
+
+
+def loader_bytes(exe: str) -> bytes:
+    """proot's own loader: the embedded ELF of proot's class and machine (its 32-bit one is left out)."""
+    b = Path(exe).read_bytes()
+    own = _elf_machine(b, 0)
+    if own is None:
+        raise OSError(f"{exe} is not an ELF file")
+    off = b.find(b"\x7fELF", 1)
+    while off > 0:
+        e = _elf_machine(b, off)
+        if e is not None and e[:2] == own[:2] and 0 < e[2] <= len(b) - off:
+            return b[off:off + e[2]]
+        off = b.find(b"\x7fELF", off + 1)
+    raise OSError(f"no embedded loader found in {exe}")
+
+
+def _host_read() -> list[str]:
+    return [p for p in HOST_READ if os.path.exists(p)]
+
+
+def _confine_argv(read: list[str], write: list[str]) -> list[str]:
+    argv = [sys.executable, "-I", str(CONFINE)]
+    for p in read:
+        argv += ["--read", p]
+    for p in write:
+        argv += ["--write", p]
+    for d in DEVICES:
+        if os.path.exists(f"/dev/{d}"):
+            argv += ["--dev", f"/dev/{d}"]
+    return argv + ["--"]
+
+
+def unavailable() -> str | None:
+    """None when proot runs confined here, else why not. The probe confines, traces and runs ``true``."""
+    exe = proot_path()
+    if exe is None:
+        return "proot is not installed on this worker (Debian package proot)"
+    true = shutil.which("true") or "/bin/true"
+    with tempfile.TemporaryDirectory(prefix="gpu-rl-rehearsal-probe-") as tmp:
+        try:
+            (Path(tmp) / "loader").write_bytes(loader_bytes(exe))
+        except OSError as e:
+            return f"proot's loader: {e}"
+        (Path(tmp) / "loader").chmod(0o755)
+        env = {"PATH": "/usr/bin:/bin", "PROOT_LOADER": f"{tmp}/loader"}
+        argv = [*_confine_argv(["/"], [tmp]), exe, "-r", "/", "-w", "/", true]
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=20, env=env)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"proot could not start: {e}"
+    if p.returncode != 0:
+        err = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+        return f"proot under Landlock and seccomp cannot run here: {err}"
+    return None
+
+
+def command(top: Path, image: Path, own: set[str], argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(argv, extra env) running ``argv`` in the run's root under ``top`` (laid out by runner._layout:
+    ``top/rw`` holds the per-run writable copies); ``own`` are the image's top-level names the rehearsal
+    provides itself."""
+    exe = proot_path()
+    if exe is None:
+        raise RuntimeError("proot is not installed")
+    skel = top / "root"
+    skel.mkdir()
+    (top / "loader").write_bytes(loader_bytes(exe))
+    (top / "loader").chmod(0o755)
+    binds: list[tuple[str, str]] = []
+    usr_local, usr_bin = top / "rw" / "usr-local", top / "usr-bin"
+
+    def mirror(src_dir: Path, into: Path, guest: str, skip: set[str]) -> None:
+        for entry in sorted(os.listdir(src_dir)):
+            src = src_dir / entry
+            if entry in skip:
+                continue
+            if src.is_symlink():
+                (into / entry).symlink_to(os.readlink(src))
+            elif guest == "" and entry == "usr" and src.is_dir():
+                # /usr as a skeleton of its entries' bindings: /usr/local is the per-run copy, and /usr/bin a
+                # per-run directory holding each image entry bound (as runner._usr_bin_args does for bwrap), so
+                # a stood-in install can put its stand-in at /usr/bin/<tool>.
+                (into / entry).mkdir()
+                mirror(src, into / entry, "/usr", {"local", "bin"} if usr_local.is_dir() else {"bin"})
+                if usr_local.is_dir():
+                    (into / entry / "local").mkdir()
+                    binds.append((str(usr_local), "/usr/local"))
+                if (src / "bin").is_dir() and not (src / "bin").is_symlink():
+                    (into / entry / "bin").mkdir()
+                    usr_bin.mkdir()
+                    binds.append((str(usr_bin), "/usr/bin"))
+                    for name in sorted(os.listdir(src / "bin")):
+                        if (src / "bin" / name).is_symlink():
+                            (usr_bin / name).symlink_to(os.readlink(src / "bin" / name))
+                        else:
+                            (usr_bin / name).touch()
+                            binds.append((str(src / "bin" / name), f"/usr/bin/{name}"))
+                elif (src / "bin").is_symlink():
+                    (into / entry / "bin").symlink_to(os.readlink(src / "bin"))
+            elif src.is_dir():
+                (into / entry).mkdir()
+                rw = top / "rw" / entry
+                binds.append((str(rw if guest == "" and rw.is_dir() else src), f"{guest}/{entry}"))
+            else:
+                (into / entry).touch()
+                binds.append((str(src), f"{guest}/{entry}"))
+
+    mirror(image, skel, "", set(own))
+    for d in ("proc", "dev", "sys", "tmp", "app", "kaniko", ".rehearsal"):
+        (skel / d).mkdir(exist_ok=True)
+    (top / "tmp").mkdir(exist_ok=True)
+    for d in DEVICES:
+        if os.path.exists(f"/dev/{d}"):
+            (skel / "dev" / d).touch()
+            binds.append((f"/dev/{d}", f"/dev/{d}"))
+    binds += [(str(top / "tmp"), "/tmp"), (str(top / "rehearsal"), "/.rehearsal"), (str(top / "app"), "/app"),
+              (str(top / "kaniko"), "/kaniko")]
+    # Landlock: the image and the stand-ins read-only; the per-run copies, /usr/bin's directory, /tmp, /app,
+    # /kaniko and the stand-ins' record directories writable; nothing else of the worker.
+    r = top / "rehearsal"
+    write = [str(skel), str(top / "rw"), str(top / "tmp"), str(top / "app"), str(top / "kaniko"),
+             str(r / "records"), str(r / "exits"), str(r / "trace"), str(r / "installed")]
+    if usr_bin.is_dir():
+        write.append(str(usr_bin))
+    read = [str(image), str(top), exe, *_host_read()]
+    out = [*_confine_argv(read, write), exe, "-0", "-r", str(skel)]
+    for src, dst in binds:
+        out += ["-b", f"{src}:{dst}"]
+    if argv and argv[0].startswith("-"):
+        raise ValueError(f"the planned command starts with an option: {argv[0]!r}")
+    return out + ["-w", "/app", *argv], {"PROOT_LOADER": str(top / "loader")}
