@@ -242,6 +242,109 @@ STAGES = {
                      "(`merged_other_head`), or superseded by a newer build already on main (`superseded`)",
 }
 
+@dataclass(frozen=True)
+class Refusal:
+    """A refusal a first deploy or a first build can meet: the text the service prints (``says``, a
+    fragment of one string literal in ``source``, which tests/docs/test_troubleshooting_refusals.py finds
+    there; ``source`` None: the text is another program's, quoted, not checked), what it means, the fix."""
+
+    title: str
+    says: str
+    source: str | None
+    meaning: str
+    next_step: str
+
+
+PLATFORMS = "deploy/README.md, *Platforms*"
+REFUSALS: list[tuple[str, list[Refusal]]] = [
+    ("The rehearsal cannot isolate", [
+        Refusal("required, and no isolation", "and could not run, so nothing was submitted", "rehearsal/runner.py",
+                "`policy.rehearsal = \"required\"` (the shipped default) and this worker can run the build script "
+                "neither under bwrap nor under proot; the message names what each lacks. Nothing was submitted.",
+                f"give the worker one isolation ({PLATFORMS}): nodes with Linux ≥ 6.12 and Landlock for proot "
+                "(the base Deployment), or a namespace allowing the `deploy/k8s/overlays/bwrap` settings; only "
+                "if neither can be had, `policy.rehearsal = \"best_effort\"` (plans then say \"rehearsal skipped\")"),
+        Refusal("bwrap refused by the host", "this host cannot create an isolated root", "rehearsal/runner.py",
+                "bwrap could not create its user, mount and PID namespaces: the pod's seccomp/AppArmor profiles "
+                "(Pod Security baseline or restricted) or the node refuse them. Under `auto` proot is tried next.",
+                f"nothing if proot works (the refusal then does not appear); else see the next entries, or apply "
+                f"`deploy/k8s/overlays/bwrap` where the namespace allows it ({PLATFORMS})"),
+        Refusal("the kernel is too old for proot's confinement", "the kernel's Landlock ABI is",
+                "rehearsal/confine.py",
+                "proot runs only under Landlock ABI 6 (Linux ≥ 6.12, `landlock` in the kernel's LSM list): "
+                "without it a build script could write outside its root or signal the worker.",
+                f"schedule the worker on nodes with Linux ≥ 6.12 (a node selector or pool; {PLATFORMS})"),
+        Refusal("proot missing", "proot is not installed on this worker", "rehearsal/proot.py",
+                "The worker image lacks the Debian package `proot` (the shipped image has it).",
+                "run the shipped image, or install `proot` in yours"),
+        Refusal("bwrap missing", "bwrap is not installed on this worker", "rehearsal/runner.py",
+                "The worker lacks the Debian package `bubblewrap` (the shipped image has it).",
+                "run the shipped image, or install `bubblewrap`; proot is used meanwhile if it can run"),
+    ]),
+    ("Preflight", [
+        Refusal("preflight failed", "preflight failed, nothing was pushed, submitted or opened", "domain/models.py",
+                "Before the first side effect the service proves every credential, permission, tool, Iris and the "
+                "build script; each failed check is listed as `name (config key): detail`.",
+                "fix each named check at its configuration key, then run the same `build` again"),
+        Refusal("no push access (git)", "git cannot push to the repository", "activities/preflight.py",
+                "`git push --dry-run` of a probe branch to `repos.marinskyrl_url` was refused.",
+                "give the credential at the named key (`github.token`, `github.app` or the git credential) write "
+                "access to the repository, or point `repos.marinskyrl_url` at one it may push to"),
+        Refusal("no push permission (GitHub)", "the token may not push to", "activities/preflight.py",
+                "GitHub says the token's permissions on the repository lack push.",
+                "use a token (or App installation) with write access to the repository"),
+        Refusal("a classic token without the repo scope", "lacks the scope repo", "activities/preflight.py",
+                "A classic token's `X-OAuth-Scopes` lack `repo` (contents, pull requests, issues, statuses).",
+                "regenerate the token with the `repo` scope, or use a fine-grained token or the GitHub App"),
+        Refusal("a registry token without write:packages", "lacks the scope write:packages",
+                "activities/preflight.py",
+                "`registry.token` is a classic token whose scopes lack `write:packages`: kaniko's push would fail "
+                "on the cluster after the build.",
+                "regenerate it with `write:packages` (and `read:packages`)"),
+        Refusal("an App installation without a permission", "add them to the App and accept them on the "
+                "installation", "activities/preflight.py",
+                "The GitHub App's installation was not granted a permission the build needs (listed with what "
+                "it has).",
+                "add the permissions to the App, then accept them on the installation (GitHub sends the owner a "
+                "request)"),
+        Refusal("checks or statuses unreadable (403)", "the token may not read", "activities/preflight.py",
+                "A fine-grained or installation token may not read check runs or commit statuses: the merge gate "
+                "could never see CI.",
+                "grant the permission the message names (`checks: read`, `commit statuses: read`)"),
+        Refusal("branch protection unreadable (403)", "the token needs administration read",
+                "activities/merge_gate.py",
+                "Not a refusal: the token may not read the base branch's protection (GitHub answers 403 without "
+                "administration read), so the merge gate takes the required checks from rulesets or "
+                "`github.required_checks` and says so in the wait.",
+                "grant administration: read (fine-grained token or App), or list the checks in "
+                "`github.required_checks`"),
+    ]),
+    ("Iris", [
+        Refusal("client too old", "refuses this client as too old", "clients/iris.py",
+                "The cluster's controller refuses the client revision date this worker sends (its marin-iris "
+                "release, or `clusters.<name>.client_revision_date`): the controller was upgraded past it.",
+                "upgrade gpu-rl-builder to a release built on a newer marin-iris (docs/iris-upgrade.md) and "
+                "redeploy the worker; remove a stale `client_revision_date` override"),
+    ]),
+    ("No worker", [
+        Refusal("no worker polls the task queue (build)", "no worker polls task queue", "starter.py",
+                "Temporal sees no worker on `temporal.task_queue`: the request cannot be checked, so nothing was "
+                "started (exit code 3).",
+                "start a worker with the same configuration (`python worker.py`, or the Deployment); on "
+                "Kubernetes check it is running: `kubectl -n gpu-rl-builder get deploy,rs,pods`"),
+        Refusal("no worker is polling (follow)", "no worker is polling", "runtime/operator_client.py",
+                "The build is queued or mid-step and no worker polls its task queue; it carries on by itself "
+                "once one does.",
+                "start a worker with the same `temporal.task_queue`; a Deployment at 0/1 is the next entry"),
+        Refusal("the Deployment stays at 0/1", "violates PodSecurity", None,
+                "Kubernetes' own event (`FailedCreate` on the ReplicaSet): the namespace's Pod Security level "
+                "refuses the pod. The base Deployment passes `baseline` and `restricted`; the `bwrap` overlay "
+                "needs `privileged`; OpenShift's restricted-v2 refuses the fixed UID without its overlay.",
+                f"`kubectl -n gpu-rl-builder describe rs -l app.kubernetes.io/name=gpu-rl-builder` names the "
+                f"checks; apply the overlay for the platform ({PLATFORMS})"),
+    ]),
+]
+
 EXIT_CODES = [(0, "success, or the build runs (without `--follow`)"), (1, "the build or the command failed"),
               (2, "bad input: a flag, the configuration, or a request the build contract refuses"),
               (3, "a service (Temporal, Iris, the registry, GitHub) is unreachable")]
@@ -290,6 +393,15 @@ def troubleshooting_markdown() -> str:
             if e.retried:
                 out += [f"- **The service:** {e.retried}."]
             out += [f"- **Next step:** {e.next_step}.", ""]
+    out += ["## Refusals of a first deploy or a first build", "",
+            "The text each one prints (quoted as the service prints it; tests/docs/test_troubleshooting_refusals.py "
+            "finds it in the source named), what it means, and what to do.", ""]
+    for title, refusals in REFUSALS:
+        out += [f"### {title}", ""]
+        for r in refusals:
+            where = f" (`{r.source}`)" if r.source else " (Kubernetes' text, not this service's)"
+            out += [f"#### {r.title}", "", f"Says: \"…{r.says}…\"{where}", "", r.meaning, "",
+                    f"- **Next step:** {r.next_step}.", ""]
     out += ["## Waits", "", "A waiting build shows `waiting` and, in `follow`, the report and the UI, the exact "
             "command that unblocks it.", ""]
     for kind in wait_kinds():
