@@ -264,6 +264,15 @@ REFUSALS: list[tuple[str, list[Refusal]]] = [
                 f"give the worker one isolation ({PLATFORMS}): nodes with Linux ≥ 6.12 and Landlock for proot "
                 "(the base Deployment), or a namespace allowing the `deploy/k8s/overlays/bwrap` settings; only "
                 "if neither can be had, `policy.rehearsal = \"best_effort\"` (plans then say \"rehearsal skipped\")"),
+        Refusal("under proot, the kaniko wait is unchecked", "cannot be checked under proot: there is no /proc",
+                "rehearsal/proot.py",
+                "The worker rehearses under proot (no namespaces: Pod Security baseline or restricted). "
+                "Everything ran, but whether the script waited for its final kaniko call (a backgrounded one is "
+                "killed with the task on the cluster) cannot be seen without /proc, so the target is "
+                "\"unrehearsed from\" that call and `required` refuses.",
+                "if the script runs kaniko in the foreground (or `wait`s for it), plan with "
+                "`--accept-unrehearsed` (the report records it); or run the worker where bwrap can isolate "
+                f"(`deploy/k8s/overlays/bwrap`, {PLATFORMS})"),
         Refusal("bwrap refused by the host", "this host cannot create an isolated root", "rehearsal/runner.py",
                 "bwrap could not create its user, mount and PID namespaces: the pod's seccomp/AppArmor profiles "
                 "(Pod Security baseline or restricted) or the node refuse them. Under `auto` proot is tried next.",

@@ -254,6 +254,7 @@ class Rehearsal:
     fingerprints: dict[str, tuple[str, int]] = {}  # its files: relative path -> (content hash, mtime ns)
     traces: list[tuple[int, int, str]] = []  # statements the run started: (start ns, end ns, calling lines)
     dockerignore: str = ""  # the final context's .dockerignore (kaniko leaves out what it names)
+    unchecked_wait: bool = False  # a kaniko stand-in could not tell whether it was waited for (no /proc)
 
     def kaniko_calls(self) -> list[StandinCall]:
         return [c for c in self.calls if c.tool == "executor"]
@@ -296,6 +297,7 @@ def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_
             if rec.tool == "executor":  # the stand-in marks a call done only when the script waited for it
                 rec.finished = f.with_name(f.name + ".done").exists()
             (unrehearsable if f.name.endswith(".unrehearsable") else calls).append(rec)
+        unchecked_wait = any(f.name.endswith(".unchecked") for f in (top / "rehearsal" / "records").iterdir())
         exits: list[tuple[int, str]] = []
         background: list[tuple[str, str]] = []
         for f in sorted((top / "rehearsal" / "exits").iterdir()):
@@ -320,6 +322,7 @@ def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_
     r.context, r.leaks, r.background = context, leaks, background
     r.context_dir, r.fingerprints, r.traces = real_ctx, fingerprints, traces
     r.dockerignore = dockerignore_text
+    r.unchecked_wait = unchecked_wait
     return r
 
 
@@ -509,6 +512,12 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
             context=r.context, leaks=r.leaks, script_text=script_text, background=r.background,
             credential_files=credential_files, foreign_userland=roots[key].note, dockerignore_text=r.dockerignore)
         t.rehearsal.root = f"{roots[key].describe()} under {backend}"
+        if r.unchecked_wait and t.rehearsal.status == "passed":
+            # Never pass what was not checked: a kaniko call left in the background would pass here.
+            k = t.rehearsal.kaniko
+            t.rehearsal = t.rehearsal.model_copy(update={
+                "status": "skipped", "unrehearsed_from": (k.line if k and k.line else plan.script_path),
+                "reason": proot.UNCHECKED_WAIT})
     failed = refusal(targets)
     if failed:
         return failed

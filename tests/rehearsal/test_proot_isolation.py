@@ -59,17 +59,21 @@ def test_no_write_outside_its_root_and_no_worker_files_seen(tmp_path):
     outside = tmp_path / "outside.txt"
     secret = tmp_path / "worker-secret"
     secret.write_text("s3cret\n")
+    worker = os.getpid()  # this test process stands for the worker: its environment holds the secrets
     probe = (f"echo x > {outside}; cat {secret}; ls /usr/bin/proot; test -e {proot.proot_path()} && echo SEEN-PROOT;"
-             " ls /proc/1/environ && echo SEEN-PROC; echo y > /usr/bin/injected && echo WROTE-IMAGE; echo ok")
+             f" tr '\\0' '\\n' < /proc/{worker}/environ | grep -c '^PATH=' && echo SEEN-ENVIRON;"
+             f" ls -l /proc/{worker}/fd/ | grep -q . && echo SEEN-FDS;"
+             " echo y > /usr/lib/injected && echo WROTE-IMAGE; echo ok")
     control = _run(tmp_path / "c", probe, confined=False)
     assert outside.exists() and "s3cret" in control.stdout  # unconfined, the probe writes and reads
+    assert "SEEN-ENVIRON" in control.stdout and "SEEN-FDS" in control.stdout, control.stdout
     outside.unlink()
     p = _run(tmp_path / "r", probe)
     assert p.stdout.strip().endswith("ok"), p.stderr
     assert not outside.exists() and "s3cret" not in p.stdout
-    for seen in ("SEEN-PROOT", "SEEN-PROC", "WROTE-IMAGE"):
+    for seen in ("SEEN-PROOT", "SEEN-ENVIRON", "SEEN-FDS", "WROTE-IMAGE"):
         assert seen not in p.stdout, p.stdout
-    assert not (image_root().path / "usr" / "bin" / "injected").exists()
+    assert not (image_root().path / "usr" / "lib" / "injected").exists()
 
 
 def test_kernel_refuses_even_past_proot(tmp_path):
@@ -119,19 +123,24 @@ from tests.rehearsal.test_proot_isolation import _baseline_seccomp
 a = json.loads(Path(sys.argv[1]).read_text())
 _baseline_seccomp()  # the pod's conditions, then the real code
 targets = [TargetSpec.model_validate(t) for t in a["targets"]]
-refusal = runner.rehearse_targets(
-    BuildContract.model_validate(a["contract"]), targets, bundle_path=Path(a["bundle"]),
-    bundle_sha256=a["sha256"], script_text=a["script"], harbor_commit=a["harbor"], cluster_env={},
-    images=TaskImages(a["cache"], mirrors=a["mirrors"], insecure_hosts=a["insecure"]), mode="required",
-    isolation="auto")
+def go(accept):
+    return runner.rehearse_targets(
+        BuildContract.model_validate(a["contract"]), targets, bundle_path=Path(a["bundle"]),
+        bundle_sha256=a["sha256"], script_text=a["script"], harbor_commit=a["harbor"], cluster_env={},
+        images=TaskImages(a["cache"], mirrors=a["mirrors"], insecure_hosts=a["insecure"]), mode="required",
+        isolation="auto", accept_unrehearsed=accept)
+refusal = go(False)
+accepted = go(True)
 Path(sys.argv[2]).write_text(json.dumps({"bwrap": runner.bwrap_unavailable(), "refusal": refusal,
+                                         "accepted": accepted, "accepted_refusal": accepted,
                                          "rehearsal": [t.rehearsal.model_dump() for t in targets]}))
 """
 
 
 def test_under_the_baseline_seccomp_bwrap_is_refused_and_proot_rehearses_required(tmp_path):
     """The real rehearsal in a process holding the pod's seccomp refusals: bwrap's probe fails, ``auto``
-    picks proot, and policy.rehearsal = "required" plans the real era-C tree."""
+    picks proot and runs the real era-C tree to its final kaniko call; under policy.rehearsal = "required"
+    the one unchecked point (did the script wait for kaniko?) refuses, and --accept-unrehearsed plans."""
     _need_proot()
     from tests.rehearsal import helpers
 
@@ -148,6 +157,11 @@ def test_under_the_baseline_seccomp_bwrap_is_refused_and_proot_rehearses_require
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(out.read_text())
     assert got["bwrap"] and "cannot create an isolated root" in got["bwrap"], got["bwrap"]
-    assert got["refusal"] is None, got["refusal"]
-    assert got["rehearsal"] and all(r["status"] == "passed" and r["root"].endswith("under proot")
+    # Everything ran under proot; only whether the script waited for kaniko cannot be seen there (no /proc),
+    # so 'required' refuses naming it, and the operator's --accept-unrehearsed plans with it recorded.
+    assert got["refusal"] and "could not be rehearsed" in got["refusal"], got["refusal"]
+    assert proot.UNCHECKED_WAIT in got["refusal"]
+    assert got["accepted"] is None, got["accepted_refusal"]
+    assert got["rehearsal"] and all(r["status"] == "skipped" and " under proot" in r["root"]
+                                    and r["unrehearsed_accepted"] and r["reason"] == proot.UNCHECKED_WAIT
                                     for r in got["rehearsal"]), got["rehearsal"]
