@@ -104,7 +104,8 @@ async def test_operator_drives_one_build_end_to_end_through_the_cli(service_stac
         assert await f2.finish() == 0, f2.output + f2.err
         final = await report(s.client, wid)
         assert final.status == "merged" and final.merge_commit
-        assert f"[done] {wid}" in f2.output and final.merge_commit in f2.output
+        # follow ends with a few-line summary (issue 38): the outcome line names the merge commit
+        assert f"merged: {wid}" in f2.output and f"merge commit {final.merge_commit[:12]}" in f2.output
         assert final.targets[0].job_ids == job_ids, "the re-check must not rebuild"
         # `report` once the pipeline has closed replays its history on the worker (see the final report).
 

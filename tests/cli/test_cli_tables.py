@@ -93,9 +93,9 @@ async def test_status_and_schedules_answer_in_tables_and_text(service_stack):
         assert table.code == 0, table.text
         header, rows = _header_and_rows(table.out)
         assert header == ["WORKFLOW", "KIND", "STATUS", "STAGE", "FAILURE CLASS", "STARTED (UTC)", "ENDED (UTC)",
-                          "DURATION"]
+                          "DURATION", "WAITING FOR"]
         row = next(r for r in rows if r.startswith(pipeline.id + " "))
-        assert re.search(rf"\sbuild\s+running\s+\S+\s+-\s+{TIME}\s+\(running\)\s+\d+m\d\ds$", row), row
+        assert re.search(rf"\sbuild\s+running\s+\S+\s+-\s+{TIME}\s+\(running\)\s+\d+m\d\ds\s+\S.*$", row), row
         assert plan_id not in table.out and validation_id not in table.out  # kept out of the build list
         assert plan_id in everything.out and check["workflow_id"] in everything.out
 
@@ -104,7 +104,7 @@ async def test_status_and_schedules_answer_in_tables_and_text(service_stack):
         header, rows = _header_and_rows(listed.out)
         assert header == ["SCHEDULE", "STATE", "RUNS", "NEXT RUN (UTC)", "LAST RUN (UTC)", "LAST CHECK", "NOTE"]
         row = next(r for r in rows if r.startswith(sid + " "))
-        assert re.search(rf"^{sid}\s+active\s+every 24h\s+{TIME}\s+{TIME}\s+rebuild — started {pipeline.id}", row), row
+        assert re.search(rf"^{sid}\s+active\s+every 24h\s+{TIME}\s+{TIME}\s+rebuild — \S.* — started {pipeline.id}", row), row  # the deciding reason first (issue 39)
         assert row.endswith("nightly check")
         assert listed_json.code == 0, listed_json.text
         as_json = next(r for r in json.loads(listed_json.out) if r["id"] == sid)
@@ -116,8 +116,8 @@ async def test_status_and_schedules_answer_in_tables_and_text(service_stack):
         assert text.out.startswith(f"schedule {sid}: active\n"), text.out
         assert "  runs:        every 24h (overlap: skip)" in text.out
         assert "  checks:      amd64 × standard; requested by tester: tables test" in text.out
-        assert re.search(rf"\n    {TIME} UTC  {re.escape(check['workflow_id'])}\n      rebuild — started "
-                         rf"{pipeline.id} — .*provenance", text.out), text.out
+        assert re.search(rf"\n    {TIME} UTC  {re.escape(check['workflow_id'])}\n      rebuild — .*provenance.* — "
+                         rf"started {pipeline.id}", text.out), text.out  # the deciding reason first (issue 39)
         assert not text.out.lstrip().startswith("{")
 
         # report accepts the rebuild check and prints its decision; Current Details say the same.
