@@ -68,6 +68,7 @@ from domain.log_evidence import (
     ImageRun,
     LogIntegrity,
     built_by_job,
+    cached_values_confirmed,
     image_check_script,
     image_check_steps,
     judge,
@@ -284,11 +285,17 @@ class BuildActivities(ActivityGroup):
             text = _log_text(log)
             markers = inp.target.expected_markers
             result = check_log(markers, text)
+            image: ImageFacts | None = None
+            if any(m.cache_proof and m.name in result.cached for m in markers):
+                # A cached value step is ours only where no ENV of the image (its base image's too) sets the value.
+                image = await self._image_facts(inp, result.pushed_digest)
+                result = cached_values_confirmed(markers, result, image)
             integrity = LogIntegrity(lines=len(log.entries))
             if needs_image(result, integrity):  # only then do holes matter: ask the store about the seq gaps
                 integrity = await self.log_reads.integrity(saved, lambda lg: _integrity_counted(iris, lg))
         ref = await write_evidence(self.evidence, inp.request_id, f"{safe_name(inp.job_id)}.log", text)
-        image = await self._image_facts(inp, result.pushed_digest) if needs_image(result, integrity) else None
+        if image is None and needs_image(result, integrity):
+            image = await self._image_facts(inp, result.pushed_digest)
         j = judge(markers, result, integrity, image)
         if j.verdict == "log_lost" and image is not None and image.ours and image.digest and (
                 image.built_by_job or (image.built_by_job is False and image.adoption_allowed)):
@@ -371,6 +378,7 @@ class BuildActivities(ActivityGroup):
             else f"{ref}@{report.digest} is not this build's: " + ("; ".join(
                 f"{c.name} is {c.observed}, expected {c.expected}" for c in labels) or "it has no OCI labels"))
         history = (configs[0].get("history") if configs else None) or []
+        env = ((configs[0].get("config") or {}).get("Env") or []) if configs else None
         before = await asyncio.to_thread(read_named, self.evidence, inp.request_id, tag_before_name(inp.job_id))
         built, built_why = built_by_job(
             digest=report.digest, platform_digest=report.platform_digest, pushed=pushed,
@@ -379,7 +387,8 @@ class BuildActivities(ActivityGroup):
         return ImageFacts(ref=ref, digest=report.digest, ours=ours, not_ours_reason=why,
                           history=[str(h.get("created_by") or "") for h in history if isinstance(h, dict)],
                           history_present=bool(history), built_by_job=built, built_why=built_why,
-                          adoption_allowed=self.config.policy.allow_adopted_image)
+                          adoption_allowed=self.config.policy.allow_adopted_image,
+                          env_keys=[str(e).partition("=")[0] for e in env or []], env_present=env is not None)
 
     # ------------------------------------------------------------------ capture and classify a failure
     @activity.defn

@@ -112,6 +112,30 @@ class ImageFacts(BaseModel):
     built_by_job: bool | None = None
     built_why: str = ""
     adoption_allowed: bool = False
+    env_keys: list[str] = Field(default_factory=list)  # the names its config Env sets (base image's included)
+    env_present: bool = False  # the config was read
+
+
+def cached_values_confirmed(markers: list[Marker], check: MarkerCheck, image: ImageFacts | None) -> MarkerCheck:
+    """A value marker a cache hit stood in for (``Marker.cache_proof``) keeps that proof only where the image this
+    job pushed sets none of its variables in its config Env. Why: the Dockerfile shows every ENV of the stage chain,
+    but not the base image's (an `nvidia/cuda` image sets CUDA_VERSION); an ENV wins over the ARG, so the cached
+    step printed that value, not the planned one. The final image's Env holds every ENV in force at any step of its
+    chain (ENV is inherited, never removed). Anything unread or not ours: the marker is missing again."""
+    by_name = {m.name: m for m in markers}
+    moved: list[str] = []
+    for name in check.cached:
+        m = by_name.get(name)
+        if m is None or not m.cache_proof:
+            continue
+        if image is None or image.built_by_job is not True or not image.env_present:
+            moved.append(name)
+        elif any(v in image.env_keys for v in m.values):
+            moved.append(name)
+    if not moved:
+        return check
+    return check.model_copy(update={"cached": [n for n in check.cached if n not in moved],
+                                    "missing": [*check.missing, *moved]})
 
 
 def built_by_job(*, digest: str | None, platform_digest: str | None, pushed: str | None, before: dict | None,

@@ -8,7 +8,7 @@ commit reuses the shared base stage: `base: torch 2.11.0+cu129 index pinned` is 
 
 from __future__ import annotations
 
-from domain.log_evidence import LogIntegrity, judge
+from domain.log_evidence import ImageFacts, LogIntegrity, cached_values_confirmed, judge
 from domain.markers import CACHE_HIT, Marker, check_log, expected_markers
 from tests.contract.helpers import COMMIT, DF_AMD, contract, edited
 
@@ -121,3 +121,27 @@ def test_a_step_text_held_by_two_run_steps_is_not_proven_by_a_cache_hit():
     files = edited(DF_AMD, lambda t: t.replace('RUN echo "built vllm wheel', TORCH_STEP + '\nRUN echo "built vllm wheel'))
     torch = next(m for m in _markers(files) if m.name == TORCH)
     assert not torch.cache_proof
+
+
+def _facts(env_keys: list[str], built: bool | None = True, present: bool = True) -> ImageFacts:
+    return ImageFacts(ref=f"{REPO}:{TAG}", digest="sha256:" + "ab" * 32, ours=True, built_by_job=built,
+                      env_keys=env_keys, env_present=present)
+
+
+def test_a_base_image_env_of_the_printed_name_takes_the_cache_proof_back():
+    """The Dockerfile shows no ENV TORCH_VERSION, but the base image may set one (nvidia/cuda sets CUDA_VERSION):
+    ENV wins over the ARG, so the cached step printed that value. The image this job pushed says: its config Env
+    holds every ENV in force along its chain. Not read, or not this job's image: the proof is taken back too."""
+    markers = _markers()
+    check = check_log(markers, _log_with_cache_hit(markers, TORCH, TORCH_STEP))
+    assert check.cached == [TORCH]
+    ok = cached_values_confirmed(markers, check, _facts(["PATH", "CUDA_VERSION", "PYTHONUNBUFFERED"]))
+    assert ok.cached == [TORCH] and not ok.missing
+    for facts in (_facts(["PATH", "TORCH_VERSION"]), _facts([], built=None), _facts([], built=False),
+                  _facts([], present=False), None):
+        back = cached_values_confirmed(markers, check, facts)
+        assert back.cached == [] and back.missing == [TORCH], facts
+        assert judge(markers, back, LogIntegrity(lines=9), None).verdict == "log_lost"
+    fixed = [m for m in markers if m.name == "base: python 3.12 toolchain and uv staged"]
+    log = f'INFO[0002] {CACHE_HIT} echo "base: python 3.12 toolchain and uv staged"\n'
+    assert cached_values_confirmed(fixed, check_log(fixed, log), None).cached == [fixed[0].name]  # fixed text
