@@ -611,11 +611,15 @@ _BUILD_ARG = re.compile(r"""--build-arg(?:\s+|=)["']?([A-Za-z_][A-Za-z0-9_]*)=(\
 def _build_args(text: str) -> dict[str, str] | None:
     """What the script passes as `--build-arg NAME=VALUE` (name -> the value as written, quotes removed); None if
     one `--build-arg` does not spell its name (`--build-arg "$x"`): then any ARG may be overridden by a value we
-    do not know. A name passed twice keeps the value written last (kaniko's last flag wins)."""
+    do not know. A name passed with two different values (two kaniko calls, or one flag overriding another) is
+    recorded as `<varies>`: a log line of one call must not prove the other's value."""
     found = [(m.group(1), m.group(2).replace('"', "").replace("'", "")) for m in _BUILD_ARG.finditer(text)]
     if len(found) != text.count("--build-arg"):
         return None
-    return dict(found)
+    out: dict[str, str] = {}
+    for name, value in found:
+        out[name] = value if out.get(name, value) == value else "<varies>"
+    return out
 
 
 def _set_errexit(node: Node) -> bool | None:

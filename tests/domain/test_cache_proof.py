@@ -110,6 +110,14 @@ def test_an_arg_default_applies_to_its_own_stage_only():
                                                 '--build-arg "GITSHA=$GITSHA"\n  --build-arg "TORCH_VERSION=$T"'))
     assert contract(passed).script.build_args is not None
     assert not next(m for m in _markers(passed) if m.name == TORCH).cache_proof
+    varies = edited(script, lambda t: t.replace('--build-arg "GITSHA=$GITSHA"',
+                                                '--build-arg "GITSHA=$GITSHA"\n  --build-arg "TORCH_VERSION=2.9.0"'
+                                                '\n  --build-arg "TORCH_VERSION=$TORCH_VERSION"'))
+    assert contract(varies).script.build_args["TORCH_VERSION"] == "<varies>"
+    assert not next(m for m in _markers(varies) if m.name == TORCH).cache_proof
+    same = edited(script, lambda t: t.replace('--build-arg "GITSHA=$GITSHA"',
+                                              '--build-arg "GITSHA=$GITSHA"\n  --build-arg "TORCH_VERSION=$TORCH_VERSION"'))
+    assert next(m for m in _markers(same) if m.name == TORCH).cache_proof  # the pin the loop set, passed as is
     unnamed = edited(script, lambda t: t.replace('--build-arg "GITSHA=$GITSHA"',
                                                  '--build-arg "GITSHA=$GITSHA"\n  --build-arg "$EXTRA"'))
     assert contract(unnamed).script.build_args is None
