@@ -264,15 +264,14 @@ REFUSALS: list[tuple[str, list[Refusal]]] = [
                 f"give the worker one isolation ({PLATFORMS}): nodes with Linux ≥ 6.12 and Landlock for proot "
                 "(the base Deployment), or a namespace allowing the `deploy/k8s/overlays/bwrap` settings; only "
                 "if neither can be had, `policy.rehearsal = \"best_effort\"` (plans then say \"rehearsal skipped\")"),
-        Refusal("under proot, the kaniko wait is unchecked", "cannot be checked under proot: there is no /proc",
-                "rehearsal/proot.py",
-                "The worker rehearses under proot (no namespaces: Pod Security baseline or restricted). "
-                "Everything ran, but whether the script waited for its final kaniko call (a backgrounded one is "
-                "killed with the task on the cluster) cannot be seen without /proc, so the target is "
-                "\"unrehearsed from\" that call and `required` refuses.",
-                "if the script runs kaniko in the foreground (or `wait`s for it), plan with "
-                "`--accept-unrehearsed` (the report records it); or run the worker where bwrap can isolate "
-                f"(`deploy/k8s/overlays/bwrap`, {PLATFORMS})"),
+        Refusal("kaniko not waited for", "was still running when the script exited", "rehearsal/model.py",
+                "The script started its kaniko call and went on (or ended) without waiting for it: put in the "
+                "background and followed by other work, or detached (`( … & )`, `setsid -f`). On the cluster "
+                "the task ends with the script and kaniko is killed before it pushes. Judged from the script's "
+                "statement trace under bwrap and proot alike; the message names the call's line and what ran "
+                "meanwhile.",
+                "run kaniko in the foreground (`exec /kaniko/executor …`, `… | tee log`), or `wait` for it right "
+                "after starting it (`… &` then `wait $!`)"),
         Refusal("bwrap refused by the host", "this host cannot create an isolated root", "rehearsal/runner.py",
                 "bwrap could not create its user, mount and PID namespaces: the pod's seccomp/AppArmor profiles "
                 "(Pod Security baseline or restricted) or the node refuse them. Under `auto` proot is tried next.",

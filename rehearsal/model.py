@@ -46,6 +46,7 @@ class StandinCall(BaseModel):
     # kaniko only: False when the script exited (or its launching process ended) while the call still
     # ran, as a backgrounded `/kaniko/executor … &` never waited for; on the cluster it dies with the task.
     finished: bool = True
+    not_waited: str = ""  # kaniko without /proc: why the statement trace shows the script did not wait for it
 
 
 class RehearsalPlan(BaseModel):
@@ -946,7 +947,8 @@ def evaluate(plan: RehearsalPlan, target: TargetSpec, *, exit_code: int, stderr:
             line=call_line(left[0], plan),
             reason=f"the kaniko call at {at} was still running when the script exited (started in the background "
                    "and never waited for): on the cluster the task ends with the script and kaniko is killed "
-                   "before it pushes; run it in the foreground (or `wait` for it)")
+                   "before it pushes; run it in the foreground (or `wait` for it)"
+                   + "".join(f" ({c.not_waited})" for c in left if c.not_waited))
     if final is None:
         own = [j for where, j in background or [] if _script_exit(plan, [(0, where)]) is not None]
         left_running = ("; it exited with background jobs still running, killed with the task on the cluster: "

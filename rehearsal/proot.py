@@ -9,9 +9,10 @@ socket, and every signal to a process outside (Landlock, seccomp). Same layout a
 bundle at ``/app``, the stand-ins at ``/.rehearsal``. Differences, said where they matter: no ``/proc``
 (there is no PID namespace, and the pod's own ``/proc`` would let the script read the environment and
 descriptors of the worker and its git helpers: same UID, and Landlock does not guard those reads), so
-the kaniko stand-in cannot tell whether the script waited for it: the result is then "unrehearsed from"
-the final kaniko call (``UNCHECKED_WAIT``), which ``policy.rehearsal = "required"`` refuses unless the
-operator passes ``--accept-unrehearsed``; and ``/dev`` holds only null, zero, full, random and urandom.
+the kaniko stand-in cannot read its parents: the runner judges whether the script waited for it from the
+statement trace, as under bwrap (runner._not_waited: ``$!``, ``wait``, the bash processes above the call), and a
+good script rehearses fully under ``policy.rehearsal = "required"``; and ``/dev`` holds only null, zero,
+full, random and urandom.
 
 Debian's proot 5.1 extracts its loader to a fixed ``/tmp`` and builds "glue" directories there for bind
 targets missing from the root; the run's root is therefore a skeleton with every target present, and the
@@ -32,8 +33,6 @@ CONFINE = Path(__file__).with_name("confine.py")
 DEVICES = ("null", "zero", "full", "random", "urandom")
 # Host paths proot itself runs from (its binary and libraries, the dynamic loader's cache). The script
 # never sees them: proot shows it the task image as "/"; Landlock lets them be read, never written.
-UNCHECKED_WAIT = ("whether the script waited for its kaniko call (or left it in the background, killed with the "
-                  "task on the cluster) cannot be checked under proot: there is no /proc")
 HOST_READ = ("/usr/lib", "/lib", "/lib64", "/usr/lib64", "/etc/ld.so.cache")
 
 

@@ -91,11 +91,14 @@ PATH_GUARD = """case ":$PATH:" in *:/.rehearsal/bin:*) ;; *) PATH="/.rehearsal/b
 # substitution while bash exits on an error could report "wait_for: No record of process N" and change the
 # exit status); its file is named by time and PID, so the records sort in the order the processes ended.
 # It adds the process's background jobs still running (`jobs -r`, a builtin): killed with the task there.
-# The DEBUG trap also appends "<time>\t<lines>" per statement to /.rehearsal/trace/<pid>: when a context file
-# differs between two runs with different credentials, its mtime names the statement that wrote it.
+# The DEBUG trap also appends "<time>\t<lines>\t<$!>\t<w if a `wait`/`wait $!`>" per statement to
+# /.rehearsal/trace/<pid>: when a context file differs between two runs with different credentials, its mtime
+# names the statement that wrote it; without /proc (proot) the statements, $! and __RH_PIDS (exported: the
+# chain of bash PIDs above the statement, each process appends its $BASHPID once, subshells included) tell
+# whether the script waited for a kaniko call (_not_waited).
 LINE_TRAP = r"""set -o functrace
 __rh_outer=${__RH_LINES:+$__RH_LINES|}
-trap '{ [[ $LINENO == 1 && $BASH_COMMAND == "${__rh_cmd-}" ]] || { __rh_cmd=$BASH_COMMAND; __rh_line="${BASH_SOURCE[0]:-}:$LINENO"; export __RH_LINES="$__rh_outer$__rh_line"; printf "%s\t%s\n" "${EPOCHREALTIME-}" "$__RH_LINES" >> "/.rehearsal/trace/$BASHPID"; }; } 2>/dev/null' DEBUG
+trap '{ [[ $LINENO == 1 && $BASH_COMMAND == "${__rh_cmd-}" ]] || { __rh_cmd=$BASH_COMMAND; __rh_line="${BASH_SOURCE[0]:-}:$LINENO"; export __RH_LINES="$__rh_outer$__rh_line"; [[ ${__RH_PIDS##*,} == "$BASHPID" ]] || export __RH_PIDS="${__RH_PIDS:+$__RH_PIDS,}$BASHPID"; case $BASH_COMMAND in wait|"wait \$!"|"wait \"\$!\""|"wait \${!}") __rh_w=w ;; *) __rh_w="" ;; esac; printf "%s\t%s\t%s\t%s\n" "${EPOCHREALTIME-}" "$__RH_LINES" "${!-}" "$__rh_w" >> "/.rehearsal/trace/$BASHPID"; }; } 2>/dev/null' DEBUG
 trap '{ __rh_rc=$?; { printf "%s\t%s\n" "$__rh_rc" "${__rh_line-}"; jobs -r; } > "/.rehearsal/exits/${EPOCHREALTIME-0}.$BASHPID"; } 2>/dev/null' EXIT
 """
 
@@ -254,7 +257,6 @@ class Rehearsal:
     fingerprints: dict[str, tuple[str, int]] = {}  # its files: relative path -> (content hash, mtime ns)
     traces: list[tuple[int, int, str]] = []  # statements the run started: (start ns, end ns, calling lines)
     dockerignore: str = ""  # the final context's .dockerignore (kaniko leaves out what it names)
-    unchecked_wait: bool = False  # a kaniko stand-in could not tell whether it was waited for (no /proc)
 
     def kaniko_calls(self) -> list[StandinCall]:
         return [c for c in self.calls if c.tool == "executor"]
@@ -296,8 +298,12 @@ def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_
                 continue
             if rec.tool == "executor":  # the stand-in marks a call done only when the script waited for it
                 rec.finished = f.with_name(f.name + ".done").exists()
+                waited = f.with_name(f.name + ".wait")
+                if rec.finished:  # and the statement trace shows the script waited for it
+                    rec.not_waited = _not_waited(waited.read_text() if waited.exists() else "",
+                                                 top / "rehearsal" / "trace", top / "rehearsal" / "exits") or ""
+                    rec.finished = not rec.not_waited
             (unrehearsable if f.name.endswith(".unrehearsable") else calls).append(rec)
-        unchecked_wait = any(f.name.endswith(".unchecked") for f in (top / "rehearsal" / "records").iterdir())
         exits: list[tuple[int, str]] = []
         background: list[tuple[str, str]] = []
         for f in sorted((top / "rehearsal" / "exits").iterdir()):
@@ -322,7 +328,6 @@ def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_
     r.context, r.leaks, r.background = context, leaks, background
     r.context_dir, r.fingerprints, r.traces = real_ctx, fingerprints, traces
     r.dockerignore = dockerignore_text
-    r.unchecked_wait = unchecked_wait
     return r
 
 
@@ -358,6 +363,44 @@ def _fingerprints(root: Path | None) -> dict[str, tuple[str, int]]:
     return out
 
 
+def _not_waited(record: str, trace: Path, exits: Path) -> str | None:
+    """Why the script did not wait for a kaniko call, from the stand-in's ``.wait`` record (start, end, its
+    PID, its parent's, the bash PIDs above it, those gone at its end) and the statement trace; None when it
+    waited. The one mechanism under bwrap and proot (which has no /proc; under bwrap, reading each parent's
+    wchan could not tell which child it waits for: `kaniko & sleep 5` looked waited, a false pass).
+
+    Sound by cause, not by timing: a call (or a subshell holding it) put in the background sets ``$!`` in
+    the process that launched it, so that process's first statement seeing it must be ``wait`` or
+    ``wait $!`` and its next one must start after the call ended; a process above the call (or its parent:
+    ``setsid -f``, ``(… &)``) that ended before the call did was not waiting for it. A foreground call, a
+    pipeline (``| tee``) and ``$(…)`` set no ``$!`` and keep every process above alive: waited."""
+    fields = record.rstrip("\n").split("\t")
+    if len(fields) < 6:
+        return "its wait record is incomplete"
+    start, end, own, ppid, chain, gone = fields[:6]
+    pids = {own, *(p for p in chain.split(",") if p)} | ({ppid} if ppid else set())
+    end_ns = int(end.replace(".", "")) * 1000 if end.replace(".", "").isdigit() else 0
+    if gone.split():
+        return f"the process that started it (PID {gone.split()[0]}) ended while it still ran"
+    for f in exits.iterdir():
+        t, _, pid = f.name.rpartition(".")
+        if pid in pids and pid != own and t.replace(".", "").isdigit() and int(t.replace(".", "")) * 1000 < end_ns:
+            return f"bash PID {pid} above it exited while it still ran"
+    for f in trace.iterdir():
+        rows = [r.split("\t") for r in f.read_text(errors="replace").splitlines()]
+        rows = [r for r in rows if len(r) >= 4]
+        first = next((i for i, r in enumerate(rows) if r[2] in pids and r[2] != ""), None)
+        if first is None:
+            continue
+        row = rows[first]
+        if row[3] != "w":
+            return f"it was put in the background and the script went on to {row[1].split('|')[-1]}"
+        if first + 1 < len(rows) and rows[first + 1][0].replace(".", "").isdigit() and \
+                int(rows[first + 1][0].replace(".", "")) * 1000 < end_ns:
+            return f"the script went on to {rows[first + 1][1].split('|')[-1]} before it ended"
+    return None
+
+
 def _traces(d: Path, exits: Path) -> list[tuple[int, int, str]]:
     """(start ns, end ns, "|"-joined calling lines) of every statement a bash process of the run started; a
     process's last statement ends when it exited (its exit record's time), or is a point when unknown (a
@@ -371,7 +414,8 @@ def _traces(d: Path, exits: Path) -> list[tuple[int, int, str]]:
     for f in d.iterdir():
         rows = []
         for row in f.read_text(errors="replace").splitlines():
-            t, _, lines = row.partition("\t")
+            t, _, rest = row.partition("\t")
+            lines = rest.split("\t")[0]
             with contextlib.suppress(ValueError):
                 rows.append((int(t.replace(".", "")) * 1000, lines))
         for i, (t, lines) in enumerate(rows):
@@ -512,12 +556,6 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
             context=r.context, leaks=r.leaks, script_text=script_text, background=r.background,
             credential_files=credential_files, foreign_userland=roots[key].note, dockerignore_text=r.dockerignore)
         t.rehearsal.root = f"{roots[key].describe()} under {backend}"
-        if r.unchecked_wait and t.rehearsal.status == "passed":
-            # Never pass what was not checked: a kaniko call left in the background would pass here.
-            k = t.rehearsal.kaniko
-            t.rehearsal = t.rehearsal.model_copy(update={
-                "status": "skipped", "unrehearsed_from": (k.line if k and k.line else plan.script_path),
-                "reason": proot.UNCHECKED_WAIT})
     failed = refusal(targets)
     if failed:
         return failed
