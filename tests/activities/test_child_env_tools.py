@@ -73,9 +73,13 @@ def test_kubectl_port_forward_gets_the_allow_list(tmp_path, sentinel_env):
 
 
 def test_a_credential_command_gets_the_allow_list(tmp_path, sentinel_env):
-    exe, seen = _tool(tmp_path, "echo the-fetched-credential-0001")
+    # A random value, as a real credential is: fetch_secret registers it with the process-wide redactor,
+    # which also hides pieces of it (a wrapped token), so a value made of words ("credential") would redact
+    # those words in every later test of this process (it hid preflight's check names).
+    secret = f"fetched-{uuid.uuid4().hex}"
+    exe, seen = _tool(tmp_path, f"echo {secret}")
     value = fetch_secret(CredentialSource(kind="command", argv=[exe]), what="t")
-    assert value == "the-fetched-credential-0001"
+    assert value == secret
     _assert_clean(seen, sentinel_env)
 
 
