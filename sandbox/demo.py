@@ -120,7 +120,9 @@ def next_lines(config: Path) -> list[str]:
     build on the sandbox")."""
     clusters = " ".join(f"--cluster {a}=sandbox-{a}" for a in ("amd64", "arm64"))  # sandbox.stack's clusters
     return ["your own build, from a second terminal:",
-            f"  export GPU_RL_BUILDER_CONFIG={config} GPU_RL_BUILDER_OPERATOR={OPERATOR}",
+            # PATH: `python starter.py …` (the README's lines, every printed next step) is the project's venv, from
+            # the checkout a second terminal stands in; a fresh machine's own python lacks the service's packages.
+            f'  export GPU_RL_BUILDER_CONFIG={config} GPU_RL_BUILDER_OPERATOR={OPERATOR} PATH="$PWD/.venv/bin:$PATH"',
             f"  cluster flags for build: {clusters}",
             f"  operator login for --by: {OPERATOR} (printed commands use $GPU_RL_BUILDER_OPERATOR for --by)"]
 

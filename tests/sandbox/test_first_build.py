@@ -49,7 +49,8 @@ def test_the_five_command_first_build_runs_as_written(tmp_path):
     try:
         demo.wait_for(lambda line: line.startswith("stack is up"), timeout=900)
         printed = demo.output
-        export = f"export GPU_RL_BUILDER_CONFIG={state / 'config.toml'} GPU_RL_BUILDER_OPERATOR=sandbox-operator"
+        export = (f"export GPU_RL_BUILDER_CONFIG={state / 'config.toml'} GPU_RL_BUILDER_OPERATOR=sandbox-operator"
+                  ' PATH="$PWD/.venv/bin:$PATH"')
         assert f"  {export}" in printed, printed
         assert lines[1] == export.replace(str(state), README_STATE)  # the README's line is what it prints
         assert "  cluster flags for build: --cluster amd64=sandbox-amd64 --cluster arm64=sandbox-arm64" in printed, printed
@@ -58,7 +59,10 @@ def test_the_five_command_first_build_runs_as_written(tmp_path):
 
         script = "set -euo pipefail\n" + "\n".join(line.replace(README_STATE, str(state)) for line in lines[1:]) + "\n"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "GPU_RL_BUILDER_"))}
-        env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", PYTHONUNBUFFERED="1")
+        # PATH as a fresh shell has it, without the venv: the export line must make `python` the project's.
+        venv_bin = str(Path(sys.executable).parent)
+        env.update(PATH=os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin),
+                   PYTHONUNBUFFERED="1")
         ran = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                              timeout=1200)
         out = ran.stdout + ran.stderr
