@@ -373,7 +373,8 @@ def _not_waited(record: str, trace: Path, exits: Path) -> str | None:
     the process that launched it, so that process's first statement seeing it must be ``wait`` or
     ``wait $!`` and its next one must start after the call ended; a process above the call (or its parent:
     ``setsid -f``, ``(… &)``) that ended before the call did was not waiting for it. A foreground call, a
-    pipeline (``| tee``) and ``$(…)`` set no ``$!`` and keep every process above alive: waited."""
+    pipeline (``| tee``) and ``$(…)`` set no ``$!`` and keep every process above alive: waited. A call
+    started by another program (``sh -c '… & sleep 5'``, ``timeout``) is not seen waited for: refused."""
     fields = record.rstrip("\n").split("\t")
     if len(fields) < 6:
         return "its wait record is incomplete"
@@ -382,6 +383,13 @@ def _not_waited(record: str, trace: Path, exits: Path) -> str | None:
     end_ns = int(end.replace(".", "")) * 1000 if end.replace(".", "").isdigit() else 0
     if gone.split():
         return f"the process that started it (PID {gone.split()[0]}) ended while it still ran"
+    # rows of its own PID before it became the stand-in (a traced bash that exec'd it), not the stand-in's own
+    own_rows = [r.split("\t")[1].split("|")[-1] for r in (trace / own).read_text(errors="replace").splitlines()
+                if r.count("\t") >= 3] if (trace / own).is_file() else []
+    own_rows = [w for w in own_rows if not w.startswith("/.rehearsal/")
+                and os.path.basename(w.rpartition(":")[0]) != "executor"]
+    if not (trace / ppid).is_file() and not own_rows:  # neither a traced bash's child nor one exec'd by it
+        return f"it was started by a program that is not the script's bash (PID {ppid}), whose waiting is not seen"
     for f in exits.iterdir():
         t, _, pid = f.name.rpartition(".")
         if pid in pids and pid != own and t.replace(".", "").isdigit() and int(t.replace(".", "")) * 1000 < end_ns:

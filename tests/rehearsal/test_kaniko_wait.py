@@ -66,6 +66,14 @@ def test_a_kaniko_detached_in_a_subshell_is_refused(tmp_path, isolation):
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_kaniko_started_by_another_shell_is_refused(tmp_path, isolation):
+    """`sh -c 'kaniko … & sleep 1'`: dash runs no line trap, so its waiting cannot be seen: refused."""
+    refusal, (t, *_) = _run(tmp_path, isolation, "sh -c '/kaniko/executor \"$@\" & sleep 1' sh", "\n")
+    assert refusal and t.rehearsal.status == "failed", t.rehearsal.describe()
+    assert "not the script's bash" in refusal, refusal
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
 @pytest.mark.parametrize("head,tail", [(EXEC, " &\nwait $!\n"), (EXEC, " &\nwait\n"),
                                        ("/kaniko/executor", " | tee /tmp/kaniko.log\n"),
                                        ("out=$(/kaniko/executor", ")\necho \"$out\"\n")],
