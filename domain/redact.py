@@ -331,7 +331,7 @@ def _escaped_spans(text: str, m: _Matcher) -> list[tuple[int, int]]:
 # in a view before matching, so a token split by colour codes, or UTF-16 text read as bytes (a NUL after
 # every character), is found; the map back covers the removed characters too.
 _CONTROL = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]{0,4096}(?:\x07|\x1b\\|\x9c)?"
-                      r"|\x1b[@-_]?|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)")
+                      r"|\x1b[@-_]?|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x9b\x9d]|\r(?!\n)")
 _CONTROL_CHAR = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x9b\x9d]")  # one class: a fast first look
 # Candidate runs of an encoding, decoded and searched again: base64 (standard or URL-safe; base32 and
 # unseparated hex are such runs too), and hex in groups separated by a space, ``:`` or ``-`` (``xxd``,
@@ -557,7 +557,8 @@ def _spans(text: str, m: _Matcher, depth: int, budget: _Budget, nested: bool = F
     and escapes (``_escaped_spans``), then, ``depth`` layers deep, what its encoded runs decode to."""
     if _CONTROL_CHAR.search(text) or ("\r" in text and _CONTROL.search(text)):
         clean = _view(text, _CONTROL, lambda _m: "")
-        return [clean.span(a, b) for a, b in _spans(clean.text, m, depth, budget, nested) if b > a]
+        if clean.text != text:  # every pass removes something, so this ends (a lone C1 \x9b once looped forever)
+            return [clean.span(a, b) for a, b in _spans(clean.text, m, depth, budget, nested) if b > a]
     spans = _escaped_spans(text, m)
     if nested:
         spans += _shape_spans(text)

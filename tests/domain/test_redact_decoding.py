@@ -160,3 +160,17 @@ def test_evidence_and_the_worker_log_use_the_same_redactor(tmp_path):
     logged = stream.getvalue()
     assert "a build printed" in logged and "an activity printed" in logged
     assert [n for n in wanted if n in logged] == []
+
+
+@pytest.mark.parametrize("text", [
+    "before \x9b\xe9 after",  # a lone C1 CSI with no final byte: control stripping removed nothing
+    "dump: " + "9be9" * 20,  # hex whose bytes decode (latin-1) to lone CSIs, as a build log's xxd may hold
+])
+def test_a_lone_c1_control_ends_and_the_secret_beside_it_is_still_redacted(text):
+    """A lone \\x9b once made ``_spans`` strip nothing and call itself again until RecursionError, so the
+    evidence write of a failed build's log (capture_failure) failed on every retry. The secret beside it
+    must still be found."""
+    secret = next(iter(CREDENTIALS.values()))
+    out = redact(f"{text} {secret} {secret.encode().hex()}")
+    assert secret not in out and secret.encode().hex() not in out
+    assert REDACTED in out
