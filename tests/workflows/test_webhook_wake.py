@@ -259,6 +259,11 @@ async def test_an_approve_merge_comment_wakes_only_its_own_build_through_the_web
         build = await Build.start(temporal_client, config, github_standin)
         other = await Build.start(temporal_client, config, github_standin)
         await build.reads(4)  # both builds' first look and their watches waiting for a change
+        # ... and both watches have read all of GitHub (checks, reviews, comments) and sleep: a comment added
+        # between a watch's checks read and its comments read is seen by that watch, with no wake (failed so
+        # once in a full suite run at load 10).
+        await build.watch_sleeping()
+        await other.watch_sleeping()
         gh.set_webhook(f"http://127.0.0.1:{receiver.port}{config.github.webhook.path}", SECRET)
         other_before = len(_scheduled(await other.events(), "watch_pull_request"))
         gh.add_comment(STANDIN_REPO, build.pr.number, "/approve-merge\nimages checked", user="tester")
