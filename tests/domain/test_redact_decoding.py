@@ -22,24 +22,15 @@ import random
 
 import pytest
 
-from domain.redact import REDACTED, redact, register_secret
-from tests.domain.test_redact_encodings import CREDENTIALS
+from domain.redact import REDACTED, redact
+
+# _registered (autouse): exactly the five credentials registered, as in the encodings table's tests.
+from tests.domain.test_redact_encodings import CREDENTIALS, _registered  # noqa: F401
 from tests.sentinel_forms import forms, head_needles, needles
 
 DECODED = ("dockerconfigjson_b64", "b64_double", "base32", "gzip_b64", "utf16le_hex", "utf16be_hex", "utf16le_b64",
            "octal_escape", "ansi_split", "quoted_printable", "iris_wrap80", "iris_wrap120", "iris_wrap80_bare",
            "xxd", "xxd_g1", "xxd_e", "od_x", "hexdump_c")
-
-
-@pytest.fixture(autouse=True)
-def _registered(monkeypatch):
-    import domain.redact as r
-
-    monkeypatch.setattr(r, "_secrets", {})
-    monkeypatch.setattr(r, "_matcher", None)
-    monkeypatch.setattr(r, "_stale", False)
-    for value in CREDENTIALS.values():
-        register_secret(value)
 
 
 def _controls() -> list[str]:
