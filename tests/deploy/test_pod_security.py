@@ -100,6 +100,12 @@ BREAKS = [
     ("baseline", "sysctls", lambda p: p["securityContext"].update(sysctls=[{"name": "kernel.msgmax", "value": "1"}])),
     ("baseline", "hostProcess",
      lambda p: p["securityContext"].update(windowsOptions={"hostProcess": True})),
+    ("baseline", "hostProbesAndHostLifecycle",
+     lambda p: p["containers"][0].update(readinessProbe={"tcpSocket": {"host": "10.0.0.1", "port": 80}})),
+    ("baseline", "hostProbesAndHostLifecycle",
+     lambda p: p["containers"][0].update(lifecycle={"preStop": {"httpGet": {"host": "x.example", "port": 80}}})),
+    ("restricted", "procMount_restricted",  # baseline lets a user-namespaced pod unmask /proc; restricted never
+     lambda p: (p.update(hostUsers=False), p["containers"][0]["securityContext"].update(procMount="Unmasked"))),
     ("restricted", "restrictedVolumes", lambda p: p["volumes"].append({"name": "n", "nfs": {"server": "x", "path": "/"}})),
     ("restricted", "allowPrivilegeEscalation",
      lambda p: p["containers"][0]["securityContext"].pop("allowPrivilegeEscalation")),
@@ -130,3 +136,18 @@ def test_an_apparmor_annotation_other_than_runtime_default_is_refused():
     assert any(v.startswith("appArmorProfile:") for v in pss.violations("baseline", pod, bad))
     assert pss.violations("baseline", pod, {"container.apparmor.security.beta.kubernetes.io/worker":
                                             "runtime/default"}) == []
+
+
+def test_a_windows_pod_is_exempt_from_exactly_the_three_linux_only_restricted_checks():
+    pod, annotations = _base_pod()
+    pod = copy.deepcopy(pod)
+    pod["securityContext"].pop("seccompProfile", None)
+    for c in pod["containers"]:
+        c["securityContext"].pop("allowPrivilegeEscalation", None)
+        c["securityContext"]["capabilities"]["drop"] = []
+    linux = {v.split(":")[0] for v in pss.violations("restricted", pod, annotations)}
+    assert linux == {"allowPrivilegeEscalation", "seccompProfile_restricted", "capabilities_restricted"}
+    pod["os"] = {"name": "windows"}
+    assert pss.violations("restricted", pod, annotations) == []
+    pod["securityContext"]["runAsUser"] = 0  # not one of the three: still refused for Windows
+    assert [v.split(":")[0] for v in pss.violations("restricted", pod, annotations)] == ["runAsUser"]
