@@ -272,14 +272,18 @@ async def _codec_server(client, config):
     if settings is None:
         yield None
         return
-    from runtime.codec_server import CodecApp, CodecServer, github_login_reader
+    from activities.merge_gate import github_client
+    from runtime.codec_server import CodecApp, CodecServer, github_login_reader, operator_checker
 
     tokens = [fetch_secret(t, what=f"temporal.codec.server.tokens[{i}]") for i, t in enumerate(settings.tokens)]
     login_of = None
     if settings.github_operators:
         login_of = github_login_reader(config.github.api_url if config.github else "https://api.github.com")
+    # Operators by login or by team, as approve-merge decides them (activities.merge_gate.verify_operator).
     app = CodecApp(client.data_converter.payload_codec, config.temporal.namespace, tokens,
-                   operators=set(config.operators.logins), login_of=login_of, max_body_bytes=settings.max_body_bytes)
+                   operators=config.operators, login_of=login_of,
+                   operator_of=operator_checker(config.operators, lambda: github_client(config)),
+                   max_body_bytes=settings.max_body_bytes)
     host, port = _host_port("temporal.codec.server.listen", settings.listen)
     try:
         server = CodecServer(app, host, port, settings.cors_origins)

@@ -129,7 +129,8 @@ class CodecServerSettings(_Model):
                                                                              "command).")
     github_operators: bool = Field(False, description="Also accept a GitHub access token (the one the UI passes "
                                                       "with codec.passAccessToken under GitHub sign-in) whose "
-                                                      "login is in operators.logins.")
+                                                      "login is an operator: in operators.logins or a member of "
+                                                      "operators.teams (as approve-merge checks it).")
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="Larger requests are refused (413).")
 
     @model_validator(mode="after")

@@ -8,9 +8,12 @@ allows the configured UI origins (Starlette's ``CORSMiddleware``: the preflight 
 
 Who may decode: a request must carry ``Authorization: Bearer <token>`` with one of
 ``temporal.codec.server.tokens``, or, with ``github_operators``, a GitHub access token (what the UI
-passes with ``codec.passAccessToken`` under GitHub sign-in) whose login is in ``operators.logins``
-(``GET /user``, cached a minute by the token's digest). Anything else is 401 (no or unknown token) or 403
-(a login that is not an operator, another namespace), with no payload read.
+passes with ``codec.passAccessToken`` under GitHub sign-in) whose login is a configured operator
+(``GET /user``, cached a minute by the token's digest): listed in ``operators.logins`` or, when the
+configuration names ``operators.teams``, an active member of one of them, decided by the same check that
+authorizes ``approve-merge`` (``activities.merge_gate.verify_operator``, team membership read through the
+GitHub API; cached a minute by login). Anything else is 401 (no or unknown token) or 403 (a login that is
+not an operator, another namespace), or 503 when GitHub cannot say, with no payload read.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from google.protobuf.json_format import MessageToDict, Parse, ParseError
 from starlette.middleware.cors import CORSMiddleware
 from temporalio.api.common.v1 import Payloads
 
+from domain.config import OperatorSettings
 from domain.redact import redact
 from runtime.asgi_thread import ASGIThread, BodyTooLarge, read_body
 from runtime.logging import get_logger
@@ -36,6 +40,26 @@ MAX_HANDLERS = 16
 LOGIN_CACHE_S = 60.0
 
 LoginOf = Callable[[str], Awaitable[str | None]]
+# How a login is an operator ("config:operators.logins", "team org/slug"), or None (raises when unreadable).
+OperatorOf = Callable[[str], Awaitable[str | None]]
+
+
+def operator_checker(operators: OperatorSettings, github: Callable[[], object | None]) -> OperatorOf:
+    """The approval path's check (``verify_operator``: operators.logins, then operators.teams through the
+    GitHub API, strict), with a fresh client from ``github()`` per check (the codec server's thread has its
+    own event loop; a verdict is cached by the app, so this runs about once a minute per login)."""
+
+    async def operator_of(login: str) -> str | None:
+        from activities.merge_gate import verify_operator
+
+        gh = github()
+        try:
+            return await verify_operator(gh, operators, login)
+        finally:
+            if gh is not None:
+                await gh.aclose()
+
+    return operator_of
 
 
 def github_login_reader(api_url: str) -> LoginOf:
@@ -57,14 +81,21 @@ def github_login_reader(api_url: str) -> LoginOf:
 class CodecApp:
     """The ASGI app: auth first, then a bounded body, then the codec."""
 
-    def __init__(self, codec: RedactingCodec, namespace: str, tokens: list[str], *, operators: set[str] | None = None,
-                 login_of: LoginOf | None = None, max_body_bytes: int = 4 * 1024 * 1024):
+    def __init__(self, codec: RedactingCodec, namespace: str, tokens: list[str], *,
+                 operators: set[str] | OperatorSettings | None = None, login_of: LoginOf | None = None,
+                 operator_of: OperatorOf | None = None, max_body_bytes: int = 4 * 1024 * 1024):
+        """``operators``: logins (a set) or the configuration's ``[operators]``; ``operator_of`` (needed when
+        it names teams: ``operator_checker``) decides a login that is not listed by name."""
         self.codec = codec
         self.namespace = namespace
         self._tokens = [t.encode() for t in tokens if t]
-        self._operators = {o.lower() for o in operators or ()}
+        if not isinstance(operators, OperatorSettings):
+            operators = OperatorSettings(logins=sorted(operators or ()))
+        self._operators = operators
+        self._operator_of = operator_of
         self._login_of = login_of
         self._logins: dict[str, tuple[float, str | None]] = {}
+        self._verdicts: dict[str, tuple[float, str | None]] = {}  # login -> (when, how it is an operator)
         self._slots = asyncio.Semaphore(MAX_HANDLERS)
         self.max_body_bytes = max_body_bytes
         self.log = get_logger("codec-server")
@@ -91,9 +122,21 @@ class CodecApp:
         login = cached[1]
         if login is None:
             return 401, "unknown token"
-        if login.lower() not in self._operators:
-            return 403, f"{login} is not an operator (operators.logins)"
-        return None
+        if self._operators.lists(login):
+            return None
+        if self._operators.teams:
+            if self._operator_of is None:  # a wiring error: refuse, never guess
+                return 503, "operators.teams is configured but the codec server cannot read team membership"
+            verdict = self._verdicts.get(login.lower())
+            if verdict is None or time.monotonic() - verdict[0] > LOGIN_CACHE_S:
+                try:
+                    verdict = (time.monotonic(), await self._operator_of(login))
+                except Exception as e:  # noqa: BLE001 - membership unreadable: nobody is let in by a team
+                    return 503, f"cannot read {login}'s membership of operators.teams: {redact(str(e))[:200]}"
+                self._verdicts[login.lower()] = verdict
+            if verdict[1] is not None:
+                return None
+        return 403, f"{login} is not an operator (operators.logins / operators.teams)"
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":

@@ -372,6 +372,48 @@ async def test_the_codec_server_lets_in_operators_by_their_github_token_only(git
         server.close()
 
 
+async def test_the_codec_server_lets_in_members_of_operator_teams_as_approve_merge_does(github_standin):
+    """``operators.teams``: a login that is not listed but is an active member of an operator team decodes
+    (membership read through the GitHub stand-in by the approval path's own check, worker.py's wiring);
+    a login in no operator team is 403. The old server knew operators.logins only and refused the member."""
+    from domain.config import OperatorSettings
+    from runtime.codec_server import github_login_reader, operator_checker
+
+    gh = github_standin
+    gh.handle.set_team("acme/release", ["Carol"])
+    gh.handle.set_team("acme/other", ["mallory"])
+    gh.handle.add_token("tok-carol-0123456789", "carol")
+    gh.handle.add_token("tok-mallory-0123456789", "mallory")
+    gh.handle.add_token("tok-alice-0123456789", "alice")
+    ops = OperatorSettings(logins=["alice"], teams=["acme/release"])
+    reads = []
+
+    def github():  # worker.py passes ``lambda: github_client(config)``: a client of the configured GitHub
+        reads.append(1)
+        return gh.client()
+
+    codec = RedactingCodec(Keys(primary="k", by_id={"k": os.urandom(32)}))
+    (sealed,) = await codec.encode([pydantic_data_converter.payload_converter.to_payload("hello team")])
+    app = CodecApp(codec, "default", [], operators=ops, login_of=github_login_reader(gh.api_url),
+                   operator_of=operator_checker(ops, github))
+    server = CodecServer(app, "127.0.0.1", 0, [])
+    body = {"payloads": [json.loads(MessageToJson(sealed))]}
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", timeout=30) as http:
+            def post(token):
+                return http.post("/decode", json=body, headers={"Authorization": f"Bearer {token}"})
+            member = await post("tok-carol-0123456789")
+            assert member.status_code == 200, member.text
+            assert json.loads(base64.b64decode(member.json()["payloads"][0]["data"])) == "hello team"
+            assert (await post("tok-alice-0123456789")).status_code == 200  # by login: no membership read
+            other = await post("tok-mallory-0123456789")
+            assert other.status_code == 403 and "mallory is not an operator" in other.text, other.text
+            assert len(reads) == 2  # carol and mallory, once each
+            assert (await post("tok-carol-0123456789")).status_code == 200 and len(reads) == 2  # cached
+    finally:
+        server.close()
+
+
 async def test_the_starter_shows_a_retried_steps_encoded_failure_message():
     """Failure messages travel encoded (``Encoded failure`` in the raw proto): ``decode_failures`` gives the
     starter the real one, redacted, through the client's converter and codec."""
