@@ -29,7 +29,7 @@ from domain.operator_input import (
     operator_name,
     request_differences,
 )
-from domain.terminal_text import plain_line, printable
+from domain.terminal_text import plain_line, printable, printable_json
 from runtime.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CommandError
 from runtime.temporal import connection_options, flags_from, resolve_config
 from runtime.version import version
@@ -250,6 +250,12 @@ async def _build(config, request, plan_only, follow_, as_json):
     sys.exit(await _until_planned(client, config, wid, as_json))
 
 
+def _echo_json(doc) -> None:
+    """Machine output (``--json``, ``--format json``): through the terminal's redactor like every other
+    line (domain/terminal_text.printable_json), still one valid JSON document."""
+    click.echo(printable_json(doc if isinstance(doc, str) else json.dumps(doc, indent=2)))
+
+
 def _out(line: str, as_json: bool) -> None:
     """Progress and notes: on stdout, except under --json where stdout carries JSON only."""
     click.echo(line, err=as_json)
@@ -269,7 +275,7 @@ async def _until_planned(client: Client, config: ServiceConfig, wid: str, as_jso
         click.echo(f"error: no worker polls task queue {config.temporal.task_queue}: {wid} is queued and not "
                    f"checked yet; start a worker, then `python starter.py follow {wid}`", err=True)
         if as_json:
-            click.echo(json.dumps({"workflow_id": wid, "status": "running", "stage": "queued"}))
+            _echo_json({"workflow_id": wid, "status": "running", "stage": "queued"})
         return EXIT_UNREACHABLE
     deadline = time.monotonic() + timeout_s
     told = False
@@ -291,7 +297,7 @@ async def _until_planned(client: Client, config: ServiceConfig, wid: str, as_jso
             if stage not in planning:
                 _out(f"planned; building ({stage}). Follow: python starter.py follow {wid}", as_json)
                 if as_json:  # stdout carries one JSON document under --json, whatever the path
-                    click.echo(json.dumps({"workflow_id": wid, "status": "running", "stage": stage}))
+                    _echo_json({"workflow_id": wid, "status": "running", "stage": stage})
                 return EXIT_OK
             await asyncio.wait({ended}, timeout=pause)
             pause = min(1.0, pause * 1.5)
@@ -301,7 +307,7 @@ async def _until_planned(client: Client, config: ServiceConfig, wid: str, as_jso
             ended.exception()  # the run failed (a refusal): read here, its report says how
     _out(f"still planning after {timeout_s:.0f}s; follow it with `python starter.py follow {wid}`", as_json)
     if as_json:
-        click.echo(json.dumps({"workflow_id": wid, "status": "running", "stage": "planning"}))
+        _echo_json({"workflow_id": wid, "status": "running", "stage": "planning"})
     return EXIT_OK
 
 
@@ -395,7 +401,7 @@ def _print_report(rep: PipelineReport, as_json: bool) -> None:
     from runtime import operator_client as oc
 
     if as_json:
-        click.echo(rep.model_dump_json(indent=2))
+        _echo_json(rep.model_dump_json(indent=2))
         return
     if oc.exit_code(rep) == EXIT_USAGE and rep.failure:  # refused input: one line, like any other bad input
         f = rep.failure
@@ -661,7 +667,7 @@ def status(ctx, query, all_kinds, limit, as_json):
         except RPCError as e:
             raise oc.service_error(e, f"--query {query or full_query!r}") from None
         if as_json:
-            click.echo(json.dumps(rows, indent=2))
+            _echo_json(rows)
         elif not rows:
             click.echo(f"no matching workflows ({full_query})")
         else:
@@ -687,8 +693,10 @@ def report(ctx, workflow_id, fmt):
             from runtime.listing import rebuild_check_text
 
             view = await oc.read_rebuild_check(client, workflow_id)
-            click.echo(json.dumps(view.as_json(), indent=2) if fmt == "json"
-                       else printable(rebuild_check_text(view), multiline=True))
+            if fmt == "json":
+                _echo_json(view.as_json())
+            else:
+                click.echo(printable(rebuild_check_text(view), multiline=True))
             sys.exit(EXIT_FAILED if view.status not in ("completed", "running") else EXIT_OK)
         rep = await oc.read_report(client, workflow_id)  # a finished build: from history, no worker needed
         _print_report(rep, fmt == "json")
@@ -1014,7 +1022,7 @@ def schedule_list(ctx, as_json):
         except RPCError as e:
             raise oc.service_error(e, "schedule list") from None
         if as_json:
-            click.echo(json.dumps(rows, indent=2))
+            _echo_json(rows)
         elif not rows:
             click.echo("no schedules (create one with `python starter.py schedule create ...`)")
         else:
@@ -1043,8 +1051,10 @@ def _schedule_cmd(name: str, doc: str):
                     from runtime import listing
 
                     desc = await listing.schedule_description(client, schedule_id)
-                    click.echo(json.dumps(desc, indent=2) if as_json
-                               else printable(listing.schedule_text(desc), multiline=True))
+                    if as_json:
+                        _echo_json(desc)
+                    else:
+                        click.echo(printable(listing.schedule_text(desc), multiline=True))
                 elif name == "pause":
                     await h.pause(note="paused from starter.py")
                 elif name == "unpause":
@@ -1160,19 +1170,20 @@ def evidence(ctx, workflow_id, dest, as_json):
         if dest:
             try:
                 for path in download(items, Path(dest), config.evidence.storage_options):
-                    click.echo(str(path))
+                    click.echo(printable(str(path)))
             except EvidenceError as e:
                 _fail(str(e), EXIT_UNREACHABLE)
             return
         rows = [{"target": i.target, "kind": i.kind, "job_id": i.job_id, "failure_class": i.failure_class,
                  **i.ref.model_dump()} for i in items]
         if as_json:
-            click.echo(json.dumps(rows, indent=2))
+            _echo_json(rows)
             return
         if not rows:
             click.echo(f"no evidence recorded for {workflow_id}", err=True)
         for r in rows:
-            click.echo(f"{r['target']:<16} {r['kind']:<12} {r['size_bytes']:>9} B  sha256:{r['sha256'][:16]}  {r['uri']}")
+            click.echo(printable(f"{r['target']:<16} {r['kind']:<12} {r['size_bytes']:>9} B  sha256:{r['sha256'][:16]}  "
+                                 f"{r['uri']}"))
 
     _run(go())
 

@@ -26,6 +26,18 @@ def printable(text: str | None, *, multiline: bool = False) -> str:
     return out if multiline else out.replace("\n", " ").replace("\t", " ")
 
 
+# DEL and C1 controls (``\x9b`` is a CSI to a terminal): json.dumps and pydantic escape only C0 controls.
+_JSON_RAW_CONTROLS = re.compile(r"[\x7f-\x9f]")
+
+
+def printable_json(text: str) -> str:
+    """A JSON document (``--json``, ``--format json``) for the terminal, still valid JSON: the raw DEL and C1
+    controls a serializer leaves are escaped (``\\u009b``; they occur only inside strings), then the same
+    redactor as every other line. It decodes JSON escapes before it matches, so a colour-split token inside a
+    string (``\\u001b[31m``) is found, and it replaces whole escapes only, so the document still parses."""
+    return redact(_JSON_RAW_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+
+
 def shorten(text: str | None, width: int) -> str:
     """One printable line of at most ``width`` characters (an ellipsis marks a cut)."""
     line = printable(text)
