@@ -164,7 +164,10 @@ class GitHubStandin:
         # API requests served (admin calls excluded): all, answered 304, and sent with If-None-Match.
         # Everything but a 304 counts against the primary rate limit, as on GitHub.
         self.stats = {"requests": 0, "not_modified": 0, "conditional": 0}
-        self.served: dict[str, int] = {}  # "METHOD /path" -> API requests answered (any status)
+        self.served: dict[str, int] = {}  # "METHOD /path" -> API requests received to be answered (any status)
+        # "METHOD /path" -> API requests whose answer was read from the state (after any slow_down): a change
+        # made after this count moved cannot be in that answer.
+        self.answered: dict[str, int] = {}
         # The primary rate limit: one hourly window shared by every token (GitHub's is per user/App).
         # Reported truthfully in X-RateLimit-* on every answer; enforced (403 at 0) once admin set it.
         self.budget = {"limit": 5000, "used": 0, "reset": int(time.time()) + 3600, "enforce": False}
@@ -1000,8 +1003,9 @@ class GitHubStandin:
             ("POST", r"/_admin/issues", lambda m: self.admin_issue(body), 200, None),
             ("POST", r"/_admin/webhook", lambda m: self.admin_webhook(body), 200, None),
             ("POST", r"/_admin/push", lambda m: self.admin_push(body), 200, None),
-            ("POST", r"/_admin/served", lambda m: {"n": sum(n for k, n in self.served.items()
-                                                            if re.search(body["pattern"], k))}, 200, None),
+            ("POST", r"/_admin/served", lambda m: {"n": sum(
+                n for k, n in (self.answered if body.get("answered") else self.served).items()
+                if re.search(body["pattern"], k))}, 200, None),
             ("POST", r"/_admin/webhook_deliveries", lambda m: self.admin_webhook_deliveries(body), 200, None),
         ]
         if method == "POST" and path == "/_admin/webhook_redeliver":  # sends and waits: not under the lock
@@ -1098,6 +1102,9 @@ def _make_handler(app: GitHubStandin) -> type[BaseHTTPRequestHandler]:
                     app.take_slow(self.command, split.path)  # after reading the request: it will be served
                     app.authorize(who, self.command, split.path)
                 status, payload, list_key = app.route(self.command, split.path, q, body, who)
+                if api:
+                    with app.lock:
+                        app.answered[key] = app.answered.get(key, 0) + 1
                 headers = app.rate_headers()
                 if who.get("scopes") is not None:  # a classic token: GitHub lists its scopes on every answer
                     headers["X-OAuth-Scopes"] = ", ".join(who["scopes"])
@@ -1241,9 +1248,11 @@ class GitHubStandinHandle:
         return self._admin("rate_budget", {"limit": limit, "remaining": remaining, "reset_in_s": reset_in_s,
                                            "enforce": enforce})
 
-    def served(self, pattern: str) -> int:
-        """API requests answered so far whose ``"METHOD /path"`` matches the regex ``pattern``."""
-        return int(self._admin("served", {"pattern": pattern})["n"])
+    def served(self, pattern: str, *, answered: bool = False) -> int:
+        """API requests whose ``"METHOD /path"`` matches the regex ``pattern``: received so far (counted before
+        any ``slow_down``, so a test sees a slowed request arrive), or with ``answered`` those whose answer
+        was already read from the state: a change made after that count moved is not in those answers."""
+        return int(self._admin("served", {"pattern": pattern, "answered": answered})["n"])
 
     def api(self, method: str, path: str, payload: dict[str, Any] | None = None, *, token: str | None = None
             ) -> tuple[int, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from clients.github import (
@@ -131,3 +133,21 @@ def _combined(*states: str) -> CombinedStatus:
 )
 def test_checks_state_folds_runs_and_statuses(runs, combined, expected):
     assert checks_state(runs, combined) == expected
+
+
+async def test_served_counts_a_slowed_read_on_arrival_and_answered_only_once_its_answer_was_read(
+        github_standin: GitHubStandinRepo):
+    """tests/workflows/test_webhook_wake.py waits for ``answered`` before it comments: a comment added while a
+    read is received but not yet answered would be in that answer."""
+    h, comments = github_standin.handle, r"^GET /repos/.*/issues/5/comments$"
+    h.slow_down("GET", r"/issues/5/comments$", 1.0)
+    async with github_standin.client() as gh:
+        read = asyncio.ensure_future(gh.list_issue_comments(5))
+        for _ in range(200):
+            if h.served(comments):
+                break
+            await asyncio.sleep(0.01)
+        assert (h.served(comments), h.served(comments, answered=True)) == (1, 0)  # slowed: not read yet
+        h.add_comment(github_standin.repo, 5, "added while the read waits", user="alice")
+        assert [c.body for c in await read] == ["added while the read waits"]
+    assert (h.served(comments), h.served(comments, answered=True)) == (1, 1)
