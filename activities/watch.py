@@ -9,16 +9,15 @@ batches); a restarted activity rebuilds from it in pages. Every payload is bound
 of jobs (``domain/watch.py``): the heartbeat carries counters, the log cursor and the live progress of
 followed jobs only.
 
-Per tick, on an adaptive cadence inside a per-cluster token bucket of
-``policy.watch_status_budget_per_min`` status requests (fast while a job is followed or near its end,
-slow while every job is queued): one status request for every watched job — ``GetJobState`` with all
-ids, or every ``watch_progress_interval_s`` (longer when the listing takes several pages) instead
-``ListJobs`` per (user prefix, state), which also brings pending reasons and preemption counts. Jobs whose state changed are handed to a dispatcher beside
-the poll loop, which takes the state the poll reported as it is (no detail read: the target reads what it
-acts on) and wakes their targets concurrently, so a burst of ends never delays the next poll; only a job
-absent from the answer is read alone (``GetJobStatus``), to confirm it before it is reported missing.
-Queued jobs are polled like running ones, and the cadence is fast for a minute after an end (ends come in
-groups). Logs: one ``FetchLogs`` per cluster every
+Per tick, evenly spaced within a hard cap of ``policy.watch_status_budget_per_min`` status requests per
+cluster in any sliding minute (``StatusWindow``, which every status request draws from, ``ListJobs`` pages
+included): one status request for every watched job — ``GetJobState`` with all ids, or every
+``watch_progress_interval_s``, when one page lists them all, ``ListJobs``, which also brings pending reasons
+and preemption counts (a longer listing is read one page per 5 minutes in place of a poll). Jobs whose state
+changed are handed to a dispatcher beside the poll loop, which takes the state the poll reported as it is
+(no detail read: the target reads what it acts on) and wakes their targets concurrently, so a burst of ends
+never delays the next poll; only a job absent from the answer is read alone (``GetJobStatus``), to confirm
+it before it is reported missing. Queued jobs are polled like running ones. Logs: one ``FetchLogs`` per cluster every
 ``watch_log_interval_s`` (``watch_follow_interval_s`` while someone follows) for the common prefix of
 every running job, from the log store's global cursor (``seq``), routed to jobs by key.
 
@@ -36,6 +35,7 @@ import contextlib
 import math
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -51,7 +51,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.build import _progress
 from activities.common import HEARTBEAT_EVERY_S, ActivityGroup, Heartbeater, iris_client
 from activities.errors import Transient
-from clients.iris import LIST_JOBS_PAGE, IrisClient, JobState, NotFound, Unavailable
+from clients.iris import LIST_JOBS_MAX_OFFSET, LIST_JOBS_PAGE, IrisClient, JobState, NotFound, Unavailable
 from domain.config import PolicySettings, ServiceConfig
 from domain.models import JobProgress
 from domain.redact import redact_obj, redact_value
@@ -85,8 +85,10 @@ LOG_PAGE = 5000  # lines per prefix FetchLogs
 YIELD_EVERY = 500
 LOG_PAGES_PER_READ = 4  # a read that finds full pages continues, at most this many requests per interval
 LOG_LOOKBACK_MS = 120_000  # a fresh cursor reads only lines newer than the watcher's start minus this
+# A listing that takes more than one request reads one page per this many seconds, beside the polls: pending
+# reasons and preemption counts of thousands of jobs come later, and the polls keep almost all of the budget.
+PAGED_LISTING_EVERY_S = 300.0
 FOLLOW_VIEW_MAX = 200  # live progress in the heartbeat: followed jobs only, at most this many
-END_GROUP_S = 60.0  # after a poll sees an end, the fast cadence while other jobs run (ends come in groups)
 STATUS_METHODS = ("GetJobState", "ListJobs", "GetJobStatus")
 # Watcher id -> (the run this worker last registered with, the marker set keys that run was given): a
 # registration carries the marker texts only the first time a key goes to a run (see WatchRequest).
@@ -119,38 +121,74 @@ class Tracked:
 
 
 @dataclass
-class Budget:
-    """A token bucket of status requests per cluster: polls at most ``per_min`` a minute on average. The
-    normal cadence spends less than the refill, so the bucket banks up to ``cap`` requests for the fast
-    cadence of a build's final minutes (``policy.watch_status_burst``). Detail reads of changed jobs (off
-    the poll loop) take what is there but never put the bucket in debt: a change delays the next poll by
-    at most one budget interval, never by the number of jobs that changed (per change, and batched)."""
+class StatusWindow:
+    """The status budget as a hard cap: at most ``limit`` status requests of a cluster in any sliding window of
+    ``window_s`` (``policy.watch_status_budget_per_min`` a minute). Every status request of the watcher
+    (``GetJobState`` polls, each ``ListJobs`` page, ``GetJobStatus`` detail reads) takes a slot first
+    (``acquire``: it waits for one), so no cadence, burst or listing can exceed it (issue 37: a token bucket
+    that banked 36 requests let the fast cadence after an end send 20 a minute).
 
-    per_min: float
+    A sliding window of send times rather than a token bucket: a bucket of rate r and capacity c allows
+    c + r in a window, so with any banked tokens a bucket of 12 a minute exceeds 12 in some minute."""
+
+    limit: int
+    window_s: float = 60.0
     clock: Callable[[], float] = time.monotonic
-    cap: float = 3.0
-    tokens: float = 1.0
-    at: float | None = None
+    sent: deque = field(default_factory=deque)  # monotonic send times within the window, oldest first
 
-    def _refill(self) -> None:
+    def _trim(self, now: float) -> None:
+        while self.sent and self.sent[0] <= now - self.window_s:
+            self.sent.popleft()
+
+    def free_at(self, at: float | None = None) -> float:
+        """The earliest moment at or after ``at`` (default now) when one request may be sent."""
         now = self.clock()
-        if self.at is not None:
-            self.tokens = min(self.cap, self.tokens + (now - self.at) * self.per_min / 60.0)
-        self.at = now
-
-    def spend(self, n: float = 1.0) -> None:
-        self._refill()
-        self.tokens = max(0.0, self.tokens - n)
-
-    def full(self) -> bool:
-        """Within one request of the cap: what the refill adds now would be lost."""
-        self._refill()
-        return self.tokens >= self.cap - 1.0
+        at = now if at is None else max(at, now)
+        self._trim(now)
+        inside = [s for s in self.sent if s > at - self.window_s]
+        if len(inside) < self.limit:
+            return at
+        return inside[len(inside) - self.limit] + self.window_s
 
     def wait_s(self) -> float:
-        """Seconds until one request may be made."""
-        self._refill()
-        return 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) * 60.0 / self.per_min
+        """Seconds until one request may be sent."""
+        return max(0.0, self.free_at() - self.clock())
+
+    def take(self) -> None:
+        now = self.clock()
+        self._trim(now)
+        self.sent.append(now)
+
+    async def acquire(self, sleep: Callable[[float], object] = asyncio.sleep) -> None:
+        """Wait for a slot (bounded: at most one window) and take it."""
+        while (wait := self.wait_s()) > 0:
+            await sleep(wait)
+        self.take()
+
+    def ages(self) -> list[float]:
+        """Seconds since each request in the window (heartbeat: another attempt starts from them)."""
+        now = self.clock()
+        self._trim(now)
+        return [round(now - s, 3) for s in self.sent]
+
+    def restore(self, ages: list[float]) -> None:
+        now = self.clock()
+        known = set(self.sent)
+        for a in sorted(ages or [], reverse=True):
+            t = now - float(a)
+            if t > now - self.window_s and t not in known:
+                self.sent.append(t)
+        self.sent = deque(sorted(self.sent))
+
+
+def status_limit(policy: PolicySettings) -> int:
+    """Requests allowed in one sliding minute: ``watch_status_budget_per_min`` (at least one)."""
+    return max(1, math.floor(policy.watch_status_budget_per_min))
+
+
+# Cluster -> the status window of this worker process: an attempt that replaces another one here (a retry, a
+# continue-as-new) keeps counting the requests its predecessor sent in the last minute.
+_WINDOWS: dict[str, StatusWindow] = {}
 
 
 def common_prefix(job_ids: list[str]) -> str:
@@ -182,16 +220,15 @@ class ClusterWatch:
     unreported: dict[str, JobProgress] = field(default_factory=dict)  # told targets, not yet told the workflow
     hints: dict[str, str] = field(default_factory=dict)  # dirty job -> the state GetJobState reported
     on_progress: Callable[[], None] = lambda: None  # called whenever a request of a dispatch completes
-    budget: Budget | None = None
+    window: StatusWindow | None = None  # the hard cap every status request draws from
+    sleep: Callable[[float], object] = asyncio.sleep  # waiting for a slot of the window (tests: a fake clock's)
+    page_at: float = float("-inf")  # when the last page of a paged (details-only) listing was read
+    listing_at: tuple[int, int] = (0, 0)  # the paged listing's next (pair, offset)
     stamp: int = 0  # orders status requests and detail reads by when they were sent (see ``_stale``)
-    ended_at: float = float("-inf")  # monotonic time a poll last saw a job end (ends come in groups)
 
     def __post_init__(self) -> None:
-        if self.budget is None:
-            # Starts full, as a watcher that has run a while is: a fresh activity (a retry, a continue-as-new)
-            # may spend at most one burst above the average, and only at the fast cadence.
-            burst = self.policy.watch_status_burst
-            self.budget = Budget(self.policy.watch_status_budget_per_min, clock=self.clock, cap=burst, tokens=burst)
+        if self.window is None:
+            self.window = StatusWindow(status_limit(self.policy), clock=self.clock)
         if not self.log_since_ms:
             self.log_since_ms = int(time.time() * 1000) - LOG_LOOKBACK_MS
 
@@ -252,43 +289,28 @@ class ClusterWatch:
     def _followed(self, job_id: str) -> bool:
         return self.following.get(job_id, 0) > time.time()
 
-    def _near_end(self, t: Tracked) -> bool:
-        """The job's latest marker is one of its final two: the build is pushing, its end is near."""
-        markers = self.markers.get(t.request.marker_set) or t.request.markers
-        return bool(markers) and t.now.last_marker is not None and t.now.last_marker in markers[-2:]
-
     def interval(self) -> float:
-        """Seconds to the next poll: fast while a running job is followed or near its end, or within
-        ``END_GROUP_S`` of an end while others run (the targets of a build end together: a failure shared
-        by them, a burst); else the normal interval, or the budget's own while the bucket is full (the
-        budget caps all of them). Queued jobs are polled like running ones (not at the idle interval): a
-        job that starts is seen at the next poll, and its end as soon as a running job's."""
-        running = [t for t in self.jobs.values() if not t.told.terminal and t.state == JobState.RUNNING.value]
+        """Seconds between polls: the whole budget spent on evenly spaced polls (5 s at 12 a minute; never
+        faster than ``watch_fast_interval_s``). Evenly spaced because under a hard cap an end that gives no
+        warning is seen soonest at p95 by equal gaps (the wait's p95 is 0.95 of the gap: 4.75 s). That uses
+        every slot of the window: there is no faster cadence for a build's final minutes or after an end
+        (the token bucket it came from sent 20 a minute; saving slots for it would need a slower regular
+        cadence, 6 s: p95 5.7 s for a failure without warning). Another request (a listing page, a detail
+        read) takes a slot and so makes one gap twice as long. Queued jobs are polled like running ones: a
+        job that starts is seen at the next poll."""
         pol = self.policy
-        if any(self._followed(j) or self._near_end(self.jobs[j]) for j in (t.request.job_id for t in running)):
-            return pol.watch_fast_interval_s
-        if running and self.clock() - self.ended_at < END_GROUP_S:
-            return pol.watch_fast_interval_s
-        if self.budget.full():
-            # A full bucket banks nothing more: poll at the rate that keeps it full (the budget's own
-            # interval, less what the listing's further pages take) instead of wasting the refill. An end
-            # that gives no warning (no final markers) is then seen within 5 s, not 6, while the bank stays
-            # whole for the next build's final minutes. Never faster than the fast cadence.
-            return max(pol.watch_fast_interval_s, min(pol.watch_interval_s, self.budget_interval()))
-        return pol.watch_interval_s
+        return max(pol.watch_fast_interval_s, 60.0 / status_limit(pol))
 
-    def budget_interval(self) -> float:
-        """The poll interval that spends exactly the budget with the listing's pages beyond its first (each
-        listing replaces one poll; at 5,000 jobs it takes 10 pages every 10 minutes: 5.4 s, not 5 s)."""
-        pol = self.policy
-        n = len(self._active())
-        extra = max(0, math.ceil(n / LIST_JOBS_PAGE) - 1) / (self.listing_every(n) / 60.0) if n else 0.0
-        return 60.0 / max(1.0, pol.watch_status_budget_per_min - extra)
+    def regular_interval(self) -> float:
+        return self.interval()
 
     def next_poll(self, due: float) -> float:
-        """When the poll after the one that was due at ``due`` runs: one interval later, or when the bucket
-        allows a request, whichever is later (a late poll is not caught up with a burst)."""
-        return max(due + self.interval(), self.clock() + self.budget.wait_s())
+        """When the poll after the one that was due at ``due`` runs: one interval later, never before the
+        window allows (a late poll is not caught up with a burst)."""
+        return self.window.free_at(due + self.interval())
+
+    async def _acquire(self) -> None:
+        await self.window.acquire(self.sleep)
 
     # ---------------------------------------------------------------- one poll (one request)
     def _active(self) -> list[str]:
@@ -296,18 +318,23 @@ class ClusterWatch:
 
     async def poll(self, iris: IrisClient) -> None:
         """One status request for every watched job: ``GetJobState`` with all ids, or — when the details
-        are due (``listing_every``) — ``ListJobs`` per (user prefix, state), which also
-        brings pending reasons and preemption counts. Jobs whose state differs (or that are absent) are
-        marked ``dirty`` for the dispatcher: details are read per change, never per job per interval."""
+        are due and one ``ListJobs`` page covers every watched job — that page, which also brings pending
+        reasons and preemption counts. With more jobs (or states) than one page, the listing is read one page
+        at a time beside the polls, where the window has a spare slot (``_listing_page``). Jobs whose state
+        differs (or that are absent) are marked ``dirty`` for the dispatcher: details are read per change,
+        never per job per interval. Every request takes a slot of the window first."""
         ids = self._active()
         if not ids:
             return
         now = self.clock()
-        if now - self.details_at >= self.listing_every(len(ids)):
+        if not self._paged(ids) and now - self.details_at >= self.policy.watch_progress_interval_s:
             await self._poll_listing(iris, ids)
             self.details_at = now
             return
-        self.budget.spend()
+        if self._paged(ids) and now - self.page_at >= self.paged_listing_every():
+            await self._listing_page(iris, ids)  # this slot's request: the next poll comes one interval later
+            return
+        await self._acquire()
         sent = self._next_stamp()
         try:
             states = await asyncio.wait_for(iris.job_states(ids), POLL_DEADLINE_S)
@@ -326,16 +353,51 @@ class ClusterWatch:
                 self.dirty.add(j)
                 if state is not None:
                     self.hints[j] = state.value
-                    if state.is_terminal and not t.now.terminal:
-                        self.ended_at = self.clock()
 
-    def listing_every(self, jobs: int) -> float:
-        """Seconds between listing polls: ``watch_progress_interval_s``, stretched by the pages a listing
-        of ``jobs`` takes (``LIST_JOBS_PAGE`` jobs a page), so the listing costs about one request per
-        interval at any count (5,000 jobs: 10 pages every 10 minutes, not 10 a minute on top of the
-        budget). Only pending reasons and preemption counts come that much later: state changes are
-        seen by every ``GetJobState`` poll."""
-        return self.policy.watch_progress_interval_s * max(1, math.ceil(jobs / LIST_JOBS_PAGE))
+    def _pairs(self, ids: list[str]) -> list[tuple[str, str]]:
+        return sorted({(user_prefix(j), self.jobs[j].now.state) for j in ids
+                       if self.jobs[j].now.state in (JobState.PENDING.value, JobState.RUNNING.value)})
+
+    def _paged(self, ids: list[str]) -> bool:
+        """More than one ``ListJobs`` request would list them (several states or users, or more than a page):
+        the listing cannot replace a poll, so it is read a page at a time, for details only."""
+        return len(ids) > LIST_JOBS_PAGE or len(self._pairs(ids)) > 1
+
+    def paged_listing_every(self) -> float:
+        """Seconds between two pages of a paged listing (its cost: one request per this)."""
+        return max(self.policy.watch_progress_interval_s, PAGED_LISTING_EVERY_S)
+
+    async def _listing_page(self, iris: IrisClient, ids: list[str]) -> None:
+        """One page of the paged listing, in place of a poll when due: the pending reasons and preemption counts
+        of the jobs on it (their state changes are the polls' business). Pages go round the (user, state) pairs
+        and their offsets. Taking a poll's slot (a sliding window has no spare one to give at the regular
+        cadence) makes one gap between polls 10 s once per ``paged_listing_every`` (300 s): the wait's p95
+        goes from 4.75 s to ~4.85 s. Never waits in the poll loop for a slot of its own."""
+        now = self.clock()
+        pairs = self._pairs(ids)
+        if not pairs:
+            return
+        pair, offset = self.listing_at
+        if pair >= len(pairs) or offset > LIST_JOBS_MAX_OFFSET:
+            pair, offset = (0, 0) if pair + 1 >= len(pairs) else (pair + 1, 0)
+        prefix, state = pairs[pair]
+        self.page_at = now
+        await self._acquire()
+        sent = self._next_stamp()
+        try:
+            page, more = await asyncio.wait_for(iris.list_jobs_page(prefix=prefix, state=state, offset=offset),
+                                                POLL_DEADLINE_S)
+        except (Unavailable, TimeoutError):
+            return
+        self.listing_at = (pair, offset + len(page)) if more and page else (pair + 1, 0)
+        for n, info in enumerate(page, 1):
+            if n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+            t = self.jobs.get(info.job_id)
+            if t is None or t.told.terminal or self._stale(t, sent) or t.detail_needed:
+                continue
+            if info.state.value == t.now.state and t.now.controller_reachable:
+                t.now = _progress(info, t.now)
 
     async def _poll_listing(self, iris: IrisClient, ids: list[str]) -> None:
         wanted = sorted({(user_prefix(j), self.jobs[j].now.state) for j in ids
@@ -343,15 +405,13 @@ class ClusterWatch:
         listed = {}
         sent = self._next_stamp()
         for prefix, state in wanted:
-            self.budget.spend()
-            try:
-                page = await asyncio.wait_for(iris.list_jobs(prefix=prefix, state=state, limit=5000),
-                                              POLL_DEADLINE_S * 2)
+            try:  # every page takes a slot (other users' jobs under the prefix may add pages)
+                page = await asyncio.wait_for(iris.list_jobs(prefix=prefix, state=state, limit=5000,
+                                                             before_page=self._acquire), POLL_DEADLINE_S * 2)
             except (Unavailable, TimeoutError) as e:
                 for j in ids:
                     self._unreachable(j, e)
                 return
-            self.budget.spend(max(0, math.ceil(len(page) / LIST_JOBS_PAGE) - 1))  # each further page: a request
             listed.update((i.job_id, i) for i in page)
         changed: list[str] = []
         for n, j in enumerate(ids, 1):
@@ -371,15 +431,13 @@ class ClusterWatch:
         if len(changed) > 1:
             # Their new states, with one GetJobState: the dispatcher takes them as they are (``_read_details``);
             # a job that changed alone costs one request either way (its GetJobStatus).
-            self.budget.spend()
+            await self._acquire()
             with contextlib.suppress(Unavailable, TimeoutError):
                 states = await asyncio.wait_for(iris.job_states(changed), POLL_DEADLINE_S)
                 self.hints.update((j, st.value) for j, st in states.items())
                 for j, st in states.items():
                     if j in self.jobs:
                         self.jobs[j].seen = st.value
-                        if st.is_terminal and not self.jobs[j].now.terminal:
-                            self.ended_at = self.clock()
         self.dirty.update(j for j in changed if j in self.jobs)
 
     async def dispatch(self, iris: IrisClient) -> list[str]:
@@ -437,7 +495,7 @@ class ClusterWatch:
         t = self.jobs.get(job_id)
         if t is None:
             return
-        self.budget.spend()
+        await self._acquire()
         try:
             info = await asyncio.wait_for(iris.job_status(job_id, with_tasks=False), POLL_DEADLINE_S)
             t.now = _progress(info, t.now)
@@ -545,13 +603,16 @@ class ClusterWatch:
         for t in self.jobs.values():
             states[t.now.state] = states.get(t.now.state, 0) + 1
         return {"jobs": live, "watched": len(self.jobs), "states": states, "rev": self.rev,
-                "log_cursor": self.log_cursor, "log_since_ms": self.log_since_ms}
+                "log_cursor": self.log_cursor, "log_since_ms": self.log_since_ms,
+                "status_sent_ago": self.window.ages()}
 
     def resume(self, details: dict | None) -> None:
         """Start from the last heartbeat of a crashed attempt: the log is not re-read from the start."""
         d = details or {}
         self.log_cursor = int(d.get("log_cursor") or 0)
         self.log_since_ms = int(d.get("log_since_ms") or self.log_since_ms)
+        # The status requests the crashed attempt sent in its last minute still count (on another worker too).
+        self.window.restore(d.get("status_sent_ago") or [])
 
 
 class WatchActivities(ActivityGroup):
@@ -614,7 +675,9 @@ class WatchActivities(ActivityGroup):
         # Job states carry Iris error text (a task's stderr): the signals below are redacted, so learn
         # every configured credential first (this worker may never have fetched them).
         await asyncio.to_thread(self.learn_secrets_once)
-        engine = ClusterWatch(pol)
+        window = _WINDOWS.setdefault(inp.cluster, StatusWindow(status_limit(pol)))
+        window.limit = status_limit(pol)
+        engine = ClusterWatch(pol, window=window)
         result = WatchClusterResult()
         details = activity.info().heartbeat_details
         engine.resume(details[0] if details else None)

@@ -30,7 +30,7 @@ import logging
 import random
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -730,28 +730,41 @@ class IrisClient:
         return {k: JobState.parse(v) for k, v in reply.states.items()}
 
     async def list_jobs(self, prefix: str | None = None, state: JobState | str | None = None,
-                        limit: int = 1000, newest_first: bool = False) -> list[JobInfo]:
+                        limit: int = 1000, newest_first: bool = False,
+                        before_page: Callable[[], Awaitable[None]] | None = None) -> list[JobInfo]:
         """All users' jobs (optionally by anchored id prefix and short state name), paging through;
-        ``newest_first``: by submission date, newest first (JOB_SORT_FIELD_DATE, SORT_DIRECTION_DESC)."""
+        ``newest_first``: by submission date, newest first (JOB_SORT_FIELD_DATE, SORT_DIRECTION_DESC).
+        ``before_page`` is awaited before each page's request (the watcher's status window: every page
+        is a request of its budget)."""
         jobs: list[JobInfo] = []
         offset = 0
         while len(jobs) < limit and offset <= LIST_JOBS_MAX_OFFSET:
-            query = Controller.JobQuery(offset=offset, limit=min(LIST_JOBS_PAGE, limit - len(jobs)))
-            if prefix:
-                query.job_id_prefix = prefix
-            if state:
-                query.state_filter = str(JobState(state) if not isinstance(state, JobState) else state)
-            if newest_first:
-                query.sort_field = Controller.JOB_SORT_FIELD_DATE
-                query.sort_direction = Controller.SORT_DIRECTION_DESC
-            reply = await self._rpc("ListJobs", Controller.ListJobsRequest(query=query), Controller.ListJobsResponse)
-            page = [JobInfo.from_proto(j) for j in reply.jobs]
+            if before_page is not None:
+                await before_page()
+            page, more = await self.list_jobs_page(prefix, state, offset=offset,
+                                                   limit=min(LIST_JOBS_PAGE, limit - len(jobs)),
+                                                   newest_first=newest_first)
             jobs.extend(page)
             await asyncio.sleep(0)  # a long listing parses page by page, never in one stretch of the loop
             offset += len(page)
-            if not page or not reply.has_more:
+            if not page or not more:
                 break
         return jobs[:limit]
+
+    async def list_jobs_page(self, prefix: str | None = None, state: JobState | str | None = None, *,
+                             offset: int = 0, limit: int = LIST_JOBS_PAGE,
+                             newest_first: bool = False) -> tuple[list[JobInfo], bool]:
+        """One ``ListJobs`` request: the page at ``offset`` and whether more follow (``has_more``)."""
+        query = Controller.JobQuery(offset=offset, limit=min(LIST_JOBS_PAGE, limit))
+        if prefix:
+            query.job_id_prefix = prefix
+        if state:
+            query.state_filter = str(JobState(state) if not isinstance(state, JobState) else state)
+        if newest_first:
+            query.sort_field = Controller.JOB_SORT_FIELD_DATE
+            query.sort_direction = Controller.SORT_DIRECTION_DESC
+        reply = await self._rpc("ListJobs", Controller.ListJobsRequest(query=query), Controller.ListJobsResponse)
+        return [JobInfo.from_proto(j) for j in reply.jobs], bool(reply.has_more)
 
     async def list_tasks(self, job_id: str) -> list[TaskInfo]:
         """Tasks with their latest attempt only (an unknown job gives an empty list)."""

@@ -450,28 +450,30 @@ class PolicySettings(_Model):
     progress_interval_s: float = Field(50.0, description="Legacy per-target monitor_job heartbeat (workflows "
                                                          "started before the watcher).")
     # The per-cluster watcher (activities/watch.py): one GetJobState per interval for every running job.
-    # The cadence adapts within ``watch_status_budget_per_min`` status requests per cluster (a token
-    # bucket holding up to ``watch_status_burst``): ``watch_fast_interval_s`` while a job is followed or
-    # near its end (its last marker is one of its final two) and for a minute after a job ended while others
-    # run (ends come in groups), ``watch_interval_s`` while jobs run or are queued. The normal cadence (6 s, 10/min) is slower than the
-    # budget (12/min) on purpose: what it saves is banked (up to 3 minutes of budget) and spent at 3 s
-    # (20/min) in a build's final minutes, where a successful end is known to be near (its push markers).
-    # Once the bank is full the watcher polls at the budget's own rate (5 s; never faster than the fast
-    # interval), which keeps it full rather than wasting the refill; the 6 s cadence applies while the
-    # bank refills. To poll less, lower ``watch_status_budget_per_min``: it caps every cadence.
-    watch_interval_s: float = Field(default=6.0, gt=0, description="The watcher's status cadence while jobs run "
-                                                                   "(per cluster).")
+    # ``watch_status_budget_per_min`` is a hard cap: at most that many status requests (GetJobState, every
+    # ListJobs page, GetJobStatus) of a cluster in any sliding minute, enforced by the poller itself. The
+    # regular cadence spends it on evenly spaced polls (5 s at 12; ``watch_interval_s`` is its ceiling);
+    # ``watch_fast_interval_s`` (while a job is followed or near its end, and for a minute after an end while
+    # others run) is taken only where the window has slots the regular polls do not need (after a quiet
+    # stretch), never above the cap. To poll less, lower ``watch_status_budget_per_min``.
+    watch_interval_s: float = Field(default=6.0, gt=0, description="The longest interval between the watcher's "
+                                                                   "status polls while jobs run (per cluster); "
+                                                                   "the budget's own (5 s) when shorter.")
     watch_fast_interval_s: float = Field(default=3.0, gt=0, description="The cadence while a job is followed or "
-                                                                        "near its end.")
+                                                                        "near its end, where the budget's window "
+                                                                        "has room.")
     watch_idle_interval_s: float = Field(default=15.0, gt=0, description="Not used since queued jobs are polled at "
                                                                         "the running cadence (a start is seen at the "
                                                                         "next poll); kept so configurations that set "
                                                                         "it still load.")
-    watch_status_budget_per_min: float = Field(default=12.0, gt=0, description="Status requests per cluster per "
-                                                                               "minute at most; caps every "
-                                                                               "cadence.")
-    watch_status_burst: float = Field(default=36.0, ge=1, description="The token bucket: requests that may be "
-                                                                      "spent above the average.")
+    watch_status_budget_per_min: float = Field(default=12.0, gt=0, description="Status requests per cluster in "
+                                                                               "any sliding minute at most "
+                                                                               "(ListJobs pages included); a "
+                                                                               "hard cap on every cadence.")
+    watch_status_burst: float = Field(default=36.0, ge=1, description="Not used since the budget is a hard cap "
+                                                                      "per sliding minute (a bank let bursts "
+                                                                      "exceed it); kept so configurations that "
+                                                                      "set it still load.")
     watch_progress_interval_s: float = Field(60.0, description="Pending reasons and preemptions (ListJobs) this "
                                                                "often.")
     # One FetchLogs per cluster (prefix of every running job, from the global log cursor) this often.

@@ -101,18 +101,22 @@ async def test_the_first_watch_set_read_rides_out_query_timeouts_of_a_rolling_de
                                            ClusterWatch(PolicySettings()), sleep=sleep)
 
 
-async def test_the_normal_cadence_banks_budget_that_the_final_minutes_of_a_build_spend():
-    """The default cadence polls slower than the budget while jobs run and no end is near, and spends what
-    it saved at the fast cadence once a job prints its final markers: every poll of a 4-minute push comes
-    at most ``watch_fast_interval_s`` after the one before, and over the whole hour the cluster gets at
-    most ``watch_status_budget_per_min`` requests a minute plus one burst. Driven through ``poll`` and
-    ``next_poll`` (the loop's own schedule) on a fake clock, with the once-a-minute listing polls."""
+def _most_in_a_minute(times: list[float]) -> int:
+    times = sorted(times)
+    return max((sum(1 for u in times if t - 60.0 < u <= t) for t in times), default=0)
+
+
+async def test_the_budget_is_spent_on_evenly_spaced_polls_and_never_exceeded():
+    """The budget is a hard cap per sliding minute (``StatusWindow``): the cadence spends it on evenly spaced
+    polls (5 s at 12 a minute) whatever the job shows, its final markers included (the token bucket before
+    let them, and the minute after an end, poll at 3 s: 20 a minute), listing polls included. Driven
+    through ``poll`` and ``next_poll`` (the loop's own schedule) on a fake clock."""
     policy = PolicySettings()
-    assert policy.watch_fast_interval_s * policy.watch_status_budget_per_min < 60 < \
-        policy.watch_interval_s * policy.watch_status_budget_per_min  # fast spends more than the refill, normal less
+    regular = 60.0 / policy.watch_status_budget_per_min
     markers = ["m1", "m2", "m3", "m4"]
     jobs = StandinJobs({"/u/a": "running"})
     clock = FakeClock()
+    sent: list[float] = []
     async with IrisClient("http://standin", client_revision_date="2026-11-20", transport=jobs) as iris:
         engine = ClusterWatch(policy, clock=clock)
         w = _watch("/u/a", "running").model_copy(update={"markers": markers})
@@ -122,39 +126,42 @@ async def test_the_normal_cadence_banks_budget_that_the_final_minutes_of_a_build
         async def run_until(end: float) -> None:
             due = clock.t
             while clock.t < end:
+                before = sum(jobs.requests.values())
                 await engine.poll(iris)
+                sent.extend([clock.t] * (sum(jobs.requests.values()) - before))
                 polls.append(clock.t)
                 due = engine.next_poll(due)
                 clock.t = max(clock.t, due)
 
         start = clock.t
-        engine.jobs["/u/a"].now.last_marker = "m2"  # building: the end is not near
-        await run_until(start + 56 * 60)
-        normal = [b - a for a, b in itertools.pairwise(polls)]
-        # The bucket is full (nothing spent above the refill): at the budget's own rate, 5 s, so the refill
-        # is not wasted; with a bank that is not full, at the normal 6 s, which refills it.
-        budget_interval = 60.0 / policy.watch_status_budget_per_min
-        assert set(normal) == {budget_interval} and budget_interval < policy.watch_interval_s
-        assert engine.budget.wait_s() == 0.0 and engine.budget.tokens >= policy.watch_status_burst - 1  # banked
-        saved = engine.budget.tokens
-        engine.budget.tokens = policy.watch_status_burst / 2
-        assert engine.interval() == policy.watch_interval_s
-        engine.budget.tokens = saved
-        # A budget larger than the cadences need never polls faster than the fast interval.
-        generous = ClusterWatch(policy.model_copy(update={"watch_status_budget_per_min": 600.0}), clock=clock)
-        generous.sync(WatchSet(watches=[_watch("/u/a", "running")]))
-        generous.jobs["/u/a"].seen = "running"
-        assert generous.budget.full() and generous.interval() == policy.watch_fast_interval_s
-
+        engine.jobs["/u/a"].now.last_marker = "m2"  # building
+        await run_until(start + 10 * 60)
         engine.jobs["/u/a"].now.last_marker = "m3"  # pushing: one of the final two markers
-        n = len(polls)
-        await run_until(start + 60 * 60)
-        fast = [b - a for a, b in itertools.pairwise(polls[n:])]  # from the first poll after the markers
-        assert len(fast) >= 4 * 60 / policy.watch_fast_interval_s - 1
-        assert max(fast) <= policy.watch_fast_interval_s + 1e-9
+        await run_until(start + 14 * 60)
+        assert {b - a for a, b in itertools.pairwise(polls)} == {regular}
+        assert jobs.requests["ListJobs"] == 14  # the once-a-minute listing replaces a poll
+        assert _most_in_a_minute(sent) == policy.watch_status_budget_per_min
+        # A budget larger than the cadences need polls at the fast interval.
+        generous = ClusterWatch(policy.model_copy(update={"watch_status_budget_per_min": 600.0}), clock=clock)
+        assert generous.interval() == policy.watch_fast_interval_s
 
-        requests = sum(jobs.requests.values())
-        assert requests <= 60 * policy.watch_status_budget_per_min + policy.watch_status_burst
+
+def test_the_status_window_is_a_sliding_minute():
+    from activities.watch import StatusWindow
+
+    clock = FakeClock()
+    win = StatusWindow(12, clock=clock)
+    for i in range(11):
+        clock.t = 1000.0 + 5 * i
+        win.take()
+    clock.t = 1052.0
+    assert win.free_at() == 1052.0 and win.wait_s() == 0.0  # the 12th slot
+    win.take()
+    assert win.free_at() == 1060.0 and win.free_at(1070.0) == 1070.0  # then when the oldest leaves
+    assert win.ages()[0] == 52.0 and len(win.ages()) == 12
+    other = StatusWindow(12, clock=clock)
+    other.restore(win.ages())  # another attempt starts from the heartbeat's ages
+    assert other.free_at() == 1060.0
 
 
 def test_watch_intervals_out_of_order_are_refused_naming_the_fields():
@@ -203,10 +210,11 @@ async def test_a_poll_answered_while_a_vanished_job_is_being_read_does_not_read_
         assert engine.jobs["/u/b"].now.state == "failed"
 
 
-async def test_a_listing_of_many_pages_comes_less_often_and_each_page_is_charged():
-    """At 1,200 running jobs the once-a-minute ``ListJobs`` poll takes 3 pages of 500: it comes every 3
-    minutes instead, and its pages are taken from the status budget, so polls stay within it whatever
-    the job count (5,000 jobs measured 18 status requests a minute idle against a budget of 12)."""
+async def test_a_listing_of_many_pages_is_read_a_page_at_a_time_in_place_of_a_poll():
+    """At 1,200 running jobs a listing takes 3 pages of 500: it cannot replace a poll, so it is read one page
+    per ``paged_listing_every`` (5 minutes) in place of a poll, round the offsets, each page bringing the
+    details of the jobs on it; every page is a request of the window (5,000 jobs measured 18 status
+    requests a minute idle against a budget of 12 when a whole listing came at once)."""
     policy = PolicySettings()
     ids = [f"/u/job-{i:04d}" for i in range(1200)]
     jobs = StandinJobs(dict.fromkeys(ids, "running"))
@@ -214,31 +222,28 @@ async def test_a_listing_of_many_pages_comes_less_often_and_each_page_is_charged
     async with IrisClient("http://standin", client_revision_date="2026-11-20", transport=jobs) as iris:
         engine = ClusterWatch(policy, clock=clock)
         engine.sync(WatchSet(watches=[_watch(j, "running") for j in ids]))
-        assert engine.listing_every(1200) == 3 * policy.watch_progress_interval_s
-        assert engine.listing_every(3) == policy.watch_progress_interval_s
-        tokens = engine.budget.tokens
-        await engine.poll(iris)  # the first poll lists (the details are due)
-        assert jobs.requests["ListJobs"] == 3 and engine.budget.tokens == tokens - 3
+        assert engine.paged_listing_every() == 300.0
+        await engine.poll(iris)  # the first poll reads the first page (nothing read yet) ...
+        assert dict(jobs.requests) == {"ListJobs": 1}  # ... and only that
+        assert engine.jobs[ids[0]].now.elapsed_s > 0 and engine.jobs[ids[600]].now.elapsed_s == 0
         assert engine.dirty == set()
 
-        listings = []
-        for _ in range(60):  # six minutes of polls at the normal cadence
-            clock.t += policy.watch_interval_s
+        pages, due = [], clock.t
+        while clock.t < 1000.0 + 16 * 60:
+            due = engine.next_poll(due)
+            clock.t = due
             before = jobs.requests["ListJobs"]
             await engine.poll(iris)
             if jobs.requests["ListJobs"] > before:
-                listings.append(clock.t - 1000.0)
-        assert listings == [180.0, 360.0]
-        total = sum(jobs.requests[m] for m in ("GetJobState", "ListJobs"))
-        assert total <= 6 * policy.watch_status_budget_per_min + policy.watch_status_burst
+                pages.append(clock.t - 1000.0)
+        assert pages == [300.0, 600.0, 900.0]
+        assert all(engine.jobs[j].now.elapsed_s > 0 for j in ids)  # every page read once by now
+        assert jobs.requests["GetJobState"] == 16 * 12 - 3  # every other slot a poll
 
 
-async def test_an_end_without_warning_speeds_the_cadence_up_for_the_jobs_still_running():
-    """Ends come in groups (a build's targets fail together, a burst): after a poll sees one job end, the
-    others are polled at the fast cadence for END_GROUP_S, spending the bank; then the normal cadence again.
-    The ended job's state is taken from the poll as it is: no detail request before its target is woken."""
-    from activities.watch import END_GROUP_S
-
+async def test_an_end_without_warning_is_taken_from_the_poll_with_no_further_request():
+    """The ended job's state is taken from the poll as it is: no detail request before its target is woken,
+    and the others keep the regular cadence (the fast minute after an end went over the budget)."""
     policy = PolicySettings()
     ids = [f"/u/g{i}" for i in range(4)]
     jobs = StandinJobs({j: "running" for j in ids})
@@ -248,7 +253,6 @@ async def test_an_end_without_warning_speeds_the_cadence_up_for_the_jobs_still_r
         engine.sync(WatchSet(watches=[_watch(j, "running") for j in ids]))
         engine.details_at = clock.t  # GetJobState polls only
         await engine.poll(iris)
-        assert engine.interval() > policy.watch_fast_interval_s  # nothing near its end
         jobs.set_state(ids[0], "failed")
         clock.t += 5
         await engine.poll(iris)
@@ -257,16 +261,14 @@ async def test_an_end_without_warning_speeds_the_cadence_up_for_the_jobs_still_r
         assert dict(jobs.requests) == before  # the state as the poll reported it: no further request
         assert engine.jobs[ids[0]].now.state == "failed" and engine.jobs[ids[0]].now.terminal
         assert [(w, p.state) for w, p in engine.wakeups()] == [(f"wf{ids[0]}", "failed")]
-        assert engine.interval() == policy.watch_fast_interval_s  # the others: fast
-        clock.t += END_GROUP_S
-        assert engine.interval() > policy.watch_fast_interval_s  # a minute later: normal again
+        assert engine.interval() == 60.0 / policy.watch_status_budget_per_min
 
 
 async def test_5000_watched_jobs_stay_within_the_status_budget_listing_pages_included():
     """5,000 running jobs, nothing changing, for 20 minutes on a fake clock through the loop's own schedule
     (``poll``, ``next_poll``): every request counted, ``ListJobs`` pages included, at most
     ``watch_status_budget_per_min`` a minute (issue 37: 19 a minute, the listing's 10 pages on top of the
-    polls). The bucket starts full, as after a long idle period."""
+    polls): a hard cap in every sliding minute, and the polls keep almost the whole budget."""
     policy = PolicySettings()
     ids = [f"/runner/s{i:05d}" for i in range(5000)]
     jobs = StandinJobs({j: "running" for j in ids})
@@ -281,6 +283,7 @@ async def test_5000_watched_jobs_stay_within_the_status_budget_listing_pages_inc
             clock.t = max(clock.t, due)
         minutes = (clock.t - start) / 60
     status = sum(jobs.requests[m] for m in ("GetJobState", "ListJobs", "GetJobStatus"))
-    assert jobs.requests["ListJobs"] >= 20  # two listings of 10 pages each were made
+    assert jobs.requests["ListJobs"] == 4  # a page every 5 minutes
     assert status / minutes <= policy.watch_status_budget_per_min, (dict(jobs.requests), minutes)
-    assert engine.budget_interval() < 5.5  # the polls keep what the pages leave: 5.4 s
+    assert engine.window.ages() and len(engine.window.ages()) <= policy.watch_status_budget_per_min
+    assert engine.regular_interval() == 5.0 and jobs.requests["GetJobState"] >= 20 * 12 - 4
