@@ -6,9 +6,21 @@ plugins so one stack of real services (started lazily, once per session) serves 
 
 from pathlib import Path
 
+import pytest
+
 pytest_plugins = sorted(
     f"tests.{p.stem}" for p in Path(__file__).parent.glob("fixtures_*.py")
 )
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope, so it is not undone
+def pytest_collection_modifyitems(config, items):
+    """Known-slow tests first, spread over the xdist workers' chunks (tests/schedule.py says why). Under
+    xdist every worker computes the same order from the same collection, as the scheduler requires."""
+    from tests.schedule import order
+
+    workers = config.workerinput["workercount"] if hasattr(config, "workerinput") else 1
+    items[:] = [items[i] for i in order([item.nodeid for item in items], workers)]
 
 
 def pytest_configure(config):
