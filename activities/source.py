@@ -23,6 +23,7 @@ from activities.common import (
     iris_client,
 )
 from clients.bundle import BundleError, build_bundle
+from clients.credentials import CredentialError, fetch_secret
 from clients.git_source import (
     FetchedRepo,
     GitSourceError,
@@ -39,6 +40,8 @@ from clients.git_source import (
     repin_dockerfiles,
     resolve_ref,
 )
+from clients.github import GitHubError
+from clients.identity import registry_user
 from clients.iris import IrisError
 from domain.boundary import BoundaryRule, decide
 from domain.buildset import TargetSpec, plan_targets
@@ -64,6 +67,7 @@ from domain.models import (
     SourceSnapshot,
 )
 from domain.pins import read_pins
+from rehearsal.images import CredentialUnavailable, LookupSettings, check_target_images
 from rehearsal.runner import TaskImages, rehearse_targets
 
 HARBOR_PIN = "HARBOR_COMMIT"
@@ -337,9 +341,31 @@ class SourceActivities(ActivityGroup):
                               + cluster_suggestion(archs, configured))
         async with Heartbeater(every_s=2.0):
             failure = await asyncio.to_thread(self._rehearse, inp, contract, targets)
+            if not failure:
+                failure = await self._check_images(inp, contract, targets)
         if failure:
             raise input_error(failure)
         return targets
+
+    async def _check_images(self, inp: PlanTargetsInput, contract: BuildContract,
+                            targets: list[TargetSpec]) -> str | None:
+        """Ask each image the build pulls in its registry for the target's platform (rehearsal/images.py)."""
+        settings = LookupSettings(mirrors=dict(self.config.policy.rehearsal_registry_mirrors),
+                                  insecure_hosts=tuple(self.config.registry.insecure_hosts),
+                                  job_host=self.config.registry.image_repository.partition("/")[0],
+                                  realm_hosts=tuple(self.config.registry.token_realm_hosts))
+
+        async def job_credentials() -> tuple[str, str]:
+            try:  # only the job's own registry gets them, as in the job's docker config
+                token = await asyncio.to_thread(fetch_secret, self.config.registry.token, what="registry.token")
+                return await asyncio.to_thread(registry_user, self.config, token), token
+            except (CredentialError, GitHubError) as e:
+                raise CredentialUnavailable(str(e)) from None
+
+        return await check_target_images(contract, targets, settings, harbor_commit=inp.harbor_commit,
+                                         mode=self.config.policy.rehearsal,
+                                         accept_unrehearsed=inp.request.accept_unrehearsed,
+                                         credentials=job_credentials)
 
     def _plan(self, contract: BuildContract, inp: PlanTargetsInput, cluster_archs: dict[str, str]) -> list[TargetSpec]:
         try:

@@ -516,9 +516,14 @@ class PolicySettings(_Model):
         None, description="Where task images are kept unpacked by manifest digest for the rehearsal (a second "
                           "rehearsal downloads nothing); default `<work_dir>/rehearsal-images`.")
     rehearsal_registry_mirrors: dict[str, str] = Field(
-        default_factory=dict, description="Registry -> mirror `host[:port]` the rehearsal pulls task images "
-                                          "from instead (e.g. `docker.io = \"mirror.example:5000\"`); plain http "
-                                          "when the mirror is in registry.insecure_hosts.")
+        default_factory=dict, description="Registry -> mirror `host[:port]` asked instead of that registry, as "
+                                          "containerd and Docker ask a pull-through cache (e.g. `docker.io = "
+                                          "\"mirror.example:5000\"`): for the rehearsal's task image and for the "
+                                          "look-up before submission of every image the build pulls (each FROM "
+                                          "base, `COPY --from` image and crane read, for the target's platform). "
+                                          "Plain http when the mirror is in registry.insecure_hosts; asked "
+                                          "anonymously (the job's credentials go only to registry.image_repository's "
+                                          "own host).")
 
     @model_validator(mode="after")
     def _watch_cadence_order(self) -> PolicySettings:

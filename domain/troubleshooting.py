@@ -289,6 +289,25 @@ REFUSALS: list[tuple[str, list[Refusal]]] = [
                 "The worker lacks the Debian package `bubblewrap` (the shipped image has it).",
                 "run the shipped image, or install `bubblewrap`; proot is used meanwhile if it can run"),
     ]),
+    ("An image the build pulls", [
+        Refusal("a base or crane read is not in its registry", "an image the build pulls is not in its registry",
+                "rehearsal/model.py",
+                "Before submission every image the build pulls (each FROM after the planned build args, each full "
+                "`COPY --from`, each crane read) is asked in its registry for the target's platform. The message "
+                "names the Dockerfile's FROM line (or the script's crane line), the reference, the platform and "
+                "the registry's answer: no such tag, digest or repository; no manifest for the platform (an "
+                "amd64-only base for arm64); or refused to the credentials the job has for that host (anonymous "
+                "everywhere but registry.image_repository's host). kaniko would fail there after scheduling.",
+                "fix the reference (a tag that exists, a multi-platform base, a public image or one in the job's "
+                "own registry) or push the image, and plan again"),
+        Refusal("a registry did not answer", "could not be checked in its registry", "rehearsal/model.py",
+                "A registry still answered 5xx/429 or nothing after the bounded retries, so the reference is "
+                "unchecked (never counted as found, nor as missing); under `policy.rehearsal = \"required\"` "
+                "that refuses. Also a `crane digest/manifest/config` probe of an image the registry lacks: the "
+                "rehearsal's stand-in answered that it exists, so what the script did next is unproven.",
+                "plan again when the registry answers (a pull-through cache: `policy.rehearsal_registry_mirrors`), "
+                "or pass `build --accept-unrehearsed` to plan with it unchecked (the report records it)"),
+    ]),
     ("Preflight", [
         Refusal("preflight failed", "preflight failed, nothing was pushed, submitted or opened", "domain/models.py",
                 "Before the first side effect the service proves every credential, permission, tool, Iris and the "

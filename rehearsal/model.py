@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from domain.redact import encoded_forms
-from rehearsal.result import Difference, KanikoCall, RehearsalResult
+from rehearsal.result import Difference, ImageRead, KanikoCall, RehearsalResult
 
 if TYPE_CHECKING:
     from domain.buildset import TargetSpec
@@ -774,6 +774,139 @@ def compare_steps(calls: list[StandinCall], plan: RehearsalPlan, target: TargetS
     return kept
 
 
+# ----------------------------------------------------------------------------- images the build pulls
+
+# Crane verbs that resolve one platform's image out of an index (crane's default linux/amd64 unless --platform),
+# and those that read the reference as it is (an index is fine): existence only.
+_CRANE_PLATFORM_VERBS = {"export", "pull", "config", "flatten", "mutate", "append", "rebase"}
+_CRANE_ANY_PLATFORM_VERBS = {"digest", "manifest", "copy", "cp", "tag", "validate", "blob"}
+
+
+def _platform_args(platform: str) -> dict[str, str | None]:
+    """The automatic platform ARGs a FROM may use (BuildKit and kaniko define them in the global scope); the
+    build runs on the target's own architecture, so BUILD* and TARGET* are the same platform."""
+    os_, _, rest = platform.partition("/")
+    arch, _, variant = rest.partition("/")
+    out: dict[str, str | None] = {}
+    for side in ("TARGET", "BUILD"):
+        out |= {f"{side}PLATFORM": platform, f"{side}OS": os_, f"{side}ARCH": arch, f"{side}VARIANT": variant}
+    return out
+
+
+def _pullable(ref: str | None) -> bool:
+    return bool(ref) and "$" not in ref and bool(_REFERENCE.match(ref))
+
+
+def kaniko_image_reads(df: DockerfileContract, call: KanikoCall, default_platform: str,
+                       at: str | None = None) -> list[ImageRead]:
+    """Every image the stages ``call`` builds pull: each FROM that is no stage (after the planned build args
+    and the automatic platform ARGs; ``FROM --platform=`` wins over the call's platform) and each full
+    `COPY --from` reference. What does not expand to a reference is reference_problems' to refuse."""
+    platform = call.platform or default_platform
+    values = {**_platform_args(platform), **_global_values(df, call.build_args)}
+    via = f" (the kaniko call at {at})" if at else ""
+    out: list[ImageRead] = []
+    for st, _ in used_stages(df, call):
+        plat = _substitute(st.platform, values) if st.platform else platform
+        base = _substitute(st.base, values)
+        if base is not None and base != "scratch" and _pullable(base) and _stage_of(df, base) is None:
+            out.append(ImageRead(reference=base, platform=plat or platform, source=f"{df.path}:{st.line}{via}",
+                                 what="FROM"))
+        for c in st.copies:
+            ref = _substitute(c.from_, values) if c.from_ else None
+            if ref and _stage_of(df, c.from_ or "") is None and _pullable(ref) and (
+                    "/" in ref or ":" in ref or "@" in ref):
+                out.append(ImageRead(reference=ref, platform=platform, source=f"{df.path}:{c.line}{via}",
+                                     what="COPY --from"))
+    return out
+
+
+def image_reads(calls: list[StandinCall], plan: RehearsalPlan, target: TargetSpec,
+                dockerfiles: dict[str, DockerfileContract]) -> list[ImageRead]:
+    """Every image the recorded build pulls from a registry, in order, each with the platform it must exist
+    for and the line that names it: the bases and full `COPY --from` references of every kaniko call, and
+    what each crane call reads. An image an earlier step of the job pushes is left out (it does not exist
+    before the job runs; compare_steps checks the job pushes it first)."""
+    pushed: list[str] = []
+    out: list[ImageRead] = []
+
+    def add(r: ImageRead) -> None:
+        if any(_same_image(r.reference, p) for p in pushed):
+            return
+        if not any((x.reference, x.platform) == (r.reference, r.platform) for x in out):
+            out.append(r)
+
+    for c in calls:
+        line = call_line(c, plan)
+        if c.tool == "crane":
+            verb, reads, writes = crane_images(c.argv)
+            want = crane_platform(c.argv)
+            for ref in reads:
+                if not _pullable(ref) or verb not in _CRANE_PLATFORM_VERBS | _CRANE_ANY_PLATFORM_VERBS:
+                    continue
+                plat = want or (CRANE_DEFAULT_PLATFORM if verb in _CRANE_PLATFORM_VERBS else None)
+                add(ImageRead(reference=ref, platform=plat, source=line or plan.script_path, what=f"crane {verb}",
+                              probe=verb in _CRANE_PROBES))
+            pushed += writes
+            continue
+        if c.tool != "executor":
+            continue
+        k = parse_kaniko_argv(c.argv)
+        df = dockerfiles.get(_relative_dockerfile(k) or "")
+        if df is not None and not k.error:
+            for r in kaniko_image_reads(df, k, target.kaniko_platform, line):
+                add(r)
+        pushed += [] if k.no_push else k.destinations
+    return out
+
+
+def planned_image_reads(target: TargetSpec, df: DockerfileContract, build_args: dict[str, str]) -> list[ImageRead]:
+    """The images the planned final build pulls when no rehearsal recorded the build (it could not run): the
+    stages the final target derives from, with the plan's build args."""
+    call = KanikoCall(build_args=build_args, skip_unused_stages=True, platform=target.kaniko_platform)
+    return kaniko_image_reads(df, call, target.kaniko_platform)
+
+
+def image_refusal(targets: list[TargetSpec], *, mode: str, accept_unrehearsed: bool) -> str | None:
+    """The plan's refusal from the registry answers (``t.rehearsal.image_checks``), else None.
+
+    A reference the registry answers is not there (no such tag, digest or repository, no manifest for the
+    target's platform, or refused to the credentials the job has for that host) refuses: kaniko or crane
+    fails there on the cluster. A registry that did not answer leaves the reference "unchecked", never
+    passed: under ``required`` that refuses unless the operator passes --accept-unrehearsed (recorded in the
+    result, as for an unrehearsed step); ``best_effort`` plans on with it named in the report. So does a
+    crane probe (digest/manifest/config) of a missing image: the script asks itself, and the rehearsal's
+    stand-in answered "it exists", so what the script did next is unproven."""
+    bad: dict[str, list[str]] = {}
+    unproven: dict[str, list[str]] = {}
+    for t in targets:
+        r = t.rehearsal
+        for c in r.image_checks if r is not None else []:
+            if c.status in ("missing", "no_platform", "unauthorized") and not c.read.probe:
+                bad.setdefault(c.describe(), []).append(t.key)
+            elif c.status != "found":
+                why = c.describe() + (" — the rehearsal's crane stand-in answered that it exists, so the steps "
+                                      "after it are unproven" if c.status != "unchecked" else "")
+                unproven.setdefault(why, []).append(t.key)
+    if bad:
+        return ("an image the build pulls is not in its registry for the planned platform (checked before "
+                "anything was submitted; kaniko or crane would fail there on the cluster): " + " | ".join(
+                    f"{', '.join(keys)}: {why}" for why, keys in bad.items())
+                + ". Next: fix the reference (or push the image) and plan again")
+    if not unproven:
+        return None
+    for t in targets:
+        if t.rehearsal is not None and any(c.status != "found" for c in t.rehearsal.image_checks):
+            t.rehearsal.unrehearsed_accepted = accept_unrehearsed
+    if mode == "required" and not accept_unrehearsed:
+        return ("rehearsal is required (config policy.rehearsal = \"required\") and an image the build pulls "
+                "could not be checked in its registry, so nothing was submitted: " + " | ".join(
+                    f"{', '.join(keys)}: {why}" for why, keys in unproven.items())
+                + ". Next: plan again when the registry answers, or pass --accept-unrehearsed to plan with it "
+                  "unchecked (the report records it)")
+    return None
+
+
 # ----------------------------------------------------------------------------- credentials in the context
 
 def placeholder_forms(placeholders: Iterable[str]) -> list[tuple[bytes, str]]:
@@ -877,7 +1010,17 @@ def _unrehearsable_here(unrehearsable: list, failing: str | None) -> str | None:
     return None
 
 
-def evaluate(plan: RehearsalPlan, target: TargetSpec, *, exit_code: int, stderr: str, calls: list[StandinCall],
+def evaluate(plan: RehearsalPlan, target: TargetSpec, **kw) -> RehearsalResult:
+    """One rehearsal's verdict (``_evaluate``), carrying every image the recorded build pulls (``image_reads``)
+    for the registry look-up that follows (rehearsal/images.py)."""
+    if kw.get("script_text"):
+        plan = plan.model_copy(update={"script_text": kw["script_text"]})
+    result = _evaluate(plan, target, **kw)
+    result.images = image_reads(kw.get("calls") or [], plan, target, kw.get("dockerfiles") or {})
+    return result
+
+
+def _evaluate(plan: RehearsalPlan, target: TargetSpec, *, exit_code: int, stderr: str, calls: list[StandinCall],
              exits: list[tuple[int, str]], unrehearsable: list, seconds: float, timed_out: bool,
              timeout_s: float, expected_args: dict[str, tuple[str, str]],
              dockerfile_defaults: dict[str, str | None], dockerfiles: dict[str, DockerfileContract] | None = None,

@@ -270,13 +270,17 @@ _PUSHED: set[str] = set()
 
 
 def _task_image_mirror(open_registry) -> dict[str, str]:
-    """Push the stand-in task image to ``open_registry`` (once per registry and process); the mirror map."""
+    """Push the stand-in task image and the stand-in base images (sandbox/base_images.py: what the builds'
+    FROMs and crane reads name, looked up before submission) to ``open_registry`` (once per registry and
+    process); the mirror map (docker.io, gcr.io -> the open registry)."""
+    from sandbox.base_images import STANDIN_BASES, push_base_images
     from sandbox.task_image import mirrors_for, push_task_image
 
     if open_registry.host not in _PUSHED:
         push_task_image(open_registry.host)
+        push_base_images(open_registry.host)
         _PUSHED.add(open_registry.host)
-    return mirrors_for(open_registry.host)
+    return {**{registry: open_registry.host for registry, _, _ in STANDIN_BASES}, **mirrors_for(open_registry.host)}
 
 
 def _alive(pid: int) -> bool:

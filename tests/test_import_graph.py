@@ -19,7 +19,7 @@ PACKAGES = ("domain", "clients", "rehearsal", "activities", "workflows", "runtim
 TOP_MODULES = ("worker", "starter")
 # Pure: decides without I/O. May import only each other, pydantic and the standard library's pure parts.
 PURE = ("domain", "rehearsal.model", "rehearsal.result")
-IO_FIRST_PARTY = ("clients", "activities", "workflows", "runtime", "sandbox", "rehearsal.runner",
+IO_FIRST_PARTY = ("clients", "activities", "workflows", "runtime", "sandbox", "rehearsal.runner", "rehearsal.images",
                   "rehearsal.task_image", "worker", "starter")
 IO_THIRD_PARTY = ("subprocess", "socket", "httpx", "git", "temporalio", "fsspec", "shutil", "tempfile")
 # The one known edge back: a target child signals its parent workflow by class, imported inside the method

@@ -64,7 +64,9 @@ def parse_dockerfile(text: str, path: str) -> DockerfileContract:
             base = words[0] if words else ""
             name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else str(len(stages))
             names = {s.name for s in stages}
-            stages.append(Stage(name=name, base=base, base_is_stage=base in names, line=c.start_line))
+            platform = next((f.partition("=")[2] for f in c.flags if f.startswith("--platform=")), None)
+            stages.append(Stage(name=name, base=base, base_is_stage=base in names, line=c.start_line,
+                                platform=_unquote(platform) if platform else None))
             continue
         if ins == "ARG":
             for name, value in _args(c.value):

@@ -276,6 +276,7 @@ class Stage(BaseModel):
     base: str  # an image reference or another stage's name
     base_is_stage: bool
     line: int
+    platform: str | None = None  # `FROM --platform=<value>` as written (may hold $ARGs)
     args: dict[str, str | None] = Field(default_factory=dict)  # ARGs declared in the stage
     labels: dict[str, str] = Field(default_factory=dict)  # raw templates
     layer_steps: int = 0  # RUN / COPY / ADD instructions
