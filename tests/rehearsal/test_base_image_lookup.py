@@ -271,3 +271,25 @@ def test_a_crane_probe_of_a_missing_image_leaves_what_followed_unproven(tmp_path
     assert refusal and f"{at}: crane digest gcr.io/kaniko-project/executor:v0-no-such: no such tag" in refusal, refusal
     assert "the rehearsal's crane stand-in answered that it exists" in refusal and "--accept-unrehearsed" in refusal
     assert "not in its registry" not in refusal
+
+
+def test_where_the_rehearsal_could_not_run_the_planned_bases_are_looked_up(tmp_path, mirror):
+    """`best_effort` on a worker that cannot rehearse: no records, so the planned final build's bases (the
+    Dockerfile with the plan's build args) are looked up instead; a missing one still refuses, naming the FROM
+    line; the unedited tree plans."""
+    from rehearsal.result import RehearsalResult
+
+    missing = "nvidia/cuda:12.9.2-cudnn-devel-ubuntu22.40"
+    for edits, ok in ((None, True), ({DF: _edit(BASE_ARG, f"ARG BASE_IMAGE={missing}")}, False)):
+        contract, targets, _, _, harbor = planned(tmp_path / str(ok), "era-c", edits, arches=["amd64"])
+        for t in targets:
+            t.rehearsal = RehearsalResult(status="skipped", reason="no isolation")
+        refusal = asyncio.run(check_target_images(contract, targets, _settings(mirror), harbor_commit=harbor,
+                                                  mode="best_effort", accept_unrehearsed=False))
+        t = targets[0]
+        bases = [c for c in t.rehearsal.image_checks if c.read.what == "FROM"]
+        assert bases and {c.read.source for c in bases} <= _from_lines("era-c"), [c.describe() for c in bases]
+        if ok:
+            assert refusal is None and all(c.status == "found" for c in bases), refusal
+        else:
+            assert refusal and f"FROM {missing} for linux/amd64: no such tag or digest" in refusal, refusal
