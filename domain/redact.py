@@ -30,27 +30,40 @@ replaced (a commit SHA or a digest beside it stays). Every sink uses this one fu
 boundary and the payload codec (Temporal), the evidence store, the worker log, PR and issue bodies
 (clients/github.py) and the terminal (domain/terminal_text.py strips escapes first, then redacts).
 
-Why one Aho-Corasick automaton (``pyahocorasick``): ``redact`` runs on every log line, heartbeat and
-payload, and each secret has ~25 literal forms. The automaton holds ``MIN_PART``-character anchors taken
+Why one Aho-Corasick automaton (``ahocorasick_rs``: Rust's ``aho-corasick`` crate, 3x ``pyahocorasick``
+over a 1.4 MB log with ~7,000 anchors): ``redact`` runs on every log line, heartbeat and payload, and each
+secret has ~25 literal forms. The automaton holds ``MIN_PART``-character anchors taken
 every ``STRIDE`` characters of every form and finds them all in one pass over the text; a hit is then
 extended both ways against its form (rare: only where a secret is). A ``str.find`` per form, which this
 module did before, costs one pass per form, and an ``re`` alternation of the anchors is slower still
 (bench/redaction.py, docs/benchmarks.md). The automaton is rebuilt at the first ``redact`` after a batch
 of registrations and swapped in whole, so ``redact`` takes no lock. Why the standard library for the
 encoders (``base64``, ``urllib.parse``): they are the encoders the leaking tools use.
+
+What keeps a 1.4 MB log within its budget (bench/redaction.py): every whole-text look is one C-speed pass
+and the Python work is spent only where something may be. Substring checks and the scans for candidate
+runs (base64, hex areas) read the text as one byte per character (``_latin``: ``bytes.find`` on a
+translated copy, where a character-class regex restarts at every letter of every word); the escape view
+is decoded chunk by chunk and a chunk's map back is built only when a hit falls in it, a second decoding
+only in the chunks holding a doubled escape; base64 runs are read by position only on the lines that hold
+one that decodes to something or continues on the next line; the case-insensitive patterns run only
+where their words are.
 """
 
 from __future__ import annotations
 
 import base64
 import bisect
+import itertools
 import re
+import string
 import threading
 import zlib
+from collections.abc import Iterable
 from typing import NamedTuple
 from urllib.parse import quote, quote_plus
 
-import ahocorasick
+import ahocorasick_rs
 
 _lock = threading.Lock()
 _secrets: dict[str, tuple[str, ...]] = {}  # secret -> every literal form searched for, longest first
@@ -66,6 +79,7 @@ MIN_PART = 10
 STRIDE = 6
 # Shapes of well-known tokens, redacted even if never registered.
 _TOKEN_PREFIXES = ("ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_", "dckr_pat_")
+_TOKEN_PREFIXES_B = tuple(p.encode() for p in _TOKEN_PREFIXES)
 _TOKEN_SHAPES = re.compile(r"(ghp_|gho_|ghs_|ghu_|ghr_|github_pat_|dckr_pat_)[A-Za-z0-9_]{16,}")
 # Header shapes that carry credentials (``Authorization: Basic …``, JSON ``"authorization": "Bearer …"``).
 _AUTH_HEADER = re.compile(
@@ -75,7 +89,9 @@ _DOCKER_AUTH = re.compile(r"(?i)(\"auth\"\s*:\s*\")[A-Za-z0-9+/=_-]{8,}(\")")
 
 
 # ``NAME=value`` where the name says it holds a credential (a build that prints its environment).
-_SECRET_WORDS = ("token", "passw", "secret", "api_key", "access_key", "private_key", "credential")
+_SECRET_WORDS = (b"token", b"passw", b"secret", b"api_key", b"access_key", b"private_key", b"credential")
+# The characters ``re`` matches to an ASCII letter ignoring case (İ ı ſ K): where one is, no lowered gate.
+_FOLDS = re.compile("[\u0130\u0131\u017f\u212a]")
 _SECRET_ASSIGNMENT = re.compile(
     r"(?i)\b([A-Z0-9_]*(?:TOKEN|PASSWORD|PASSWD|SECRET|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)[A-Z0-9_]*)"
     r"=(?!\[REDACTED\])(\S+)")
@@ -90,7 +106,9 @@ _ESCAPE = re.compile(_ESCAPE_RE)
 # With octal escapes and quoted-printable too: used only where the text holds one (``=`` is frequent in
 # logs, and each alternative costs every match attempt).
 _ESCAPE_FULL = re.compile(_ESCAPE_RE + r"|\\([01][0-7]{2})|=([0-7][0-9A-F])|(=\r?\n)")
-_FULL_MARKS = ("=\n", "=\r\n", "=\\n", "=3D", "=20", "\\0", "\\1")
+_FULL_MARKS = (b"=\n", b"=\r\n", b"=\\n", b"=3D", b"=20", b"\\0", b"\\1")
+_CONTROL_MARKS = (b"\\u00", b"\\x", b"%0", b"%1", b"&#", b"\\0")  # an escape that may decode to a control
+_DOUBLED_MARKS = (b"%25", b"\\\\", b"%5C", b"%5c", b"&amp;", b"\\u005")  # an escape that may decode to one
 # A line break inside a cut token: a newline (or its JSON escape), after an optional ``\`` continuation,
 # with the indentation or the ``[task stream]`` prefix of our own log files that follows it.
 _BREAK_RE = (r"(?:\\|=)?(?:\r?\n|\\r\\n|\\n)(?:[ \t]*\[[^\]\n]{1,100}\] ?){0,2}(?:task=\S{1,200} (?:attempt=\S{1,40} )?\| ?)?"
@@ -134,9 +152,11 @@ def encoded_forms(secret: str) -> tuple[str, ...]:
 
 
 class _Matcher(NamedTuple):
-    """One immutable snapshot: the automaton of anchors and the forms they point into."""
+    """One immutable snapshot: the automaton of anchors, what each anchor points into (``(form, offset)``
+    pairs, by the anchor's index) and the forms."""
 
-    automaton: ahocorasick.Automaton
+    automaton: ahocorasick_rs.AhoCorasick
+    entries: tuple[tuple[tuple[int, int], ...], ...]
     forms: tuple[str, ...]
 
 
@@ -161,11 +181,7 @@ def _build() -> _Matcher | None:
             words.setdefault(form[i:i + MIN_PART], []).append((k, i))
     if not words:
         return None
-    automaton = ahocorasick.Automaton()
-    for word, entries in words.items():
-        automaton.add_word(word, (len(word), tuple(entries)))
-    automaton.make_automaton()
-    return _Matcher(automaton, tuple(forms))
+    return _Matcher(ahocorasick_rs.AhoCorasick(list(words)), tuple(tuple(e) for e in words.values()), tuple(forms))
 
 
 def register_secret(value: str) -> None:
@@ -246,6 +262,70 @@ def _view(text: str, pattern: re.Pattern = _ESCAPE, replace=_unescape) -> _View:
     return _View("".join(pieces), [s[0] for s in segments], segments)
 
 
+# An escape view is built in chunks that end at a newline (no escape crosses one: only a quoted-printable
+# soft break ends with one), so a hit maps back through its own chunk's map, never the whole text's.
+_CHUNK = 8192
+
+
+class _ChunkedView:
+    """``_view`` of a text by chunks: the view's text at once (one ``sub`` per chunk), a chunk's map back
+    only when a hit falls in it (a 1.4 MB log holds thousands of escapes, its secrets a few). ``only``:
+    the chunks decoded (the others are their own view)."""
+
+    def __init__(self, sources: list[str], pattern: re.Pattern, replace=_unescape, only: set[int] | None = None):
+        self.sources, self.pattern, self.replace = sources, pattern, replace
+        self.bounds = list(itertools.accumulate((len(c) for c in sources[:-1]), initial=0))  # source offsets
+        self.pieces = [pattern.sub(replace, c) if only is None or k in only else c for k, c in enumerate(sources)]
+        self.starts = list(itertools.accumulate((len(p) for p in self.pieces[:-1]), initial=0))  # view offsets
+        self.text = self.pieces[0] if len(self.pieces) == 1 else "".join(self.pieces)
+        self._only = only
+        self._maps: dict[int, _View] = {}
+
+    def span(self, start: int, end: int) -> tuple[int, int]:
+        """The source span of the view's ``[start, end)``, whole escapes included."""
+        return self._at(start)[0], self._at(end - 1)[1]
+
+    def _at(self, i: int) -> tuple[int, int]:
+        k = bisect.bisect_right(self.starts, i) - 1
+        i -= self.starts[k]
+        if self._only is not None and k not in self._only:
+            return self.bounds[k] + i, self.bounds[k] + i + 1
+        view = self._maps.get(k)
+        if view is None:
+            view = self._maps[k] = _view(self.sources[k], self.pattern, self.replace)
+        t0, t1 = view._at(i)
+        return t0 + self.bounds[k], t1 + self.bounds[k]
+
+
+def _chunks(text: str) -> list[str]:
+    """``text`` cut after a newline about every ``_CHUNK`` characters."""
+    cuts = [0]
+    while cuts[-1] + _CHUNK < len(text):
+        nl = text.find("\n", cuts[-1] + _CHUNK)
+        if nl < 0 or nl + 1 >= len(text):
+            break
+        cuts.append(nl + 1)
+    return [text] if len(cuts) == 1 else [text[a:b] for a, b in zip(cuts, [*cuts[1:], len(text)], strict=True)]
+
+
+def _latin(text: str) -> bytes:
+    """``text`` as one byte per character (other characters as ``?``): substring checks and character-class
+    scans at C speed with the text's own positions. The last text's is kept (one call reads it many times)."""
+    last = _LATIN
+    if last[0] is text:
+        return last[1]
+    data = text.encode("latin-1", "replace")
+    globals()["_LATIN"] = (text, data)
+    return data
+
+
+_LATIN: tuple[str, bytes] = ("", b"")
+
+
+def _table(chars: str) -> bytes:
+    return bytes(97 if chr(c) in chars else 32 for c in range(256))
+
+
 def _extend(text: str, a: int, b: int, form: str, i: int, j: int) -> tuple[int, int, int, int]:
     """Grow ``text[a:b] == form[i:j]`` both ways while the text agrees with the form, crossing line
     breaks (a token cut across lines, a wrapped base64 stream)."""
@@ -281,13 +361,13 @@ def _hits(text: str, m: _Matcher) -> list[tuple[int, int]]:
     end of a digest that happens to end like a secret)."""
     spans: list[tuple[int, int]] = []
     done: set[tuple[int, int]] = set()  # (form, start) already extended: one extension per occurrence
-    for end, (length, entries) in m.automaton.iter(text):
-        start = end - length + 1
-        for k, i in entries:
+    for w, start, end in m.automaton.find_matches_as_indexes(text, overlapping=True):
+        length = end - start
+        for k, i in m.entries[w]:
             if (k, start - i) in done:
                 continue
             form = m.forms[k]
-            a, b, i0, j0 = _extend(text, start, end + 1, form, i, i + length)
+            a, b, i0, j0 = _extend(text, start, end, form, i, i + length)
             done.add((k, start - i))
             whole = i0 == 0 and j0 == len(form)
             if whole or (j0 - i0 >= MIN_PART and (a == 0 or not text[a - 1].isalnum())
@@ -308,19 +388,26 @@ def _escaped_spans(text: str, m: _Matcher) -> list[tuple[int, int]]:
     """Every span of ``text`` that holds a secret: found in the text, in its decoded view and in the
     view of that view (doubled escapes), mapped back to the text."""
     spans = _hits(text, m)
-    escape = _ESCAPE_FULL if any(x in text for x in _FULL_MARKS) else _ESCAPE
+    data = _latin(text)  # cheap substring checks first
+    escape = _ESCAPE_FULL if any(x in data for x in _FULL_MARKS) else _ESCAPE
     if escape.search(text) is None:
         return spans
-    once = escape.sub(_unescape, text)
+    first = _ChunkedView(_chunks(text), escape)
+    once = first.text
     # Escapes that decode to a control character (a JSON ``\u001b``) need it removed too; a second decoding
-    # only where an escape can decode to an escape (``%25``, ``\\``): cheap substring checks first.
-    hits = _clean_hits if any(x in text for x in ("\\u00", "\\x", "%0", "%1", "&#", "\\0")) else _hits
+    # only in the chunks where an escape can decode to an escape (``%25``, ``\\``).
+    hits = _clean_hits if any(x in data for x in _CONTROL_MARKS) else _hits
     found = hits(once, m)
-    doubled = any(x in text for x in ("%25", "\\\\", "%5C", "%5c", "&amp;", "\\u005"))
-    second = _view(once, escape) if doubled and escape.search(once) else None
+    doubled: set[int] = set()  # the chunks holding one
+    for x in _DOUBLED_MARKS:
+        p = data.find(x)
+        while p >= 0:
+            k = bisect.bisect_right(first.bounds, p) - 1
+            doubled.add(k)
+            p = data.find(x, first.bounds[k + 1]) if k + 1 < len(first.bounds) else -1
+    second = _ChunkedView(first.pieces, escape, only=doubled) if doubled else None
     found2 = hits(second.text, m) if second is not None else []
     if found or found2:
-        first = _view(text, escape)
         spans += [first.span(a, b) for a, b in found]
         spans += [first.span(*second.span(a, b)) for a, b in found2]
     return spans
@@ -339,7 +426,7 @@ _CONTROL_CHAR = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x9b\x9d]")  # one c
 _B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,6}")
 _B32_ONLY = re.compile(r"[A-Z2-7]{16,}=*")
 _HEX_ONLY = re.compile(r"(?:[0-9A-Fa-f]{2}-?){8,}")
-_HEX_AREA = re.compile(r"[0-9A-Fa-f :-]{23,}")
+_HEX_CLASS, _HEX_NEED = _table("0123456789ABCDEFabcdef :-"), b"a" * 23  # _hex_areas: [0-9A-Fa-f :-]{23,}
 _HEX_RUN = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{2}(?:[ :-]?[0-9A-Fa-f]{2}){7,}")
 # What may separate two pieces of one encoded stream: a line break with its prefix (a wrapped stream; the
 # line's rest for a hex dump: its ASCII column, then the next line's offset) or hexdump -C's middle gap.
@@ -347,6 +434,7 @@ _B64_GAP = re.compile(_BREAK_RE)
 # The same runs, each with the line break that follows it if any (a stream that may go on on the next
 # line: only then are runs looked up by position and joined).
 _B64_RUN_END = re.compile(r"([A-Za-z0-9+/_-]{16,}={0,6})((?:\\|=)?(?:\r?\n|\\r\\n|\\n))?")
+_B64_CLASS, _B64_NEED = _table(string.ascii_letters + string.digits + "+/_-"), b"a" * 16  # its first part
 _LINE_END = re.compile(r"\r?\n|\\r\\n|\\n")
 _HEX_GAP = re.compile(f"  |(?:[ \\t]{{2,}}[^\\n]{{0,100}})?(?:{_BREAK_RE})(?:[0-9A-Fa-f]{{4,16}}:?[ \\t]+)?")
 DEPTH = 3  # layers decoded (base64 of gzip of base64 of a config.json holding base64 is 3)
@@ -360,13 +448,13 @@ def _plausible(data: bytes) -> bool:
     return len(data) >= MIN_DECODED and len(data.translate(None, _PRINTABLE)) * 5 <= len(data)
 
 
-def _runs(text: str, pattern: re.Pattern, gap: re.Pattern, area: re.Pattern | None = None,
-          first: frozenset = frozenset("\\=\r\n")) -> list[list[tuple[int, int]]]:
-    """Runs of ``pattern`` in ``text`` (inside the matches of ``area``, when given), consecutive ones joined
-    when only ``gap`` separates them (a wrapped stream, a dump's lines)."""
+def _runs(text: str, pattern: re.Pattern, gap: re.Pattern, areas: Iterable[tuple[int, int]] | None = None,
+          first: frozenset = frozenset("\\=\r\n"), lo: int = 0, hi: int | None = None) -> list[list[tuple[int, int]]]:
+    """Runs of ``pattern`` in ``text[lo:hi]`` (inside ``areas``, when given), consecutive ones joined when
+    only ``gap`` separates them (a wrapped stream, a dump's lines)."""
     out: list[list[tuple[int, int]]] = []
-    found = ((r.span() for r in pattern.finditer(text)) if area is None else
-             (r.span() for z in area.finditer(text) for r in pattern.finditer(text, z.start(), z.end())))
+    found = ((r.span() for r in pattern.finditer(text, lo, len(text) if hi is None else hi)) if areas is None else
+             (r.span() for a, b in areas for r in pattern.finditer(text, a, b)))
     for a, b in found:
         if out and text[out[-1][-1][1]:out[-1][-1][1] + 1] in first and gap.fullmatch(text, out[-1][-1][1], a):
             out[-1].append((a, b))
@@ -446,6 +534,53 @@ def _b64_spans(chars: str, m: _Matcher, depth: int, budget: _Budget) -> list[tup
     return out
 
 
+def _b64_run_ends(text: str, data: bytes) -> list[tuple[str, str]]:
+    """``_B64_RUN_END.findall(text)``: each candidate's start found by a byte scan (``data``: ``_latin``), where
+    the regex alone tries every character of every word."""
+    marked = data.translate(_B64_CLASS)
+    out = []
+    p = marked.find(_B64_NEED)
+    while p >= 0:  # the leftmost place 16 run characters start is where the regex's next match starts
+        r = _B64_RUN_END.match(text, p)
+        out.append(r.groups(""))
+        p = marked.find(_B64_NEED, r.end())
+    return out
+
+
+def _hex_areas(data: bytes) -> list[tuple[int, int]]:
+    """The matches of ``[0-9A-Fa-f :-]{23,}`` (where a hex run can be), by a byte scan of ``data``."""
+    marked = data.translate(_HEX_CLASS)
+    out = []
+    p = marked.find(_HEX_NEED)
+    while p >= 0:
+        e = marked.find(b" ", p)
+        e = len(marked) if e < 0 else e
+        out.append((p, e))
+        p = marked.find(_HEX_NEED, e)
+    return out
+
+
+def _regions(text: str, runs: set[str]) -> list[tuple[int, int]]:
+    """The lines of ``text`` that hold one of ``runs``, each with the line after it, overlapping ones merged:
+    ``(start, end)``, each starting a line (a run never crosses a newline, so a scan from there finds the
+    runs a scan of the whole text finds)."""
+    spans = []
+    for run in runs:
+        i = text.find(run)
+        while i >= 0:
+            end = text.find("\n", i + len(run))
+            end = -1 if end < 0 else text.find("\n", end + 1)
+            spans.append((text.rfind("\n", 0, i) + 1, len(text) if end < 0 else end))
+            i = text.find(run, i + len(run))
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
 def _decoded_spans(text: str, m: _Matcher, depth: int, budget: _Budget) -> list[tuple[int, int]]:
     """Spans of ``text`` whose base64, base32 or hex decodes to something holding a secret."""
     out: list[tuple[int, int]] = []
@@ -465,9 +600,13 @@ def _decoded_spans(text: str, m: _Matcher, depth: int, budget: _Budget) -> list[
 
     # Each distinct run decoded first (a log repeats its prefixes and paths); positions are looked up only
     # when one holds a secret or a run is wrapped onto the next line (its pieces decode only together).
-    runs = _B64_RUN_END.findall(text)  # one pass: each run, and whether a line break follows it
-    hot = any([decoded(c) for c in {run for run, _ in runs} if budget.left > 0])
-    for pieces in _runs(text, _B64_RUN, _B64_GAP) if hot or any(brk for _, brk in runs) else ():
+    # Only the lines that hold such a run are read by position, with the line after (a wrapped stream's next
+    # piece; a longer stream's next line ends in a break too, so its region joins this one).
+    data = _latin(text)
+    runs = _b64_run_ends(text, data)  # one pass: each run, and whether a line break follows it
+    hot = {c for c in {run for run, _ in runs} if budget.left > 0 and decoded(c)}
+    regions = _regions(text, hot | {run for run, brk in runs if brk}) if runs else []
+    for pieces in (p for lo, hi in regions for p in _runs(text, _B64_RUN, _B64_GAP, lo=lo, hi=hi)):
         if budget.left <= 0:
             return out
         chars = text[pieces[0][0]:pieces[0][1]] if len(pieces) == 1 else "".join(text[a:b] for a, b in pieces)
@@ -483,7 +622,7 @@ def _decoded_spans(text: str, m: _Matcher, depth: int, budget: _Budget) -> list[
                 return pieces[k][0] + c - starts[k]
 
             out += [(at(x), at(y - 1) + 1) for x, y in found if y > x]
-    for pieces in _runs(text, _HEX_RUN, _HEX_GAP, _HEX_AREA, frozenset("\\=\r\n \t")):
+    for pieces in _runs(text, _HEX_RUN, _HEX_GAP, _hex_areas(data), frozenset("\\=\r\n \t")):
         if budget.left <= 0:
             return out
         out += _hex_spans(text, pieces, m, depth, budget)
@@ -615,13 +754,21 @@ def redact(text: str) -> str:
                 pos = b
             out.append(text[pos:])
             text = "".join(out)
-    if any(p in text for p in _TOKEN_PREFIXES):
+    data = _latin(text)
+    if any(p in data for p in _TOKEN_PREFIXES_B):
         text = _TOKEN_SHAPES.sub(REDACTED, text)
-    lowered = text.lower() if "=" in text else ""
-    if any(w in lowered for w in _SECRET_WORDS):  # the regex alone runs at ~3 MB/s: only where it can match
+        data = _latin(text)
+    # The case-insensitive patterns run only where their words are (each alone reads a log at a few MB/s):
+    # ASCII-lowered bytes hold every match, unless the text has one of the four characters ``re`` matches to
+    # an ASCII letter ignoring case (then all run). A redaction never makes one of these words.
+    lowered = b"" if not text.isascii() and _FOLDS.search(text) else data.lower()
+    if b"=" in data and (not lowered or any(w in lowered for w in _SECRET_WORDS)):
         text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}={REDACTED}", text)
-    text = _DOCKER_AUTH.sub(lambda m: f"{m.group(1)}{REDACTED}{m.group(2)}", text)
-    return _AUTH_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)} {REDACTED}", text)
+    if not lowered or b'"auth"' in lowered:
+        text = _DOCKER_AUTH.sub(lambda m: f"{m.group(1)}{REDACTED}{m.group(2)}", text)
+    if not lowered or b"authorization" in lowered:
+        text = _AUTH_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)} {REDACTED}", text)
+    return text
 
 
 def redact_obj(obj):
