@@ -106,9 +106,14 @@ _ESCAPE = re.compile(_ESCAPE_RE)
 # With octal escapes and quoted-printable too: used only where the text holds one (``=`` is frequent in
 # logs, and each alternative costs every match attempt).
 _ESCAPE_FULL = re.compile(_ESCAPE_RE + r"|\\([01][0-7]{2})|=([0-7][0-9A-F])|(=\r?\n)")
-_FULL_MARKS = (b"=\n", b"=\r\n", b"=\\n", b"=3D", b"=20", b"\\0", b"\\1")
-_CONTROL_MARKS = (b"\\u00", b"\\x", b"%0", b"%1", b"&#", b"\\0")  # an escape that may decode to a control
-_DOUBLED_MARKS = (b"%25", b"\\\\", b"%5C", b"%5c", b"&amp;", b"\\u005")  # an escape that may decode to one
+# The escapes that need more than the plain escape view, all found by one scan of the text's bytes: octal
+# and quoted-printable (``_ESCAPE_FULL``); one that may decode to a control character (the view is then
+# searched with control sequences removed); one that may decode to an escape (a second decoding of its
+# chunk). ``\\`` before a backslash stands for a doubled backslash and leaves that backslash to the next.
+_MARKS = re.compile(rb"=(?:\n|\r\n|\\n|3D|20)|\\(?:u005|u00|x|0|1|(?=\\))|%(?:25|5C|5c|0|1)|&(?:amp;|#)")
+_FULL_MARKS = frozenset((b"=\n", b"=\r\n", b"=\\n", b"=3D", b"=20", b"\\0", b"\\1"))
+_CONTROL_MARKS = frozenset((b"\\u00", b"\\u005", b"\\x", b"%0", b"%1", b"&#", b"\\0"))
+_DOUBLED_MARKS = frozenset((b"%25", b"\\", b"%5C", b"%5c", b"&amp;", b"\\u005"))
 # A line break inside a cut token: a newline (or its JSON escape), after an optional ``\`` continuation,
 # with the indentation or the ``[task stream]`` prefix of our own log files that follows it.
 _BREAK_RE = (r"(?:\\|=)?(?:\r?\n|\\r\\n|\\n)(?:[ \t]*\[[^\]\n]{1,100}\] ?){0,2}(?:task=\S{1,200} (?:attempt=\S{1,40} )?\| ?)?"
@@ -378,7 +383,7 @@ def _hits(text: str, m: _Matcher) -> list[tuple[int, int]]:
 
 def _clean_hits(text: str, m: _Matcher) -> list[tuple[int, int]]:
     """``_hits`` of ``text`` with control sequences removed (an escaped ``\\u001b[31m`` decodes to one)."""
-    if not _CONTROL_CHAR.search(text):
+    if not _has_control(text):
         return _hits(text, m)
     clean = _view(text, _CONTROL, lambda _m: "")
     return [clean.span(a, b) for a, b in _hits(clean.text, m) if b > a]
@@ -388,23 +393,22 @@ def _escaped_spans(text: str, m: _Matcher) -> list[tuple[int, int]]:
     """Every span of ``text`` that holds a secret: found in the text, in its decoded view and in the
     view of that view (doubled escapes), mapped back to the text."""
     spans = _hits(text, m)
-    data = _latin(text)  # cheap substring checks first
-    escape = _ESCAPE_FULL if any(x in data for x in _FULL_MARKS) else _ESCAPE
+    marks: set[bytes] = set()
+    doubled_at: list[int] = []
+    for x in _MARKS.finditer(_latin(text)):  # cheap checks first
+        marks.add(x.group())
+        if x.group() in _DOUBLED_MARKS:
+            doubled_at.append(x.start())
+    escape = _ESCAPE_FULL if marks & _FULL_MARKS else _ESCAPE
     if escape.search(text) is None:
         return spans
     first = _ChunkedView(_chunks(text), escape)
     once = first.text
     # Escapes that decode to a control character (a JSON ``\u001b``) need it removed too; a second decoding
     # only in the chunks where an escape can decode to an escape (``%25``, ``\\``).
-    hits = _clean_hits if any(x in data for x in _CONTROL_MARKS) else _hits
+    hits = _clean_hits if marks & _CONTROL_MARKS else _hits
     found = hits(once, m)
-    doubled: set[int] = set()  # the chunks holding one
-    for x in _DOUBLED_MARKS:
-        p = data.find(x)
-        while p >= 0:
-            k = bisect.bisect_right(first.bounds, p) - 1
-            doubled.add(k)
-            p = data.find(x, first.bounds[k + 1]) if k + 1 < len(first.bounds) else -1
+    doubled = {bisect.bisect_right(first.bounds, p) - 1 for p in doubled_at}  # the chunks holding one
     second = _ChunkedView(first.pieces, escape, only=doubled) if doubled else None
     found2 = hits(second.text, m) if second is not None else []
     if found or found2:
@@ -419,13 +423,20 @@ def _escaped_spans(text: str, m: _Matcher) -> list[tuple[int, int]]:
 # every character), is found; the map back covers the removed characters too.
 _CONTROL = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]{0,4096}(?:\x07|\x1b\\|\x9c)?"
                       r"|\x1b[@-_]?|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x9b\x9d]|\r(?!\n)")
-_CONTROL_CHAR = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x9b\x9d]")  # one class: a fast first look
+_CONTROL_CHARS = "".join(map(chr, [*range(0, 9), 0x0b, 0x0c, *range(0x0e, 0x20), 0x7f, 0x9b, 0x9d]))
+_CONTROL_TABLE = _table(_CONTROL_CHARS)
+
+
+def _has_control(text: str) -> bool:
+    """A control character ``_CONTROL`` removes (all are in Latin-1: ``_latin`` keeps them): a fast first look."""
+    return _latin(text).translate(_CONTROL_TABLE).find(b"a") >= 0
 # Candidate runs of an encoding, decoded and searched again: base64 (standard or URL-safe; base32 and
 # unseparated hex are such runs too), and hex in groups separated by a space, ``:`` or ``-`` (``xxd``,
 # ``od -x``, ``hexdump -C``). Each is found by one character class first (a fast scan), then split.
 _B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,6}")
 _B32_ONLY = re.compile(r"[A-Z2-7]{16,}=*")
 _HEX_ONLY = re.compile(r"(?:[0-9A-Fa-f]{2}-?){8,}")
+_HEX_FIRST = frozenset("\\=\r\n \t")  # what may follow a dump line's last group when its next line goes on
 _HEX_CLASS, _HEX_NEED = _table("0123456789ABCDEFabcdef :-"), b"a" * 23  # _hex_areas: [0-9A-Fa-f :-]{23,}
 _HEX_RUN = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{2}(?:[ :-]?[0-9A-Fa-f]{2}){7,}")
 # What may separate two pieces of one encoded stream: a line break with its prefix (a wrapped stream; the
@@ -434,6 +445,7 @@ _B64_GAP = re.compile(_BREAK_RE)
 # The same runs, each with the line break that follows it if any (a stream that may go on on the next
 # line: only then are runs looked up by position and joined).
 _B64_RUN_END = re.compile(r"([A-Za-z0-9+/_-]{16,}={0,6})((?:\\|=)?(?:\r?\n|\\r\\n|\\n))?")
+_B64_AFTER = frozenset(b"=\\\r\n")  # what may follow a run inside a _B64_RUN_END match
 _B64_CLASS, _B64_NEED = _table(string.ascii_letters + string.digits + "+/_-"), b"a" * 16  # its first part
 _LINE_END = re.compile(r"\r?\n|\\r\\n|\\n")
 _HEX_GAP = re.compile(f"  |(?:[ \\t]{{2,}}[^\\n]{{0,100}})?(?:{_BREAK_RE})(?:[0-9A-Fa-f]{{4,16}}:?[ \\t]+)?")
@@ -539,11 +551,18 @@ def _b64_run_ends(text: str, data: bytes) -> list[tuple[str, str]]:
     the regex alone tries every character of every word."""
     marked = data.translate(_B64_CLASS)
     out = []
+    n = len(marked)
     p = marked.find(_B64_NEED)
     while p >= 0:  # the leftmost place 16 run characters start is where the regex's next match starts
-        r = _B64_RUN_END.match(text, p)
-        out.append(r.groups(""))
-        p = marked.find(_B64_NEED, r.end())
+        e = marked.find(b" ", p + 16)
+        e = n if e < 0 else e
+        if e < n and data[e] in _B64_AFTER:  # padding or a line break: the regex says how much it takes
+            r = _B64_RUN_END.match(text, p)
+            out.append(r.groups(""))
+            e = r.end()
+        else:
+            out.append((text[p:e], ""))
+        p = marked.find(_B64_NEED, e)
     return out
 
 
@@ -604,8 +623,9 @@ def _decoded_spans(text: str, m: _Matcher, depth: int, budget: _Budget) -> list[
     # piece; a longer stream's next line ends in a break too, so its region joins this one).
     data = _latin(text)
     runs = _b64_run_ends(text, data)  # one pass: each run, and whether a line break follows it
-    hot = {c for c in {run for run, _ in runs} if budget.left > 0 and decoded(c)}
-    regions = _regions(text, hot | {run for run, brk in runs if brk}) if runs else []
+    wanted = {c for c in {run for run, _ in runs} if budget.left > 0 and decoded(c)}  # hot
+    wanted.update(run for run, brk in runs if brk)
+    regions = _regions(text, wanted) if wanted else []
     for pieces in (p for lo, hi in regions for p in _runs(text, _B64_RUN, _B64_GAP, lo=lo, hi=hi)):
         if budget.left <= 0:
             return out
@@ -622,7 +642,8 @@ def _decoded_spans(text: str, m: _Matcher, depth: int, budget: _Budget) -> list[
                 return pieces[k][0] + c - starts[k]
 
             out += [(at(x), at(y - 1) + 1) for x, y in found if y > x]
-    for pieces in _runs(text, _HEX_RUN, _HEX_GAP, _hex_areas(data), frozenset("\\=\r\n \t")):
+    areas = _hex_areas(data)
+    for pieces in _runs(text, _HEX_RUN, _HEX_GAP, areas, _HEX_FIRST) if areas else ():
         if budget.left <= 0:
             return out
         out += _hex_spans(text, pieces, m, depth, budget)
@@ -694,7 +715,7 @@ def _shape_spans(text: str) -> list[tuple[int, int]]:
 def _spans(text: str, m: _Matcher, depth: int, budget: _Budget, nested: bool = False) -> list[tuple[int, int]]:
     """Every span of ``text`` holding a secret: control sequences removed first, then the literal forms
     and escapes (``_escaped_spans``), then, ``depth`` layers deep, what its encoded runs decode to."""
-    if _CONTROL_CHAR.search(text) or ("\r" in text and _CONTROL.search(text)):
+    if _has_control(text) or ("\r" in text and _CONTROL.search(text)):
         clean = _view(text, _CONTROL, lambda _m: "")
         if clean.text != text:  # every pass removes something, so this ends (a lone C1 \x9b once looped forever)
             return [clean.span(a, b) for a, b in _spans(clean.text, m, depth, budget, nested) if b > a]
