@@ -277,10 +277,12 @@ class _ChunkedView:
     only when a hit falls in it (a 1.4 MB log holds thousands of escapes, its secrets a few). ``only``:
     the chunks decoded (the others are their own view)."""
 
-    def __init__(self, sources: list[str], pattern: re.Pattern, replace=_unescape, only: set[int] | None = None):
-        self.sources, self.pattern, self.replace = sources, pattern, replace
+    def __init__(self, sources: list[str], patterns: list[re.Pattern], replace=_unescape,
+                 only: set[int] | None = None):
+        """``patterns``: each chunk's (octal and quoted-printable are decoded only in chunks that hold one)."""
+        self.sources, self.patterns, self.replace = sources, patterns, replace
         self.bounds = list(itertools.accumulate((len(c) for c in sources[:-1]), initial=0))  # source offsets
-        self.pieces = [pattern.sub(replace, c) if only is None or k in only else c for k, c in enumerate(sources)]
+        self.pieces = [patterns[k].sub(replace, c) if only is None or k in only else c for k, c in enumerate(sources)]
         self.starts = list(itertools.accumulate((len(p) for p in self.pieces[:-1]), initial=0))  # view offsets
         self.text = self.pieces[0] if len(self.pieces) == 1 else "".join(self.pieces)
         self._only = only
@@ -297,7 +299,7 @@ class _ChunkedView:
             return self.bounds[k] + i, self.bounds[k] + i + 1
         view = self._maps.get(k)
         if view is None:
-            view = self._maps[k] = _view(self.sources[k], self.pattern, self.replace)
+            view = self._maps[k] = _view(self.sources[k], self.patterns[k], self.replace)
         t0, t1 = view._at(i)
         return t0 + self.bounds[k], t1 + self.bounds[k]
 
@@ -394,27 +396,53 @@ def _escaped_spans(text: str, m: _Matcher) -> list[tuple[int, int]]:
     view of that view (doubled escapes), mapped back to the text."""
     spans = _hits(text, m)
     marks: set[bytes] = set()
+    full_at: list[int] = []
     doubled_at: list[int] = []
     for x in _MARKS.finditer(_latin(text)):  # cheap checks first
-        marks.add(x.group())
-        if x.group() in _DOUBLED_MARKS:
+        mark = x.group()
+        marks.add(mark)
+        if mark in _FULL_MARKS:
+            full_at.append(x.start())
+        if mark in _DOUBLED_MARKS:
             doubled_at.append(x.start())
-    escape = _ESCAPE_FULL if marks & _FULL_MARKS else _ESCAPE
-    if escape.search(text) is None:
+    if (_ESCAPE_FULL if full_at else _ESCAPE).search(text) is None:
         return spans
-    first = _ChunkedView(_chunks(text), escape)
+    sources = _chunks(text)
+    bounds = list(itertools.accumulate((len(c) for c in sources[:-1]), initial=0))
+    patterns = [_ESCAPE] * len(sources)
+    for p in full_at:  # octal and quoted-printable: in the chunks that hold a mark of them
+        patterns[bisect.bisect_right(bounds, p) - 1] = _ESCAPE_FULL
+    first = _ChunkedView(sources, patterns)
     once = first.text
     # Escapes that decode to a control character (a JSON ``\u001b``) need it removed too; a second decoding
-    # only in the chunks where an escape can decode to an escape (``%25``, ``\\``).
+    # only in the chunks where an escape can decode to an escape (``%25``, ``\\``), searched with the chunks
+    # beside them (a form longer than a chunk is not cut there), the rest of that view being ``once``.
     hits = _clean_hits if marks & _CONTROL_MARKS else _hits
     found = hits(once, m)
     doubled = {bisect.bisect_right(first.bounds, p) - 1 for p in doubled_at}  # the chunks holding one
-    second = _ChunkedView(first.pieces, escape, only=doubled) if doubled else None
-    found2 = hits(second.text, m) if second is not None else []
+    found2: list[tuple[int, int]] = []
+    if doubled:
+        second = _ChunkedView(first.pieces, first.patterns, only=doubled)
+        n = len(second.pieces)
+        for lo, hi in _merged(sorted((max(k - 1, 0), min(k + 1, n - 1)) for k in doubled), touch=1):
+            a = second.starts[lo]
+            b = second.starts[hi + 1] if hi + 1 < n else len(second.text)
+            found2 += [(x + a, y + a) for x, y in hits(second.text[a:b], m)]
     if found or found2:
         spans += [first.span(a, b) for a, b in found]
         spans += [first.span(*second.span(a, b)) for a, b in found2]
     return spans
+
+
+def _merged(spans: list[tuple[int, int]], touch: int = 0) -> list[tuple[int, int]]:
+    """Sorted ``(start, end)`` spans with those that overlap (or are ``touch`` apart) merged."""
+    out: list[tuple[int, int]] = []
+    for a, b in spans:
+        if out and a <= out[-1][1] + touch:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 # -- decode before matching ------------------------------------------------------------------------------
@@ -591,13 +619,7 @@ def _regions(text: str, runs: set[str]) -> list[tuple[int, int]]:
             end = -1 if end < 0 else text.find("\n", end + 1)
             spans.append((text.rfind("\n", 0, i) + 1, len(text) if end < 0 else end))
             i = text.find(run, i + len(run))
-    merged: list[tuple[int, int]] = []
-    for a, b in sorted(spans):
-        if merged and a <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-        else:
-            merged.append((a, b))
-    return merged
+    return _merged(sorted(spans))
 
 
 def _decoded_spans(text: str, m: _Matcher, depth: int, budget: _Budget) -> list[tuple[int, int]]:
