@@ -80,6 +80,7 @@ STRIDE = 6
 # Shapes of well-known tokens, redacted even if never registered.
 _TOKEN_PREFIXES = ("ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_", "dckr_pat_")
 _TOKEN_PREFIXES_B = tuple(p.encode() for p in _TOKEN_PREFIXES)
+_TOKEN_PREFIX = re.compile(b"|".join(_TOKEN_PREFIXES_B))
 _TOKEN_SHAPES = re.compile(r"(ghp_|gho_|ghs_|ghu_|ghr_|github_pat_|dckr_pat_)[A-Za-z0-9_]{16,}")
 # Header shapes that carry credentials (``Authorization: Basic …``, JSON ``"authorization": "Bearer …"``).
 _AUTH_HEADER = re.compile(
@@ -90,6 +91,13 @@ _DOCKER_AUTH = re.compile(r"(?i)(\"auth\"\s*:\s*\")[A-Za-z0-9+/=_-]{8,}(\")")
 
 # ``NAME=value`` where the name says it holds a credential (a build that prints its environment).
 _SECRET_WORDS = (b"token", b"passw", b"secret", b"api_key", b"access_key", b"private_key", b"credential")
+_SECRET_WORD = re.compile(b"|".join(_SECRET_WORDS))
+
+
+def _holds(data: bytes, words: tuple[bytes, ...], pattern: re.Pattern) -> bool:
+    """``data`` holds one of ``words`` (``pattern``: their alternation): one search on a short text, a
+    substring check each on a long one (there the alternation is slower where its first letters are common)."""
+    return pattern.search(data) is not None if len(data) < 4096 else any(w in data for w in words)
 # The characters ``re`` matches to an ASCII letter ignoring case (İ ı ſ K): where one is, no lowered gate.
 _FOLDS = re.compile("[\u0130\u0131\u017f\u212a]")
 _SECRET_ASSIGNMENT = re.compile(
@@ -798,14 +806,14 @@ def redact(text: str) -> str:
             out.append(text[pos:])
             text = "".join(out)
     data = _latin(text)
-    if any(p in data for p in _TOKEN_PREFIXES_B):
+    if _holds(data, _TOKEN_PREFIXES_B, _TOKEN_PREFIX):
         text = _TOKEN_SHAPES.sub(REDACTED, text)
         data = _latin(text)
     # The case-insensitive patterns run only where their words are (each alone reads a log at a few MB/s):
     # ASCII-lowered bytes hold every match, unless the text has one of the four characters ``re`` matches to
     # an ASCII letter ignoring case (then all run). A redaction never makes one of these words.
     lowered = b"" if not text.isascii() and _FOLDS.search(text) else data.lower()
-    if b"=" in data and (not lowered or any(w in lowered for w in _SECRET_WORDS)):
+    if b"=" in data and (not lowered or _holds(lowered, _SECRET_WORDS, _SECRET_WORD)):
         text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}={REDACTED}", text)
     if not lowered or b'"auth"' in lowered:
         text = _DOCKER_AUTH.sub(lambda m: f"{m.group(1)}{REDACTED}{m.group(2)}", text)
