@@ -526,13 +526,14 @@ def image_references(df: DockerfileContract, call: KanikoCall) -> list[tuple[str
     return out
 
 
-def reference_problems(df: DockerfileContract, call: KanikoCall) -> list[Difference]:
+def reference_problems(df: DockerfileContract, call: KanikoCall, platform: str | None = None) -> list[Difference]:
     """Each FROM of the stages this call builds that does not expand to a stage or an image reference with
     the planned build args (an ARG declared inside a stage never reaches a FROM: BuildKit's and kaniko's
-    scoping), and each `COPY --from` that names neither a stage nor a full image reference (a registry
-    path, a tag or a digest): kaniko would fail on them at its first pull, after the job was scheduled."""
+    scoping; the automatic platform ARGs of ``platform`` do), and each `COPY --from` that names neither a
+    stage nor a full image reference (a registry path, a tag or a digest): kaniko would fail on them at its
+    first pull, after the job was scheduled."""
     out: list[Difference] = []
-    values = _global_values(df, call.build_args)
+    values = {**(_platform_args(platform) if platform else {}), **_global_values(df, call.build_args)}
     stage_args = {k: st.name for st in df.stages for k in st.args}
     names = [st.name for st in df.stages if st.name]
     for st, _ in used_stages(df, call):
@@ -753,7 +754,7 @@ def compare_steps(calls: list[StandinCall], plan: RehearsalPlan, target: TargetS
                                   planned_source=target.provenance.get("kaniko_platform", ""), script_source=at))
         df = dockerfiles.get(_relative_dockerfile(k) or "")
         if df is not None:
-            out += reference_problems(df, k)
+            out += reference_problems(df, k, k.platform or target.kaniko_platform)
             for st, base in used_stages(df, k):
                 if base is not None and base != "scratch":
                     check_read(base, "the kaniko call", line, via=f" (FROM at {df.path}:{st.line})")

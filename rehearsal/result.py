@@ -102,9 +102,11 @@ class RehearsalResult(BaseModel):
         """What the registry look-up of the build's images found, for the report ('' when none was made)."""
         if not self.image_checks:
             return ""
-        found = sum(c.status == "found" for c in self.image_checks)
+        found = [c for c in self.image_checks if c.status == "found"]
         unchecked = [c for c in self.image_checks if c.status == "unchecked"]
-        note = f"; {found} of {len(self.image_checks)} pulled image(s) found in their registries"
+        note = f"; {len(found)} of {len(self.image_checks)} pulled image(s) found in their registries" + (
+            " (" + ", ".join(f"{c.read.reference}" + (f" {c.read.platform}" if c.read.platform else "")
+                             + f" at {c.read.source.partition(' ')[0]}" for c in found) + ")" if found else "")
         if unchecked:
             note += "; UNCHECKED: " + "; ".join(c.describe() for c in unchecked) + (
                 " (accepted by the operator with --accept-unrehearsed)" if self.unrehearsed_accepted else "")

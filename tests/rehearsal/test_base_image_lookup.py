@@ -293,3 +293,18 @@ def test_where_the_rehearsal_could_not_run_the_planned_bases_are_looked_up(tmp_p
             assert refusal is None and all(c.status == "found" for c in bases), refusal
         else:
             assert refusal and f"FROM {missing} for linux/amd64: no such tag or digest" in refusal, refusal
+
+
+def test_a_from_using_an_automatic_platform_arg_expands_and_is_looked_up(tmp_path, mirror):
+    """`FROM nvidia/cuda:standin-${TARGETARCH}`: BuildKit and kaniko define TARGETARCH in the global scope, so
+    the FROM expands (the old code refused it: "TARGETARCH has no value") and its expansion for the target's
+    platform is what is looked up: found for amd64."""
+    _, registry = mirror
+    push_image(registry.host, "nvidia/cuda", "standin-amd64", ("linux/amd64",))
+    old = "FROM ${BASE_IMAGE} AS rl"
+    refusal, (t, *_) = _checked(tmp_path, "era-c", {DF: _edit(old, "FROM nvidia/cuda:standin-${TARGETARCH} AS rl")},
+                                ["amd64"], _settings(mirror))
+    assert refusal is None, refusal
+    at = f"{DF}:{line_in('era-c', DF, old)}"
+    (rl,) = [c for c in t.rehearsal.image_checks if c.read.source.startswith(at + " ")]
+    assert rl.read.reference == "nvidia/cuda:standin-amd64" and rl.status == "found", rl.describe()
