@@ -396,7 +396,7 @@ class SourceActivities(ActivityGroup):
             script_text=(wt / contract.script.path).read_text(), harbor_commit=inp.harbor_commit,
             cluster_env={t.cluster: dict(self.config.cluster(t.cluster).job_env) for t in targets},
             images=images, mode=policy.rehearsal, accept_unrehearsed=inp.request.accept_unrehearsed,
-            isolation=policy.rehearsal_isolation)
+            isolation=policy.rehearsal_isolation, emulators=policy.rehearsal_emulators)
 
     # ------------------------------------------------------------------ 4. scheduled rebuild check
     @activity.defn

@@ -512,6 +512,12 @@ class PolicySettings(_Model):
                             "seccomp/AppArmor that allow them), `proot` (ptrace path translation under Landlock "
                             "and seccomp: runs under Pod Security baseline and restricted; Linux >= 6.12), "
                             "`auto` bwrap where it runs, else proot.")
+    rehearsal_emulators: dict[str, str] = Field(
+        default_factory=lambda: {"arm64": "qemu-aarch64-static", "amd64": "qemu-x86_64-static"},
+        description="Architecture -> user-mode emulator (a program on PATH or an absolute path; Debian package "
+                    "qemu-user-static) that runs a target of another architecture than the worker's in that "
+                    "architecture's userland, under proot (rehearsal/emulation.py). Missing or \"\": the worker's "
+                    "own variant, and a step that concerns the target's architecture is unrehearsed.")
     rehearsal_image_cache_dir: str | None = Field(
         None, description="Where task images are kept unpacked by manifest digest for the rehearsal (a second "
                           "rehearsal downloads nothing); default `<work_dir>/rehearsal-images`.")

@@ -113,10 +113,12 @@ def unavailable() -> str | None:
     return None
 
 
-def command(top: Path, image: Path, own: set[str], argv: list[str]) -> tuple[list[str], dict[str, str]]:
+def command(top: Path, image: Path, own: set[str], argv: list[str], *, qemu: str | None = None
+            ) -> tuple[list[str], dict[str, str]]:
     """(argv, extra env) running ``argv`` in the run's root under ``top`` (laid out by runner._layout:
     ``top/rw`` holds the per-run writable copies); ``own`` are the image's top-level names the rehearsal
-    provides itself."""
+    provides itself; ``qemu``: the image is another architecture's, every program runs through this
+    user-mode emulator (``proot -q``, rehearsal/emulation.py), which Landlock lets be read and run."""
     exe = proot_path()
     if exe is None:
         raise RuntimeError("proot is not installed")
@@ -180,8 +182,8 @@ def command(top: Path, image: Path, own: set[str], argv: list[str]) -> tuple[lis
              str(r / "records"), str(r / "exits"), str(r / "trace"), str(r / "installed")]
     if usr_bin.is_dir():
         write.append(str(usr_bin))
-    read = [str(image), str(top), exe, *_host_read()]
-    out = [*_confine_argv(read, write), exe, "-0", "-r", str(skel)]
+    read = [str(image), str(top), exe, *_host_read(), *([qemu] if qemu else [])]
+    out = [*_confine_argv(read, write), exe, "-0", *(["-q", qemu] if qemu else []), "-r", str(skel)]
     for src, dst in binds:
         out += ["-b", f"{src}:{dst}"]
     if argv and argv[0].startswith("-"):

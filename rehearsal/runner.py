@@ -45,7 +45,7 @@ from typing import Literal
 from domain.buildset import TargetSpec
 from domain.contract import BuildContract
 from domain.markers import variant_env
-from rehearsal import proot
+from rehearsal import emulation, proot
 from rehearsal.model import (
     IRIS_WORKDIR,
     KANIKO_EXECUTOR,
@@ -67,7 +67,7 @@ from rehearsal.model import (
     with_other_placeholders,
     writer_line,
 )
-from rehearsal.task_image import TaskImageError, TaskImageRoot, TaskImages
+from rehearsal.task_image import TaskImageError, TaskImageRoot, TaskImages, host_platform
 
 STANDIN = Path(__file__).with_name("standins") / "standin"
 TIMEOUT_S = 60.0
@@ -263,7 +263,7 @@ class Rehearsal:
 
 
 def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_s: float = TIMEOUT_S,
-        isolation: str = "bwrap") -> Rehearsal:
+        isolation: str = "bwrap", emulator: str | None = None) -> Rehearsal:
     exe = bwrap_path()
     if isolation == "bwrap" and exe is None:
         raise RuntimeError("bwrap is not installed")
@@ -275,8 +275,10 @@ def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_
         env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **plan.env, "BASH_ENV": "/.rehearsal/bash_env"}
         timed_out = False
         if isolation == "proot":
-            argv, extra = proot.command(top, image.path, OWN, plan.argv)
+            argv, extra = proot.command(top, image.path, OWN, plan.argv, qemu=emulator)
             env.update(extra)
+        elif emulator is not None:
+            raise ValueError("an emulated target runs under proot (rehearsal/emulation.py)")
         else:
             argv = [exe, *_root_args(top, image.path), "--", *plan.argv]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
@@ -431,24 +433,24 @@ def _traces(d: Path, exits: Path) -> list[tuple[int, int, str]]:
     return out
 
 
-def _run_twice(plan: RehearsalPlan, bundle: Path, image: TaskImageRoot, timeout_s: float, isolation: str = "bwrap"
-               ) -> tuple[Rehearsal, list[tuple[str, str | None]]]:
+def _run_twice(plan: RehearsalPlan, bundle: Path, image: TaskImageRoot, timeout_s: float, isolation: str = "bwrap",
+               emulator: str | None = None) -> tuple[Rehearsal, list[tuple[str, str | None]]]:
     """The run, and the files of its final kaniko context that follow the credential: two runs at once, one
     with every credential placeholder changed; a file that differs between them (content or presence) is
     run a third time with the first placeholders, and counts only when that run matches the first (a file
     that differs run to run by itself, a timestamp, cannot be judged by difference; the scan still reads it)."""
     other = plan.model_copy(update={"env": with_other_placeholders(plan.env)})
+    kw = {"timeout_s": timeout_s, "isolation": isolation, "emulator": emulator}
     if other.env == plan.env:
-        return run(plan, bundle, image, timeout_s=timeout_s, isolation=isolation), []
+        return run(plan, bundle, image, **kw), []
     with ThreadPoolExecutor(max_workers=2) as pool:
-        fa, fb = pool.submit(run, plan, bundle, image, timeout_s=timeout_s, isolation=isolation), pool.submit(
-            run, other, bundle, image, timeout_s=timeout_s, isolation=isolation)
+        fa, fb = pool.submit(run, plan, bundle, image, **kw), pool.submit(run, other, bundle, image, **kw)
         a, b = fa.result(), fb.result()
     if a.context_dir != b.context_dir or a.exit_code != b.exit_code:
         return a, []  # the runs took different paths: the verdict of the first stands, nothing to compare
     differ = differing_files(a.fingerprints, b.fingerprints)
     if differ:
-        again = run(plan, bundle, image, timeout_s=timeout_s, isolation=isolation)
+        again = run(plan, bundle, image, **kw)
         differ = [f for f in differ if a.fingerprints.get(f, ("",))[0] == again.fingerprints.get(f, ("",))[0]]
     out = []
     for f in differ:
@@ -513,7 +515,8 @@ def required_refusal(reason: str, fix: str = "give the worker what it lacks (dep
 def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bundle_path: Path, bundle_sha256: str,
                      script_text: str, harbor_commit: str, cluster_env: dict[str, dict[str, str]],
                      images: TaskImages, mode: Mode = "required", timeout_s: float = TIMEOUT_S,
-                     accept_unrehearsed: bool = False, isolation: Isolation = "auto") -> str | None:
+                     accept_unrehearsed: bool = False, isolation: Isolation = "auto",
+                     emulators: dict[str, str] | None = None) -> str | None:
     """Rehearse every target (setting ``target.rehearsal``); the refusal message when one failed, else None.
 
     Where the host cannot isolate or the task image cannot be laid out, ``mode`` decides: ``required``
@@ -521,7 +524,10 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
     skipped: <reason>". A transient registry error (5xx, 429, network) raises TaskImageError for the
     caller's bounded retry. A step the rehearsal could not run leaves the rest "unrehearsed from file:line";
     under ``required`` that refuses the plan unless ``accept_unrehearsed`` (the CLI's --accept-unrehearsed),
-    which each such target's result records."""
+    which each such target's result records. A target of another architecture than the worker's runs in
+    that architecture's variant of the task image through its emulator (``emulators``, the config's
+    policy.rehearsal_emulators; rehearsal/emulation.py), else in the worker's own variant, where a step
+    that concerns the target's architecture is unrehearsed, with the reason."""
     backend, reason = choose_isolation(isolation)
     if backend is None:
         reason = reason or "no isolation"
@@ -531,15 +537,28 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
             t.rehearsal = RehearsalResult(status="skipped", reason=reason)
         return None
     b64 = script_b64(script_text)
-    roots: dict[tuple[str, str], TaskImageRoot] = {}
+    roots: dict[tuple[str, str, str | None], TaskImageRoot] = {}
+    host = host_platform()
+    proot_probe: list[str | None] = []
+
+    def proot_unavailable() -> str | None:  # probed once per planning, and only for an emulated target
+        if not proot_probe:
+            proot_probe.append(proot.unavailable())
+        return proot_probe[0]
+
     for t in targets:
         image = t.job.task_image
-        key = (image or "", f"linux/{t.architecture}")
+        plat = f"linux/{t.architecture}"
+        run_backend, qemu, why_not = backend, None, None
+        if plat != host:
+            run_backend, qemu, why_not = emulation.choose(t.architecture, backend, isolation, emulators,
+                                                          proot_unavailable)
+        key = (image or "", plat, qemu)
         try:
             if not image:
                 raise TaskImageError("the plan names no task image")
             if key not in roots:
-                roots[key] = images.root(image, key[1])
+                roots[key] = images.root(image, plat, emulator=qemu, why_not=why_not)
         except TaskImageError as e:
             if e.transient:
                 raise
@@ -552,7 +571,10 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
         plan = rehearsal_plan(t, bundle_sha256=bundle_sha256, script_b64=b64 if t.job.script_env_var else None,
                               cluster_env=cluster_env.get(t.cluster, {}))
         plan.script_text = script_text
-        r, credential_files = _run_twice(plan, bundle_path, roots[key], timeout_s, backend)
+        emulate = qemu if roots[key].platform == plat else None
+        if emulate is None:
+            run_backend = backend
+        r, credential_files = _run_twice(plan, bundle_path, roots[key], timeout_s, run_backend, emulate)
         df = contract.dockerfiles.get(t.dockerfile)
         t.rehearsal = evaluate(
             plan, t, exit_code=r.exit_code, stderr=r.stderr, calls=r.calls, exits=r.exits,
@@ -563,7 +585,8 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
             dockerfile_defaults=dict(df.global_args) if df else {}, dockerfiles=contract.dockerfiles,
             context=r.context, leaks=r.leaks, script_text=script_text, background=r.background,
             credential_files=credential_files, foreign_userland=roots[key].note, dockerignore_text=r.dockerignore)
-        t.rehearsal.root = f"{roots[key].describe()} under {backend}"
+        t.rehearsal.root = f"{roots[key].describe()} under {run_backend}" + (
+            f" -q {os.path.basename(emulate)} (the {t.architecture} userland, emulated)" if emulate else "")
     failed = refusal(targets)
     if failed:
         return failed

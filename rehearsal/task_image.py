@@ -113,22 +113,25 @@ def host_platform() -> str:
     return f"linux/{_HOST_ARCH.get(host_platform_mod.machine().lower(), host_platform_mod.machine().lower())}"
 
 
-def runnable_platform(target: str) -> tuple[str, str | None]:
+def runnable_platform(target: str, emulator: str | None = None, why_not: str | None = None
+                      ) -> tuple[str, str | None]:
     """The platform whose binaries the rehearsal runs for ``target``, and a note when it is not ``target``.
 
-    A worker runs another architecture's binaries only through a registered binfmt_misc emulator
-    (qemu-user); without one the same image's own-architecture variant is used: the same userland
-    (which tools exist before the script installs any), and the stand-in ``uname`` still answers the
-    target's architecture."""
+    A worker runs another architecture's binaries through a registered binfmt_misc emulator, or through
+    ``emulator`` (qemu user mode under proot, rehearsal/emulation.py); without either the same image's
+    own-architecture variant is used: the same userland (which tools exist before the script installs
+    any), and the stand-in ``uname`` still answers the target's architecture; ``why_not`` says why there
+    is no emulator."""
     want = Platform.parse(target)
     host = host_platform()
-    if want.matches(Platform.parse(host)):
+    if want.matches(Platform.parse(host)) or emulator:
         return target, None
     qemu = {"arm64": "aarch64", "amd64": "x86_64"}.get(want.architecture, want.architecture)
     with contextlib.suppress(OSError):
         if Path(f"/proc/sys/fs/binfmt_misc/qemu-{qemu}").read_text().startswith("enabled"):
             return target, None
-    return host, f"{host} variant: this worker cannot execute {target} binaries (no binfmt_misc emulator)"
+    return host, (f"{host} variant: this worker cannot execute {target} binaries ("
+                  + (why_not or "no binfmt_misc emulator") + ")")
 
 
 @dataclass(frozen=True)
@@ -158,13 +161,15 @@ class TaskImages:
         self.max_retries = max_retries
         self.timeout_s = timeout_s
 
-    def root(self, reference: str, target_platform: str) -> TaskImageRoot:
-        """The unpacked root of ``reference`` for ``target_platform`` (blocking: call from a thread)."""
+    def root(self, reference: str, target_platform: str, *, emulator: str | None = None,
+             why_not: str | None = None) -> TaskImageRoot:
+        """The unpacked root of ``reference`` for ``target_platform`` (blocking: call from a thread);
+        ``emulator``: this rehearsal runs that platform's binaries through it (else ``why_not``)."""
         try:
             ref = parse_image_reference(reference)
         except ValueError as e:
             raise TaskImageError(str(e)) from None
-        plat, note = runnable_platform(target_platform)
+        plat, note = runnable_platform(target_platform, emulator, why_not)
         try:
             return asyncio.run(self._root(ref, reference, plat, note))
         except (RegistryUnavailable, RateLimited) as e:
@@ -184,6 +189,10 @@ class TaskImages:
             digest, kind, body = await self._manifest(client, ref.repository, ref.ref)
             if kind == "index":
                 entry, check = select_platform(body, plat)
+                host = host_platform()
+                if entry is None and plat != host and note is None:  # nothing to emulate: the worker's own
+                    entry, _ = select_platform(body, host)
+                    plat, note = host, f"{host} variant: the image has no {plat} variant ({check.detail})"
                 if entry is None:
                     raise TaskImageError(f"task image {reference}: {check.detail}")
                 digest, kind, body = await self._manifest(client, ref.repository, entry["digest"])

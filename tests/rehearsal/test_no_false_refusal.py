@@ -40,7 +40,8 @@ ARM64_CHECK = ('echo "[arch] build host=',
 
 
 def test_an_arm64_library_path_check_is_unrehearsed_not_refused_in_the_amd64_userland(tmp_path):
-    """arm64 is rehearsed in the image's amd64 variant here (no emulator): the check failed and was refused."""
+    """Without an emulator arm64 is rehearsed in the image's amd64 variant: the check failed and was refused.
+    (With qemu it runs in the arm64 userland and passes: tests/rehearsal/test_arm64_emulation.py.)"""
     need_isolation()
     from rehearsal.task_image import host_platform
     from tests.contract.real import line_in
@@ -52,9 +53,9 @@ def test_an_arm64_library_path_check_is_unrehearsed_not_refused_in_the_amd64_use
     contract, targets, bundle, script, harbor = planned(
         tmp_path, "era-c", {SCRIPT: _edit(*ARM64_CHECK)}, arches=["amd64", "arm64"])
     at = f"{SCRIPT}:{line_in('era-c', SCRIPT, 'echo \"[arch] build host=')}"
-    refusal = rehearse(contract, targets, bundle, script, harbor)
+    refusal = rehearse(contract, targets, bundle, script, harbor, emulators={"arm64": ""})
     assert refusal and f"unrehearsed from {at}" in refusal and "failed before" not in refusal, refusal
-    assert rehearse(contract, targets, bundle, script, harbor, accept_unrehearsed=True) is None
+    assert rehearse(contract, targets, bundle, script, harbor, accept_unrehearsed=True, emulators={"arm64": ""}) is None
     by = {t.architecture: t.rehearsal for t in targets}
     assert by["amd64"].status == "passed", by["amd64"].describe()
     assert by["arm64"].status == "skipped" and by["arm64"].unrehearsed_from == at
