@@ -32,6 +32,7 @@ from temporalio.api.common.v1 import Payload  # noqa: E402
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+from temporalio.service import RPCError  # noqa: E402
 
 from activities.watch import watcher_view  # noqa: E402
 from clients.iris import IrisClient  # noqa: E402
@@ -213,6 +214,7 @@ async def _operate(stack: SandboxStack, client: Client, wid: str, keys: list[str
     handle = client.get_workflow_handle(wid)
     deadline = time.monotonic() + give_up_s
     rechecked: set[str] = set()
+    approved = False  # approve once: a later approve_merge in flight when the build merges and closes is aborted
     while time.monotonic() < deadline:
         if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
             break
@@ -230,12 +232,17 @@ async def _operate(stack: SandboxStack, client: Client, wid: str, keys: list[str
             rep = await handle.query(BuildPipelineWorkflow.report)
         except Exception:  # noqa: BLE001 - first workflow task not processed yet
             rep = None
-        if rep and rep.status == "awaiting_merge" and rep.pull_request:
+        if rep and rep.status == "awaiting_merge" and rep.pull_request and not approved:
             stack.github.set_check(MARINSKYRL_SLUG, rep.pull_request.head_sha, "ci")
             try:
                 await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="bench-operator"))
+                approved = True
             except WorkflowUpdateFailedError:
-                pass  # checks not yet seen green by the workflow; ask again next round
+                pass  # not accepted yet (nothing to merge yet); ask again next round
+            except RPCError:
+                if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                    raise
+                break  # the build closed while the approval was on its way: its report says how
         await asyncio.sleep(1.0)
     try:
         return (await handle.query(BuildPipelineWorkflow.report)).status
