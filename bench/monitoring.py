@@ -238,9 +238,13 @@ async def timeline(client: Client, wid: str) -> dict:
     scheduled check_build_log."""
     events = list((await client.get_workflow_handle(wid).fetch_history()).events)
     watch_sched, submit_sched = None, None
-    out = {"submitted": None, "registered": None, "signalled": None, "acted": None}
+    out = {"submitted": None, "registered": None, "signalled": None, "acted": None,
+           "task_scheduled": None, "task_started": None, "task_completed": None, "task_timeouts": 0}
+    at_id = {e.event_id: e.event_time.ToMicroseconds() / 1e6 for e in events}
     for e in events:
         at = e.event_time.ToMicroseconds() / 1e6
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            out["task_timeouts"] += 1
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             name = e.activity_task_scheduled_event_attributes.activity_type.name
             if name == "watch_job" and watch_sched is None:
@@ -249,6 +253,18 @@ async def timeline(client: Client, wid: str) -> dict:
                 submit_sched = e.event_id
             if name in ("check_build_log", "capture_failure"):
                 out["acted"] = at
+                # The workflow task that acted: when it was scheduled (after the wake-up signal), picked
+                # up by the worker (started) and completed, on the server's clock.
+                done = e.activity_task_scheduled_event_attributes.workflow_task_completed_event_id
+                d = next((x.workflow_task_completed_event_attributes for x in events if x.event_id == done), None)
+                if d is not None:
+                    sched = next(x for x in events if x.event_id == d.scheduled_event_id)
+                    kind = sched.workflow_task_scheduled_event_attributes.task_queue.kind
+                    out["task_queue"] = "sticky" if kind == 2 else "normal"  # TASK_QUEUE_KIND_STICKY
+                    out["task_attempt"] = sched.workflow_task_scheduled_event_attributes.attempt
+                    out["task_scheduled"] = at_id.get(d.scheduled_event_id)
+                    out["task_started"] = at_id.get(d.started_event_id)
+                    out["task_completed"] = at_id.get(done)
                 break
         elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             if e.activity_task_completed_event_attributes.scheduled_event_id == watch_sched:
@@ -266,7 +282,8 @@ def stages(ends: dict[str, float], seen: dict[str, float], tl: dict[str, dict]) 
     watcher says terminal → the target is signalled → it schedules check_build_log; only jobs that were
     registered with the watcher before they ended (the others ended before their target watched)."""
     steps: dict[str, list[float]] = {"end→seen": [], "seen→signal": [], "signal→act": [], "end→act": [],
-                                     "ended before registered: end→act": []}
+                                     "signal→task scheduled": [], "task scheduled→started": [],
+                                     "task started→completed": [], "ended before registered: end→act": []}
     for wid, end in ends.items():
         t = tl[wid]
         if t["registered"] is None or t["registered"] > end:
@@ -280,12 +297,18 @@ def stages(ends: dict[str, float], seen: dict[str, float], tl: dict[str, dict]) 
                 steps["seen→signal"].append(t["signalled"] - s)
         if t["signalled"] and t["acted"]:
             steps["signal→act"].append(t["acted"] - t["signalled"])
+            if t.get("task_completed"):  # the acting workflow task: queued on the server, then on the worker
+                steps["signal→task scheduled"].append(t["task_scheduled"] - t["signalled"])
+                steps["task scheduled→started"].append(t["task_started"] - t["task_scheduled"])
+                steps["task started→completed"].append(t["task_completed"] - t["task_started"])
         if t["acted"]:
             steps["end→act"].append(t["acted"] - end)
     def r(x):
         return None if x is None else round(x, 2)
     out: dict = {k: {"n": len(v), "p50": r(pct(v, 50)), "p95": r(pct(v, 95)), "max": r(max(v, default=None))}
                  for k, v in steps.items()}
+    out["workflow task timeouts"] = sum(t.get("task_timeouts", 0) for t in tl.values())
+    out["acting task on queue"] = dict(Counter(t.get("task_queue") for t in tl.values() if t.get("task_queue")))
     subs = sorted(t["submitted"] for t in tl.values() if t["submitted"])
     if subs:
         out["submissions"] = {"n": len(subs), "first_to_last_s": r(subs[-1] - subs[0]),
@@ -308,7 +331,7 @@ async def wait_closed(client: Client, handles, within_s: float) -> None:
 
 # ------------------------------------------------------------------------------ 1. scale
 async def scale(args, client, iris: IrisClient, proxy: CountingProxy, worker: BenchWorker, tq: str, cluster: str,
-                controller_pid: int) -> list[dict]:
+                controller_pid: int, server_pid: int = 0) -> list[dict]:
     rows = []
     for n in args.sizes:
         run = uuid.uuid4().hex[:6]
@@ -318,6 +341,7 @@ async def scale(args, client, iris: IrisClient, proxy: CountingProxy, worker: Be
         ends = [first_end + int(args.spread * i / max(1, n - 1)) if n > 1 else first_end for i in range(n)]
         ids_ends = [(f"bench-{run}-n{n}-{i}-e{end}", end) for i, end in enumerate(ends)]
         cpu0, ctl0, w0 = proc_cpu_s(worker.pid), proc_cpu_s(controller_pid), time.monotonic()
+        srv0, load0 = proc_cpu_s(server_pid), os.getloadavg()[0]
         print(f"scale N={n}: starting targets (first job ends in {lead:.0f}s)", file=sys.stderr, flush=True)
         handles = await start_targets(client, tq, cluster, ids_ends)
         # Steady window: every job running, none finished.
@@ -335,6 +359,7 @@ async def scale(args, client, iris: IrisClient, proxy: CountingProxy, worker: Be
         rss_peak = max(rss_peak, proc_rss_kib(worker.pid))
         wall = time.monotonic() - w0
         cpu, ctl = proc_cpu_s(worker.pid) - cpu0, proc_cpu_s(controller_pid) - ctl0
+        srv = proc_cpu_s(server_pid) - srv0
         latencies, failed, finished, tls = [], 0, {}, {}
         for wid, _ in ids_ends:
             tls[wid] = await timeline(client, wid)
@@ -369,7 +394,8 @@ async def scale(args, client, iris: IrisClient, proxy: CountingProxy, worker: Be
                   file=sys.stderr, flush=True)
         row = {"n": n, "p50": pct(latencies, 50), "p95": pct(latencies, 95), "max": max(latencies, default=None),
                "failed": failed, "worker_cpu_cores": cpu / wall, "worker_rss_mib": rss_peak / 1024,
-               "controller_cpu_cores": ctl / wall, "window_s": None}
+               "controller_cpu_cores": ctl / wall, "server_cpu_cores": srv / wall,
+               "load": f"{load0:.1f}-{os.getloadavg()[0]:.1f}", "window_s": None}
         if window and window[1] - window[0] >= 10:
             c = proxy.count(*window)
             minutes = (window[1] - window[0]) / 60
@@ -489,15 +515,15 @@ def print_tables(args, policy: PolicySettings, sc, hist, res, rej) -> None:
               f"progress every {policy.watch_progress_interval_s:g} s)\n")
         print("| running jobs | detection p50 s | p95 s | max s | status req/min per cluster | GetJobState/min | "
               "status req/min per target | log req/min per cluster | log req/min per target | worker CPU (cores) | worker peak RSS MiB | "
-              "controller CPU (cores) | steady window s | not measured |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+              "controller CPU (cores) | Temporal server CPU (cores) | steady window s | not measured | load average |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in sc:
             print(f"| {r['n']} | {fmt(r['p50'], 2)} | {fmt(r['p95'], 2)} | {fmt(r['max'], 2)} | "
                   f"{fmt(r.get('status_per_min'))} | {fmt(r.get('getjobstate_per_min'))} | "
                   f"{fmt(r.get('status_per_min_target'), 3)} | {fmt(r.get('logs_per_min'), 1)} | "
                   f"{fmt(r.get('logs_per_min_target'), 3)} | "
                   f"{fmt(r['worker_cpu_cores'], 2)} | {fmt(r['worker_rss_mib'], 0)} | {fmt(r['controller_cpu_cores'], 2)} | "
-                  f"{fmt(r['window_s'], 0)} | {r['failed']} |")
+                  f"{fmt(r.get('server_cpu_cores'), 2)} | {fmt(r['window_s'], 0)} | {r['failed']} | {r.get('load', '-')} |")
         print("\nRequests by method in the steady window: " + "; ".join(
             f"N={r['n']}: " + ", ".join(f"{k} {v}" for k, v in sorted(r.get('by_method', {}).items())) for r in sc))
     if hist:
@@ -545,7 +571,7 @@ async def main_async(args) -> int:
             w.args += ["--push-lead", str(args.push_lead)]
             w.start()
             workers.append(w)
-            sc = await scale(args, client, iris, proxy, w, tq, cluster, iris_ctl.pid)
+            sc = await scale(args, client, iris, proxy, w, tq, cluster, iris_ctl.pid, temporal.process.pid)
             sc_hwm = proc_hwm_kib(w.pid)
             w.stop()
             print(f"scale worker VmHWM {sc_hwm and sc_hwm / 1024:.0f} MiB", file=sys.stderr)
