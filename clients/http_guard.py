@@ -18,6 +18,8 @@ here holds for every client (Iris, registry, GitHub, token minting) instead of o
 
 from __future__ import annotations
 
+import functools
+import ssl
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
@@ -104,9 +106,24 @@ def _cap_of(response: httpx.Response, default: int) -> int:
     return int(response.request.extensions.get(BODY_CAP, default))
 
 
+@functools.cache
+def shared_ssl_context() -> ssl.SSLContext:
+    """httpx's own default verification context (certifi's CAs, or ``SSL_CERT_FILE``/``SSL_CERT_DIR`` as
+    they were when first asked), built once per process and shared by every client.
+
+    Why: httpx builds a new context for every client, and loading the CA bundle is CPU work on the event
+    loop (tens of ms idle, hundreds under load). Activities open a client per call (``iris_client``), so
+    at 200 targets registering and acting at once this was 39% of the worker's CPU samples and delayed
+    every workflow task behind it (bench/monitoring.py, docs/benchmarks.md). An ``SSLContext`` is made to
+    be shared; its settings are never changed after this."""
+    return httpx.create_ssl_context()
+
+
 def _kwargs(allowed_hosts: Iterable[str], credential: str, max_body_bytes: int, kw: dict[str, Any],
             *, is_async: bool) -> dict[str, Any]:
     hosts = tuple(h.lower() for h in allowed_hosts if h)
+    if "verify" not in kw and kw.get("trust_env", True):
+        kw = {**kw, "verify": shared_ssl_context()}
     headers = httpx.Headers(kw.pop("headers", None))
     headers.setdefault("Accept-Encoding", "identity")
     if is_async:
