@@ -62,6 +62,7 @@ def _workloads(rng: random.Random, leak_forms: list[str]) -> dict[str, object]:
                                      for i in range(260)]})
     heartbeat = {"state": "running", "markers": [line(i) for i in range(40)], "job": {"id": "j", "tasks": [
         {"task_id": f"t{i}", "error": line(i)} for i in range(10)]}}
+    blob = base64.encodebytes(rng.randbytes(700_000)).decode()  # a dump's or a manifest's wrapped base64
     return {
         "log line, 120 chars": line(0)[:120],
         "log line with a raw token": line(1)[:90] + " " + CREDENTIALS["registry.token"],
@@ -69,6 +70,7 @@ def _workloads(rng: random.Random, leak_forms: list[str]) -> dict[str, object]:
         "heartbeat dict (redact_obj), 50 strings": heartbeat,
         "build log 1 MB, no secret": log,
         "build log 1 MB, 30 leaks in mixed forms": "\n".join(leaky),
+        "base64 blob 0.9 MB wrapped at 76 columns": blob,
     }
 
 

@@ -582,9 +582,9 @@ def _b64_spans(chars: str, m: _Matcher, depth: int, budget: _Budget) -> list[tup
     return out
 
 
-def _b64_run_ends(text: str, data: bytes) -> list[tuple[str, str]]:
-    """``_B64_RUN_END.findall(text)``: each candidate's start found by a byte scan (``data``: ``_latin``), where
-    the regex alone tries every character of every word."""
+def _b64_run_ends(text: str, data: bytes) -> list[tuple[str, str, int]]:
+    """``_B64_RUN_END.findall(text)`` with each match's start: each candidate's start found by a byte scan
+    (``data``: ``_latin``), where the regex alone tries every character of every word."""
     marked = data.translate(_B64_CLASS)
     out = []
     n = len(marked)
@@ -594,10 +594,10 @@ def _b64_run_ends(text: str, data: bytes) -> list[tuple[str, str]]:
         e = n if e < 0 else e
         if e < n and data[e] in _B64_AFTER:  # padding or a line break: the regex says how much it takes
             r = _B64_RUN_END.match(text, p)
-            out.append(r.groups(""))
+            out.append((*r.groups(""), p))
             e = r.end()
         else:
-            out.append((text[p:e], ""))
+            out.append((text[p:e], "", p))
         p = marked.find(_B64_NEED, e)
     return out
 
@@ -615,19 +615,25 @@ def _hex_areas(data: bytes) -> list[tuple[int, int]]:
     return out
 
 
-def _regions(text: str, runs: set[str]) -> list[tuple[int, int]]:
-    """The lines of ``text`` that hold one of ``runs``, each with the line after it, overlapping ones merged:
-    ``(start, end)``, each starting a line (a run never crosses a newline, so a scan from there finds the
-    runs a scan of the whole text finds)."""
-    spans = []
-    for run in runs:
-        i = text.find(run)
-        while i >= 0:
-            end = text.find("\n", i + len(run))
-            end = -1 if end < 0 else text.find("\n", end + 1)
-            spans.append((text.rfind("\n", 0, i) + 1, len(text) if end < 0 else end))
-            i = text.find(run, i + len(run))
-    return _merged(sorted(spans))
+def _regions(text: str, starts: list[int]) -> list[tuple[int, int]]:
+    """The lines of ``text`` holding the runs that start at ``starts`` (ascending), each with the line after
+    it (a run there that goes on adds the next), overlapping ones merged: ``(start, end)``, each starting a
+    line (a run never crosses a newline, so a scan from there finds the runs a scan of the whole text
+    finds). Each line is scanned once, however many runs it holds (one long line: a JSON document)."""
+    spans: list[tuple[int, int]] = []
+    n, line_end = len(text), -1
+    for p in starts:
+        if p < line_end:  # on the line of the previous one: the same region
+            continue
+        line_end = text.find("\n", p)
+        line_end = n if line_end < 0 else line_end
+        after = text.find("\n", line_end + 1) if line_end < n else -1
+        end = n if after < 0 else after
+        if spans and p <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+        else:
+            spans.append((text.rfind("\n", 0, p) + 1, end))
+    return spans
 
 
 def _decoded_spans(text: str, m: _Matcher, depth: int, budget: _Budget) -> list[tuple[int, int]]:
@@ -652,10 +658,9 @@ def _decoded_spans(text: str, m: _Matcher, depth: int, budget: _Budget) -> list[
     # Only the lines that hold such a run are read by position, with the line after (a wrapped stream's next
     # piece; a longer stream's next line ends in a break too, so its region joins this one).
     data = _latin(text)
-    runs = _b64_run_ends(text, data)  # one pass: each run, and whether a line break follows it
-    wanted = {c for c in {run for run, _ in runs} if budget.left > 0 and decoded(c)}  # hot
-    wanted.update(run for run, brk in runs if brk)
-    regions = _regions(text, wanted) if wanted else []
+    runs = _b64_run_ends(text, data)  # one pass: each run, whether a line break follows it, where
+    hot = {c for c in {run for run, _, _ in runs} if budget.left > 0 and decoded(c)}
+    regions = _regions(text, [p for run, brk, p in runs if brk or run in hot])
     for pieces in (p for lo, hi in regions for p in _runs(text, _B64_RUN, _B64_GAP, lo=lo, hi=hi)):
         if budget.left <= 0:
             return out
