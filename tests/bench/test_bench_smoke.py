@@ -151,6 +151,26 @@ def test_every_printed_bench_command_names_a_script_and_flags_it_accepts(help_te
     assert not wrong, "\n".join(wrong)
 
 
+def runs_as_printed(command: str) -> bool:
+    """A printed command with flags runs as printed: a Python interpreter comes before the script, or the
+    script is executable with a ``#!`` line (``bench/x.py --n 3`` alone, pasted into a shell, is refused)."""
+    script, _ = flags_of(command)
+    words = shlex.split(command.replace("[", " ").replace("]", " ").replace("<", "'<").replace(">", ">'"))
+    before = words[:words.index(script)]
+    if any(re.search(r"(^|/)python[0-9.]*$", w) for w in before):
+        return True
+    path = ROOT / script
+    return not before and os.access(path, os.X_OK) and path.read_text().startswith("#!")
+
+
+def test_every_printed_bench_command_runs_as_printed():
+    wrong = [f"{where}: `{command}`" for where, command in printed_commands()
+             if flags_of(command)[1] and not runs_as_printed(command)]
+    assert not wrong, "printed without an interpreter (prefix `.venv/bin/python `):\n" + "\n".join(wrong)
+    assert not runs_as_printed("bench/monitoring.py --sizes 1,10")  # the form the check refuses
+    assert runs_as_printed(".venv/bin/python bench/monitoring.py --sizes 1,10")
+
+
 def test_a_command_with_an_unknown_flag_is_caught(help_texts):
     """The check above fails on a command the script would refuse (a flag it does not have)."""
     rc, out, _, _ = help_texts["bench/monitoring.py"]
