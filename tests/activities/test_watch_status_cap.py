@@ -124,3 +124,40 @@ def test_the_sliding_count_catches_a_minute_over_the_cap():
     """The check above fails on the old cadence's shape: 3 s polls for a minute (20)."""
     assert most_in_a_minute([1000.0 + 3 * i for i in range(20)]) == 20
     assert most_in_a_minute([1000.0 + 5 * i for i in range(40)]) == 12
+
+
+async def test_a_listing_that_sees_several_ends_is_one_request_and_keeps_the_polls_evenly_spaced():
+    """The once-a-minute listing poll lists every state under the jobs' common prefix in one page: ends it
+    sees are taken from it as they are. Before, it listed per state and asked one more ``GetJobState`` for the
+    new states of several changed jobs: a second slot, so the next poll came 10 s later."""
+    policy = PolicySettings()
+    ids = [f"/u/b-{i:03d}" for i in range(30)]
+    clock = Clock()
+    jobs = Counted(dict.fromkeys(ids, "running"), clock)
+    async with IrisClient("http://standin", client_revision_date="2026-11-20", transport=jobs) as iris:
+        engine = ClusterWatch(policy, clock=clock)
+
+        async def fake_sleep(s: float) -> None:
+            clock.t += s
+        engine.sleep = fake_sleep
+        engine.sync(WatchSet(watches=[_watch(j, []) for j in ids]))
+        due, seen = clock.t, {}
+        while clock.t < 1000.0 + 200:
+            before = jobs.requests["ListJobs"]
+            await engine.poll(iris)
+            if clock.t == 1000.0 + 115:  # right after this poll ten end together: the listing at 120 s sees them
+                for j in ids[:10]:
+                    jobs.set_state(j, "failed")
+            if clock.t == 1000.0 + 120:
+                assert jobs.requests["ListJobs"] == before + 1  # this poll was the listing
+            await engine.dispatch(iris)
+            for _, p in engine.wakeups():
+                seen.setdefault(p.job_id, clock.t) if p.terminal else None
+                engine.told(p.job_id, p)
+            engine.forget(engine.finished())
+            due = engine.next_poll(due)
+            clock.t = max(clock.t, due)
+    assert {j: t - 1000.0 for j, t in seen.items()} == {j: 120.0 for j in ids[:10]}
+    gaps = {round(b - a, 6) for a, b in zip(jobs.at, jobs.at[1:], strict=False)}
+    assert gaps == {5.0}, gaps  # one request per poll, evenly spaced
+    assert jobs.requests["GetJobStatus"] == 0
