@@ -275,7 +275,11 @@ class BuildActivities(ActivityGroup):
         marker absent: the store drops lines without a trace, domain/log_evidence.py) the pushed image
         stands in, and a marker neither proves ends the target as ``log_lost`` at once (no read-again loop)."""
         await asyncio.to_thread(self.learn_secrets_once)  # the log is kept redacted (activities/log_reads.py)
-        async with Heartbeater(), iris_client(self.config, inp.cluster) as iris:
+        markers = inp.target.expected_markers
+        image: ImageFacts | None = None
+        # The whole log is in memory from its read to its evidence: a bounded number of end phases at once per
+        # worker (activities/log_reads.py LOG_SLOTS), so 200 targets ending together do not hold 200 logs.
+        async with Heartbeater(), self.log_reads.slot(), iris_client(self.config, inp.cluster) as iris:
             # Read once per worker: a retry reads only lines after the saved cursor, none once complete.
             saved = await self.log_reads.read(inp.job_id, lambda start: _complete_log(iris, inp.job_id, start))
             log = saved.log
@@ -283,9 +287,7 @@ class BuildActivities(ActivityGroup):
                 raise Transient(f"the log of {inp.job_id} still grew {log.waited_s:.0f} s after the job ended "
                                 f"({len(log.entries)} lines so far); reading it again")
             text = _log_text(log)
-            markers = inp.target.expected_markers
             result = check_log(markers, text)
-            image: ImageFacts | None = None
             if any(m.cache_proof and m.name in result.cached for m in markers):
                 # A cached value step is ours only where no ENV of the image (its base image's too) sets the value.
                 image = await self._image_facts(inp, result.pushed_digest)
@@ -293,7 +295,8 @@ class BuildActivities(ActivityGroup):
             integrity = LogIntegrity(lines=len(log.entries))
             if needs_image(result, integrity):  # only then do holes matter: ask the store about the seq gaps
                 integrity = await self.log_reads.integrity(saved, lambda lg: _integrity_counted(iris, lg))
-        ref = await write_evidence(self.evidence, inp.request_id, f"{safe_name(inp.job_id)}.log", text)
+            ref = await write_evidence(self.evidence, inp.request_id, f"{safe_name(inp.job_id)}.log", text)
+            del saved, log, text  # the registry's answer below may take long: hold nothing of the log meanwhile
         if image is None and needs_image(result, integrity):
             image = await self._image_facts(inp, result.pushed_digest)
         j = judge(markers, result, integrity, image)

@@ -14,6 +14,7 @@ store would not. Another worker (after a crash) has no file and reads the log on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import re
@@ -28,6 +29,10 @@ from domain.log_evidence import LogIntegrity
 from domain.redact import redact
 
 MAX_AGE_S = 6 * 3600.0
+# Logs held in memory at once by one worker (read, judged, written as evidence): a 3,000-line log is ~7 MiB of
+# entries, JSON and text while it is judged, and 200 targets ending together took a worker to 990 MiB RSS
+# (bench/end_phase.py); the others wait here, heartbeating, for a slot (seconds each).
+LOG_SLOTS = 16
 
 
 class SavedLog(BaseModel):
@@ -38,8 +43,34 @@ class SavedLog(BaseModel):
 
 
 class LogReads:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, slots: int = LOG_SLOTS):
         self.root = root
+        self.slots = slots
+        self._sems: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+        self.waiting = 0  # end phases waiting for a slot now (tests, benches)
+        self.most_held = 0  # the most slots held at once so far
+        self._held = 0
+
+    @contextlib.asynccontextmanager
+    async def slot(self):
+        """Hold one of ``slots`` while a whole log is in memory: the worker's memory is bounded by the slots,
+        not by the number of targets that end together."""
+        loop = asyncio.get_running_loop()
+        sem = self._sems.get(loop)
+        if sem is None:
+            sem = self._sems[loop] = asyncio.Semaphore(self.slots)
+        self.waiting += 1
+        try:
+            await sem.acquire()
+        finally:
+            self.waiting -= 1
+        self._held += 1
+        self.most_held = max(self.most_held, self._held)
+        try:
+            yield
+        finally:
+            self._held -= 1
+            sem.release()
 
     def path(self, job_id: str) -> Path:
         digest = hashlib.sha256(job_id.encode()).hexdigest()[:16]
