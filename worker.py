@@ -18,7 +18,7 @@ import sys
 from datetime import timedelta
 
 import click
-from temporalio.worker import Worker
+from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
 from activities.build import BuildActivities
 from activities.common import HEARTBEAT_EVERY_S
@@ -56,6 +56,25 @@ MAX_CONCURRENT_WORKFLOW_TASKS = 200
 # The watcher queue (domain/watch.py watcher_task_queue): one workflow and one poll activity per cluster,
 # with pollers and slots of their own, so they never wait behind the targets' tasks.
 WATCHER_MAX_CONCURRENT = 50
+# Polling of the main queue. With temporalio's defaults (5 workflow-task polls, one of them on the normal
+# queue; a task waits 10 s on this worker's sticky queue, then moves to the normal queue) 200 targets woken
+# within 20 s on a loaded machine each waited out the sticky timeout and then p50 49 s on the normal queue's
+# one poll, replayed from their whole history there (bench/monitoring.py, docs/benchmarks.md, issue 37).
+# The cost of the longer sticky wait: a task already on a worker that then dies waits up to STICKY_TO_START
+# before another worker gets it (the server sends new tasks to the normal queue once the dead worker has not
+# polled for 10 s).
+WORKFLOW_TASK_POLLS = 16
+NONSTICKY_TO_STICKY_POLL_RATIO = 0.25  # 4 of the 16 on the normal queue: new runs and moved tasks
+ACTIVITY_TASK_POLLS = 16
+STICKY_TO_START = timedelta(seconds=30)
+
+
+def polling() -> dict:
+    """Worker keyword arguments for how the main queue is polled (worker.py and bench/monitor_worker.py)."""
+    return dict(workflow_task_poller_behavior=PollerBehaviorSimpleMaximum(maximum=WORKFLOW_TASK_POLLS),
+                nonsticky_to_sticky_poll_ratio=NONSTICKY_TO_STICKY_POLL_RATIO,
+                activity_task_poller_behavior=PollerBehaviorSimpleMaximum(maximum=ACTIVITY_TASK_POLLS),
+                sticky_queue_schedule_to_start_timeout=STICKY_TO_START)
 
 
 class FlagError(Exception):
@@ -168,6 +187,7 @@ def _main_worker(client, config, *, graceful_shutdown_s: float, groups: list, id
         max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_S),
         max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
         max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS,
+        **polling(),
         identity=identity,
     )
 

@@ -35,7 +35,7 @@ from domain.config import PolicySettings, ServiceConfig  # noqa: E402
 from domain.models import SubmitInput, SubmittedJob  # noqa: E402
 from domain.watch import watcher_task_queue  # noqa: E402
 from tests.workflows.standins import Standins  # noqa: E402
-from worker import MAX_CONCURRENT_ACTIVITIES, MAX_CONCURRENT_WORKFLOW_TASKS, WATCHER_MAX_CONCURRENT  # noqa: E402
+from worker import MAX_CONCURRENT_ACTIVITIES, MAX_CONCURRENT_WORKFLOW_TASKS, WATCHER_MAX_CONCURRENT, polling  # noqa: E402
 from workflows.target import TargetBuildWorkflow  # noqa: E402
 from workflows.watcher import IrisWatcherWorkflow  # noqa: E402
 
@@ -97,7 +97,7 @@ async def main(args) -> None:
     async with Worker(client, task_queue=args.task_queue, workflows=[TargetBuildWorkflow, IrisWatcherWorkflow],
                       activities=[*standins, *watch.all()],
                       max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
-                      max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS), \
+                      max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS, **polling()), \
             Worker(client, task_queue=watcher_task_queue(args.task_queue), workflows=[IrisWatcherWorkflow],
                    activities=[watch.watch_cluster], max_concurrent_activities=WATCHER_MAX_CONCURRENT,
                    max_concurrent_workflow_tasks=WATCHER_MAX_CONCURRENT):

@@ -25,6 +25,7 @@ from domain.watch import PageRequest, WatchJobInput, WatchPage, watcher_id, watc
 from tests.iris.standin_jobs import StandinJobs
 from tests.workflows.receiver import Registrant
 from tests.workflows.standins import eventually
+from worker import polling
 from workflows.watcher import IrisWatcherWorkflow
 
 N_TARGETS = 200
@@ -51,7 +52,7 @@ async def test_200_targets_starting_together_register_without_a_timeout(temporal
     wid = watcher_id(cluster, tq)
     sent_before = watch_module._REGISTRATIONS.signals
     async with Worker(temporal_client, task_queue=tq, workflows=[Registrant], activities=[watch.watch_job],
-                      max_concurrent_activities=500, max_concurrent_workflow_tasks=200), \
+                      max_concurrent_activities=500, max_concurrent_workflow_tasks=200, **polling()), \
             Worker(temporal_client, task_queue=watcher_task_queue(tq), workflows=[IrisWatcherWorkflow],
                    activities=[watch.watch_cluster]):
         handles = await asyncio.gather(*(temporal_client.start_workflow(
