@@ -338,6 +338,7 @@ _LATIN: tuple[str, bytes] = ("", b"")
 
 
 def _table(chars: str) -> bytes:
+    """A ``bytes.translate`` table marking ``chars`` as ``a`` and every other byte as a space."""
     return bytes(97 if chr(c) in chars else 32 for c in range(256))
 
 
@@ -466,6 +467,8 @@ _CONTROL_TABLE = _table(_CONTROL_CHARS)
 def _has_control(text: str) -> bool:
     """A control character ``_CONTROL`` removes (all are in Latin-1: ``_latin`` keeps them): a fast first look."""
     return _latin(text).translate(_CONTROL_TABLE).find(b"a") >= 0
+
+
 # Candidate runs of an encoding, decoded and searched again: base64 (standard or URL-safe; base32 and
 # unseparated hex are such runs too), and hex in groups separated by a space, ``:`` or ``-`` (``xxd``,
 # ``od -x``, ``hexdump -C``). Each is found by one character class first (a fast scan), then split.
