@@ -270,8 +270,9 @@ REFUSALS: list[tuple[str, list[Refusal]]] = [
                 "the task ends with the script and kaniko is killed before it pushes. Judged from the script's "
                 "statement trace under bwrap and proot alike; the message names the call's line and what ran "
                 "meanwhile.",
-                "run kaniko in the foreground (`exec /kaniko/executor …`, `… | tee log`), or `wait` for it right "
-                "after starting it (`… &` then `wait $!`)"),
+                "run kaniko in the foreground (`exec /kaniko/executor …`, `… | tee log`, `timeout 600 "
+                "/kaniko/executor …`), or `wait` for it right after starting it (`… &` then `wait $!`, or "
+                "`KPID=$!` then at once `wait $KPID`)"),
         Refusal("bwrap refused by the host", "this host cannot create an isolated root", "rehearsal/runner.py",
                 "bwrap could not create its user, mount and PID namespaces: the pod's seccomp/AppArmor profiles "
                 "(Pod Security baseline or restricted) or the node refuse them. Under `auto` proot is tried next.",

@@ -32,6 +32,7 @@ import base64
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -91,14 +92,15 @@ PATH_GUARD = """case ":$PATH:" in *:/.rehearsal/bin:*) ;; *) PATH="/.rehearsal/b
 # substitution while bash exits on an error could report "wait_for: No record of process N" and change the
 # exit status); its file is named by time and PID, so the records sort in the order the processes ended.
 # It adds the process's background jobs still running (`jobs -r`, a builtin): killed with the task there.
-# The DEBUG trap also appends "<time>\t<lines>\t<$!>\t<w if a `wait`/`wait $!`>" per statement to
+# The DEBUG trap also appends "<time>\t<lines>\t<$!>\t<w if a `wait`/`wait $!`, a:NAME for `NAME=$!`, v:NAME for
+# `wait $NAME`>" per statement to
 # /.rehearsal/trace/<pid>: when a context file differs between two runs with different credentials, its mtime
 # names the statement that wrote it; without /proc (proot) the statements, $! and __RH_PIDS (exported: the
 # chain of bash PIDs above the statement, each process appends its $BASHPID once, subshells included) tell
 # whether the script waited for a kaniko call (_not_waited).
 LINE_TRAP = r"""set -o functrace
 __rh_outer=${__RH_LINES:+$__RH_LINES|}
-trap '{ [[ $LINENO == 1 && $BASH_COMMAND == "${__rh_cmd-}" ]] || { __rh_cmd=$BASH_COMMAND; __rh_line="${BASH_SOURCE[0]:-}:$LINENO"; export __RH_LINES="$__rh_outer$__rh_line"; [[ ${__RH_PIDS##*,} == "$BASHPID" ]] || export __RH_PIDS="${__RH_PIDS:+$__RH_PIDS,}$BASHPID"; case $BASH_COMMAND in wait|"wait \$!"|"wait \"\$!\""|"wait \${!}") __rh_w=w ;; *) __rh_w="" ;; esac; printf "%s\t%s\t%s\t%s\n" "${EPOCHREALTIME-}" "$__RH_LINES" "${!-}" "$__rh_w" >> "/.rehearsal/trace/$BASHPID"; }; } 2>/dev/null' DEBUG
+trap '{ [[ $LINENO == 1 && $BASH_COMMAND == "${__rh_cmd-}" ]] || { __rh_cmd=$BASH_COMMAND; __rh_line="${BASH_SOURCE[0]:-}:$LINENO"; export __RH_LINES="$__rh_outer$__rh_line"; [[ ${__RH_PIDS##*,} == "$BASHPID" ]] || export __RH_PIDS="${__RH_PIDS:+$__RH_PIDS,}$BASHPID"; case $BASH_COMMAND in wait|"wait \$!"|"wait \"\$!\""|"wait \${!}") __rh_w=w ;; [A-Za-z_]*=\$!|[A-Za-z_]*=\"\$!\"|[A-Za-z_]*=\${!}) __rh_w="a:${BASH_COMMAND%%=*}" ;; "wait \$"[A-Za-z_]*|"wait \"\$"[A-Za-z_]*\"|"wait \${"[A-Za-z_]*"}") __rh_n=${BASH_COMMAND#wait }; __rh_w="v:${__rh_n//[^A-Za-z0-9_]/}" ;; *) __rh_w="" ;; esac; printf "%s\t%s\t%s\t%s\n" "${EPOCHREALTIME-}" "$__RH_LINES" "${!-}" "$__rh_w" >> "/.rehearsal/trace/$BASHPID"; }; } 2>/dev/null' DEBUG
 trap '{ __rh_rc=$?; { printf "%s\t%s\n" "$__rh_rc" "${__rh_line-}"; jobs -r; } > "/.rehearsal/exits/${EPOCHREALTIME-0}.$BASHPID"; } 2>/dev/null' EXIT
 """
 
@@ -303,7 +305,8 @@ def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_
                 waited = f.with_name(f.name + ".wait")
                 if rec.finished:  # and the statement trace shows the script waited for it
                     rec.not_waited = _not_waited(waited.read_text() if waited.exists() else "",
-                                                 top / "rehearsal" / "trace", top / "rehearsal" / "exits") or ""
+                                                 top / "rehearsal" / "trace", top / "rehearsal" / "exits",
+                                                 wrapper=_waiting_wrapper(rec, top, image.path)) or ""
                     rec.finished = not rec.not_waited
             (unrehearsable if f.name.endswith(".unrehearsable") else calls).append(rec)
         exits: list[tuple[int, str]] = []
@@ -365,7 +368,28 @@ def _fingerprints(root: Path | None) -> dict[str, tuple[str, int]]:
     return out
 
 
-def _not_waited(record: str, trace: Path, exits: Path) -> str | None:
+# `timeout [options] DURATION /kaniko/executor …` (coreutils): timeout waits for its one child and exits with
+# it, so the call's parent is timeout, itself the script's foreground (or `$!`-tracked) child.
+_TIMEOUT = re.compile(r"^\s*(?:exec\s+)?timeout(?:\s+(?:-[sk]\s*\S+|--(?:signal|kill-after)=\S+|--preserve-status"
+                      r"|--foreground|-v|--verbose))*\s+\d+(?:\.\d+)?[smhd]?\s+/kaniko/executor(?:\s|\\?$)")
+
+
+def _waiting_wrapper(call: StandinCall, top: Path, image: Path) -> bool:
+    """Whether the statement that ran ``call`` starts it under a program known to wait for it (timeout)."""
+    own = [w for w in call.lines if not w.startswith("/.rehearsal/") and
+           os.path.basename(w.rpartition(":")[0]) != "executor"]  # the stand-in's own BASH_ENV line
+    if not own:
+        return False
+    source, _, n = own[-1].rpartition(":")
+    path = _host_path(top, image, source)
+    try:
+        text = path.read_text(errors="replace").splitlines() if path is not None else []
+    except OSError:
+        return False
+    return n.isdigit() and 0 < int(n) <= len(text) and _TIMEOUT.match(text[int(n) - 1]) is not None
+
+
+def _not_waited(record: str, trace: Path, exits: Path, wrapper: bool = False) -> str | None:
     """Why the script did not wait for a kaniko call, from the stand-in's ``.wait`` record (start, end, its
     PID, its parent's, the bash PIDs above it, those gone at its end) and the statement trace; None when it
     waited. The one mechanism under bwrap and proot (which has no /proc; under bwrap, reading each parent's
@@ -376,7 +400,9 @@ def _not_waited(record: str, trace: Path, exits: Path) -> str | None:
     ``wait $!`` and its next one must start after the call ended; a process above the call (or its parent:
     ``setsid -f``, ``(… &)``) that ended before the call did was not waiting for it. A foreground call, a
     pipeline (``| tee``) and ``$(…)`` set no ``$!`` and keep every process above alive: waited. A call
-    started by another program (``sh -c '… & sleep 5'``, ``timeout``) is not seen waited for: refused."""
+    started by another program (``sh -c '… & sleep 5'``) is not seen waited for: refused, unless that program
+    is ``timeout`` run by the script's statement itself (``wrapper``: it waits for its child). ``NAME=$!``
+    right after the launch followed at once by ``wait $NAME`` is the same wait as ``wait $!``."""
     fields = record.rstrip("\n").split("\t")
     if len(fields) < 6:
         return "its wait record is incomplete"
@@ -390,7 +416,7 @@ def _not_waited(record: str, trace: Path, exits: Path) -> str | None:
                 if r.count("\t") >= 3] if (trace / own).is_file() else []
     own_rows = [w for w in own_rows if not w.startswith("/.rehearsal/")
                 and os.path.basename(w.rpartition(":")[0]) != "executor"]
-    if not (trace / ppid).is_file() and not own_rows:  # neither a traced bash's child nor one exec'd by it
+    if not wrapper and not (trace / ppid).is_file() and not own_rows:  # not a traced bash's child nor exec'd by it
         return f"it was started by a program that is not the script's bash (PID {ppid}), whose waiting is not seen"
     for f in exits.iterdir():
         t, _, pid = f.name.rpartition(".")
@@ -403,7 +429,10 @@ def _not_waited(record: str, trace: Path, exits: Path) -> str | None:
         if first is None:
             continue
         row = rows[first]
-        if row[3] != "w":
+        name = row[3][2:] if row[3].startswith("a:") else ""
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) and first + 1 < len(rows) and rows[first + 1][3] == f"v:{name}":
+            first += 1  # `NAME=$!` then at once `wait $NAME`
+        elif row[3] != "w":
             return f"it was put in the background and the script went on to {row[1].split('|')[-1]}"
         if first + 1 < len(rows) and rows[first + 1][0].replace(".", "").isdigit() and \
                 int(rows[first + 1][0].replace(".", "")) * 1000 < end_ns:

@@ -74,10 +74,25 @@ def test_a_kaniko_started_by_another_shell_is_refused(tmp_path, isolation):
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("head,tail", [
+    ("timeout 600 sh -c '/kaniko/executor \"$@\" & sleep 1' sh", "\n"),  # timeout waits for sh, not kaniko
+    ("/kaniko/executor", " & KPID=$!\necho built\nsleep 1\nexit 0\n"),  # its PID kept, never waited for
+], ids=["timeout-sh-c-background", "pid-kept-not-waited"])
+def test_near_misses_of_the_waited_forms_stay_refused(tmp_path, isolation, head, tail):
+    refusal, (t, *_) = _run(tmp_path, isolation, head, tail)
+    assert refusal and t.rehearsal.status == "failed", t.rehearsal.describe()
+    assert "was still running when the script exited" in refusal, refusal
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
 @pytest.mark.parametrize("head,tail", [(EXEC, " &\nwait $!\n"), (EXEC, " &\nwait\n"),
                                        ("/kaniko/executor", " | tee /tmp/kaniko.log\n"),
-                                       ("out=$(/kaniko/executor", ")\necho \"$out\"\n")],
-                         ids=["wait-bang", "wait", "tee", "command-substitution"])
+                                       ("out=$(/kaniko/executor", ")\necho \"$out\"\n"),
+                                       ("timeout 600 /kaniko/executor", "\n"),
+                                       ("/kaniko/executor", " & KPID=$!; wait $KPID\n")],
+                         ids=["wait-bang", "wait", "tee", "command-substitution", "timeout", "pid-variable"])
 def test_a_waited_kaniko_plans(tmp_path, isolation, head, tail):
-    """`& wait $!`, `& wait`, `| tee` and `$(…)` wait for kaniko: they plan under both isolations."""
+    """`& wait $!`, `& wait`, `| tee`, `$(…)`, `timeout 600 …` and `& KPID=$!; wait $KPID` wait for kaniko:
+    they plan under both isolations (the last two were refused: timeout is not the script's bash, and the
+    statement after the launch was not a `wait`)."""
     _passed(*_run(tmp_path, isolation, head, tail))
