@@ -21,6 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.common import (
     ActivityGroup,
     Heartbeater,
+    heartbeat,
     input_error,
     iris_client,
     safe_name,
@@ -96,7 +97,7 @@ from domain.models import (
     ValidateInput,
     target_workflow_id,
 )
-from domain.redact import redact, redact_obj
+from domain.redact import redact
 from domain.validation import ExpectedImage, ValidationReport, check_claimed_digest
 
 LOG_PAGE_LINES = 5000
@@ -259,7 +260,7 @@ class BuildActivities(ActivityGroup):
                 except Unavailable as e:
                     progress.controller_reachable = False
                     progress.error = f"controller unreachable: {e}"
-                activity.heartbeat(redact_obj(progress.model_dump(mode="json")))
+                heartbeat(progress.model_dump(mode="json"))
                 if progress.terminal or time.monotonic() - started >= inp.return_after_s:
                     return progress
                 # Adaptive: poll fast right after a change, back off while nothing moves.
@@ -337,7 +338,7 @@ class BuildActivities(ActivityGroup):
                 job_id, _ = await iris.submit_idempotent(spec)
                 while True:
                     info = await iris.job_status(job_id, with_tasks=False)
-                    activity.heartbeat({"image_check": job_id, "state": info.state.value})
+                    heartbeat({"image_check": job_id, "state": info.state.value})
                     if info.is_terminal:
                         break
                     if time.monotonic() > deadline:
@@ -609,7 +610,7 @@ async def _complete_log(iris, job_id: str, start: CompleteLog | None = None) -> 
     flushed after the terminal state are part of what is judged (clients/iris.py read_complete_log).
     ``start``: what an earlier attempt read (only later lines are read; nothing when it was complete)."""
     return await iris.read_complete_log(f"{job_id}/", "prefix", page_lines=LOG_PAGE_LINES,
-                                        on_read=lambda n: activity.heartbeat({"log_lines": n}), start=start)
+                                        on_read=lambda n: heartbeat({"log_lines": n}), start=start)
 
 
 async def _integrity_counted(iris, log: CompleteLog) -> tuple[LogIntegrity, int]:

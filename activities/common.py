@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import json
 import time
@@ -195,13 +196,38 @@ def _heartbeating(fn):
     return run
 
 
+# The latest details this activity reported, shared by every background Heartbeater it runs (the one
+# every activity is wrapped in and any nested one), so a background beat repeats what the activity last
+# said instead of overwriting it with nothing: the UI's pending activity shows the watch's state.
+_LATEST: contextvars.ContextVar[list | None] = contextvars.ContextVar("heartbeat_latest", default=None)
+
+
+def heartbeat(details: object = None) -> None:
+    """Heartbeat now with ``details`` (redacted), and make them what the background beats repeat."""
+    cell = _LATEST.get()
+    if cell is not None:
+        cell[0] = details
+    if activity.in_activity():
+        activity.heartbeat(redact_obj(details))
+
+
 class Heartbeater:
-    """Heartbeat in the background while a long step runs (PostHog's pattern), with the latest details."""
+    """Heartbeat in the background while a long step runs (PostHog's pattern), with the latest details:
+    those set on ``details`` or reported by ``heartbeat`` anywhere in the activity."""
 
     def __init__(self, every_s: float = 10.0):
         self.every_s = every_s
-        self.details: object = None
+        self._cell: list = [None]
+        self._token: contextvars.Token | None = None
         self._task: asyncio.Task | None = None
+
+    @property
+    def details(self) -> object:
+        return self._cell[0]
+
+    @details.setter
+    def details(self, value: object) -> None:
+        self._cell[0] = value
 
     async def _loop(self) -> None:
         while True:
@@ -210,6 +236,11 @@ class Heartbeater:
             await asyncio.sleep(self.every_s)
 
     async def __aenter__(self) -> Heartbeater:
+        shared = _LATEST.get()
+        if shared is None:
+            self._token = _LATEST.set(self._cell)
+        else:
+            self._cell = shared
         self._task = asyncio.create_task(self._loop())
         return self
 
@@ -218,3 +249,6 @@ class Heartbeater:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._token is not None:
+            with contextlib.suppress(ValueError):  # exited in another context: nothing of ours to undo
+                _LATEST.reset(self._token)

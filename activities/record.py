@@ -17,7 +17,7 @@ import git
 import httpx
 from temporalio import activity
 
-from activities.common import ActivityGroup, Heartbeater, input_error
+from activities.common import ActivityGroup, Heartbeater, heartbeat, input_error
 from activities.merge_gate import gate_reader, verify_operator
 from clients.child_env import child_env
 from clients.credentials import CredentialError, fetch_secret
@@ -78,7 +78,7 @@ from domain.models import (
 )
 from domain.outcome import drift_markdown, pinned_images, registry_drift
 from domain.pins import PinEntry, PinTableError, read_pins, update_pin_table
-from domain.redact import redact, redact_obj
+from domain.redact import redact
 from domain.render import inert_markdown
 from domain.report import evidence_lines, target_rows
 from runtime.temporal import workflow_ui_url
@@ -327,6 +327,7 @@ class RecordActivities(ActivityGroup):
         slowed: float | None = None  # when the watch last logged that it slowed down (monotonic)
         drift = list(inp.known_drift)  # what the PR comment says now: a change is commented, a resolution too
         looked: float | None = None  # when the registry was last asked (monotonic)
+        look = 0  # GitHub reads of this attempt, in the heartbeat: repeated beats of one look show one number
         async with gh:
             reader = gate_reader(gh, self.config)
             while True:
@@ -349,7 +350,7 @@ class RecordActivities(ActivityGroup):
                         raise  # the boundary retries after the limit resets
                     activity.logger.warning(f"PR watch #{inp.pr_number}: GitHub rate limit hit ({e.status}); "
                                             f"waiting {wait:.0f} s before reading again")
-                    activity.heartbeat({"pr": inp.pr_number, "github": {"rate_limited_wait_s": round(wait)}})
+                    heartbeat({"pr": inp.pr_number, "github": {"rate_limited_wait_s": round(wait)}})
                     await asyncio.sleep(wait)
                     continue
                 if drift:
@@ -366,10 +367,11 @@ class RecordActivities(ActivityGroup):
                     activity.logger.info(f"PR watch #{inp.pr_number}: GitHub rate limit recovered; "
                                          f"watching every {every:g} s again")
                     slowed = None
-                activity.heartbeat(redact_obj({**state.model_dump(mode="json"), "github": {
-                    "requests": gh.requests - before[0], "not_modified": gh.not_modified - before[1],
+                look += 1
+                heartbeat({**state.model_dump(mode="json"), "github": {
+                    "look": look, "requests": gh.requests - before[0], "not_modified": gh.not_modified - before[1],
                     "rate_remaining": rate and rate.remaining, "interval_s": round(pace.interval_s, 1),
-                    "slowed": pace.reason}}))
+                    "slowed": pace.reason}})
                 elapsed = time.monotonic() - started
                 if state != inp.last or elapsed >= inp.return_after_s:
                     return state

@@ -231,11 +231,16 @@ async def test_watch_activity_polls_an_idle_pr_with_304s_across_activity_runs_an
     env = ActivityEnvironment()
     sha = github_standin.branch_sha("feature")
 
+    def looks() -> list[dict]:
+        """One entry per look: the background beat repeats a look's details (same ``look`` number)."""
+        by_look = {b["github"]["look"]: b["github"] for b in beats if isinstance(b, dict) and "github" in b}
+        return [by_look[n] for n in sorted(by_look)]
+
     def beat(*details):
         beats.append(details[0] if details else None)
         # The third idle round has been seen: CI finishes, and the watch returns at its next look (an
         # event, not a 0.5 s window that a loaded machine may fill with one round).
-        if sum(isinstance(b, dict) and "github" in b for b in beats) == 3:
+        if len(looks()) == 3:
             h.set_check(repo, sha, "ci", status="completed", conclusion="success")
 
     env.on_heartbeat = beat
@@ -248,7 +253,7 @@ async def test_watch_activity_polls_an_idle_pr_with_304s_across_activity_runs_an
     beats.clear()
     again = await env.run(acts.watch_pull_request, WatchInput(pr_number=number, last=first, return_after_s=120))
     assert again != first and again.checks == "success"
-    rounds = [b["github"] for b in beats if isinstance(b, dict) and "github" in b]
+    rounds = looks()
     assert len(rounds) == 4  # three idle looks, then the one that saw CI finish
     idle = rounds[:3]
     assert sum(r["requests"] for r in idle) >= 2 * cold["requests"]
@@ -263,7 +268,7 @@ async def test_watch_activity_polls_an_idle_pr_with_304s_across_activity_runs_an
         # return_after_s leaves the first look time to finish on a loaded machine before the cut sleep.
         slow = await env.run(acts.watch_pull_request, WatchInput(pr_number=number, last=again, return_after_s=5))
     assert slow == again
-    slowed = [b["github"] for b in beats if isinstance(b, dict) and "github" in b]
+    slowed = looks()
     # The new watch's first round paid for one read (branch protection: a 403 is never cached).
     assert slowed and slowed[0]["slowed"] and "299 of 5000 requests left" in slowed[0]["slowed"]
     assert slowed[0]["interval_s"] >= 30 and slowed[0]["rate_remaining"] == 299
