@@ -31,6 +31,9 @@ import shutil
 # The emulator of each architecture a worker may not run natively: Debian's qemu-user-static programs.
 DEFAULT_EMULATORS = {"arm64": "qemu-aarch64-static", "amd64": "qemu-x86_64-static"}
 CONFIG_KEY = "policy.rehearsal_emulators"
+# An emulated run's bound against a hang is this many times the native one (runner.TIMEOUT_S): qemu 7.2 user
+# mode spends 5-6x the CPU of a native proot run on the real era-C script (docs/benchmarks.md).
+SLOWDOWN = 5
 
 
 def emulator(architecture: str, configured: dict[str, str] | None = None) -> tuple[str | None, str | None]:

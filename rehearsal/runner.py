@@ -603,11 +603,13 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
         emulate = qemu if roots[key].platform == plat else None
         if emulate is None:
             run_backend = backend
-        r, credential_files = _run_twice(plan, bundle_path, roots[key], timeout_s, run_backend, emulate)
+        # an emulated run takes several times the CPU: its bound against a hang grows with it
+        run_timeout = timeout_s * emulation.SLOWDOWN if emulate else timeout_s
+        r, credential_files = _run_twice(plan, bundle_path, roots[key], run_timeout, run_backend, emulate)
         df = contract.dockerfiles.get(t.dockerfile)
         t.rehearsal = evaluate(
             plan, t, exit_code=r.exit_code, stderr=r.stderr, calls=r.calls, exits=r.exits,
-            unrehearsable=r.unrehearsable, seconds=round(r.seconds, 3), timed_out=r.timed_out, timeout_s=timeout_s,
+            unrehearsable=r.unrehearsable, seconds=round(r.seconds, 3), timed_out=r.timed_out, timeout_s=run_timeout,
             expected_args=expected_build_args(t, harbor_commit=harbor_commit, build_commit=contract.commit,
                                               wheel_source_var=contract.script.wheel_source_var,
                                               megatron=variant_env(contract, t.variant)),

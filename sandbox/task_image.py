@@ -17,7 +17,8 @@ private apt state: no ``dpkg --add-architecture``, no root, nothing of the host'
 ``$XDG_CACHE_HOME/gpu-rl-builder/task-image-<arch>/`` (scripts/bootstrap fills it once; a machine without
 it fetches it on first use). The same files are taken as from the host: the packages' programs, apt-get/apt,
 and their architecture's shared libraries. Where the packages cannot be fetched (offline, not Debian) the
-image has the host variant only and says why (``foreign_unavailable``).
+image has the host variant only (``FOREIGN_UNAVAILABLE`` says why; ``GPU_RL_SANDBOX_FOREIGN_IMAGE=0`` leaves it
+out on purpose), and an arm64 target rehearses in the host variant, its arch-specific steps unrehearsed.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def foreign_debs(arch: str) -> list[Path]:
     try:
         for argv in ([apt, *opts, "update"], [apt, *opts, "install", "--download-only", "-y",
                                               "--no-install-recommends", *PACKAGES, "apt"]):
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
             if p.returncode != 0:
                 err = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
                 FOREIGN_UNAVAILABLE[arch] = f"`apt-get {argv[-1] if argv[-1] == 'update' else 'install -d'}` " \
@@ -232,7 +233,7 @@ def platforms() -> list[str]:
     host = host_platform().split("/")[1]
     out = [host]
     other = FOREIGN.get(host)
-    if other and os.environ.get("GPU_RL_SANDBOX_FOREIGN_IMAGE", "1") != "0":
+    if other and other not in FOREIGN_UNAVAILABLE and os.environ.get("GPU_RL_SANDBOX_FOREIGN_IMAGE", "1") != "0":
         try:
             build_layer(other)
             out.append(other)

@@ -39,7 +39,9 @@ def test_era_c_planned_command_runs_from_the_bundle_and_reaches_kaniko_for_all_f
         assert r.kaniko.dockerfile == t.dockerfile
         # What era C fetches over the network on the way there, all stood in for:
         assert r.tools[:4] == ["uname", "apt-get", "curl", "crane"] and r.tools[-1] == "/kaniko/executor"
-        assert r.seconds < 30  # a bound against a hang, not a speed assertion (bench/rehearsal.py measures)
+        # a bound against a hang, not a speed assertion (bench/rehearsal.py measures); arm64 runs emulated (qemu
+        # user mode: several times the CPU, 25-35 s at load 20 on 2 cores)
+        assert r.seconds < (150 if "-q qemu" in r.root else 30)
 
 
 def test_era_c_stale_ops_template_fails_naming_the_line_and_stderr(tmp_path):
