@@ -30,12 +30,15 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
+import io
 import os
 import re
 import shutil
 import signal
 import subprocess
+import tarfile
 import tempfile
 import time
 import zipfile
@@ -179,6 +182,29 @@ def _unpack_bundle(bundle_zip: Path, dest: Path) -> None:
             os.chmod(os.path.join(d, name), 0o644)
 
 
+@functools.cache
+def _standin_archives() -> tuple[bytes, bytes]:
+    """(crane.tar.gz, kaniko.tar): the stand-in as GNU tar would pack it inside the root (root-owned, 0755)."""
+    data = STANDIN.read_bytes()
+    now = int(time.time())
+
+    def pack(entries: list[tuple[str, bytes | None]], mode: str) -> bytes:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode=mode, format=tarfile.GNU_FORMAT) as tar:
+            for name, content in entries:
+                info = tarfile.TarInfo(name)
+                info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = now, 0, 0, "root", "root", 0o755
+                if content is None:
+                    info.type = tarfile.DIRTYPE
+                    tar.addfile(info)
+                else:
+                    info.size = len(content)
+                    tar.addfile(info, io.BytesIO(content))
+        return buf.getvalue()
+
+    return pack([("crane", data)], "w:gz"), pack([("kaniko/", None), ("kaniko/executor", data)], "w")
+
+
 def _layout(top: Path, bundle_zip: Path | None, uname_m: str, image: Path) -> None:
     r = top / "rehearsal"
     for d in (r / "bin", r / "records", r / "exits", r / "trace", r / "installed", top / "app", top / "kaniko",
@@ -186,6 +212,11 @@ def _layout(top: Path, bundle_zip: Path | None, uname_m: str, image: Path) -> No
         d.mkdir(parents=True)
     shutil.copy2(STANDIN, r / "bin" / "standin")
     (r / "bin" / "standin").chmod(0o755)
+    # What the stand-ins hand out as downloads, made here once rather than by tar, gzip, cp and mktemp inside
+    # the root on every call (each exec costs hundreds of ptrace stops under proot): the crane release asset
+    # (a tar.gz holding the stand-in as `crane`) and the kaniko executor image's files (kaniko/executor).
+    (r / "crane.tar.gz").write_bytes(_standin_archives()[0])
+    (r / "kaniko.tar").write_bytes(_standin_archives()[1])
     for name in STANDIN_TOOLS:
         (r / "bin" / name).symlink_to("standin")
     # The kaniko image is where its executor lives; scripts that fetch it with crane unpack the same file.
