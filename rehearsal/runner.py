@@ -96,14 +96,31 @@ PATH_GUARD = """case ":$PATH:" in *:/.rehearsal/bin:*) ;; *) PATH="/.rehearsal/b
 # exit status); its file is named by time and PID, so the records sort in the order the processes ended.
 # It adds the process's background jobs still running (`jobs -r`, a builtin): killed with the task there.
 # The DEBUG trap also appends "<time>\t<lines>\t<$!>\t<w if a `wait`/`wait $!`, a:NAME for `NAME=$!`, v:NAME for
-# `wait $NAME`>" per statement to
-# /.rehearsal/trace/<pid>: when a context file differs between two runs with different credentials, its mtime
-# names the statement that wrote it; without /proc (proot) the statements, $! and __RH_PIDS (exported: the
-# chain of bash PIDs above the statement, each process appends its $BASHPID once, subshells included) tell
-# whether the script waited for a kaniko call (_not_waited).
-LINE_TRAP = r"""set -o functrace
+# `wait $NAME`>" to /.rehearsal/trace/<pid>:
+# without /proc (proot) the statements, $! and __RH_PIDS (exported: the chain of bash PIDs above the
+# statement, each process appends its $BASHPID once, subshells included) tell whether the script waited for
+# a kaniko call (_not_waited); and when a context file differs between two runs with different credentials,
+# its mtime names the statement that wrote it (_run_twice). ``trace="full"`` writes every statement's row;
+# ``"wait"`` (the default) only those _not_waited reads, each statement once ``$!`` is set in the process
+# (the first row that names a background job, and the next) and each process's first statement of its own
+# (a traced bash is above the call, or exec'd it). Each row costs about a dozen system calls, which proot
+# stops at twice each; the full trace is taken only by the run that names a writer line.
+_TRACE_ROW = ('printf "%s\\t%s\\t%s\\t%s\\n" "${EPOCHREALTIME-}" "$__RH_LINES" "${!-}" "$__rh_w" '
+              '>> "/.rehearsal/trace/$__rh_p"')
+_TRACE_WRITE = {
+    "full": _TRACE_ROW,
+    "wait": ('[[ -z ${!-} && ( ${__rh_wrote-} == "$__rh_p" || ${BASH_SOURCE[0]:-} == /.rehearsal/* ) ]] || '
+             '{ ' + _TRACE_ROW + '; __rh_wrote=$__rh_p; }'),
+}
+Trace = Literal["full", "wait"]
+
+
+def line_trap(trace: Trace = "wait") -> str:
+    """The BASH_ENV text after PATH_GUARD: the DEBUG and EXIT traps (``trace`` as above)."""
+    return r"""set -o functrace
 __rh_outer=${__RH_LINES:+$__RH_LINES|}
-trap '{ [[ $LINENO == 1 && $BASH_COMMAND == "${__rh_cmd-}" ]] || { __rh_cmd=$BASH_COMMAND; __rh_line="${BASH_SOURCE[0]:-}:$LINENO"; export __RH_LINES="$__rh_outer$__rh_line"; [[ ${__RH_PIDS##*,} == "$BASHPID" ]] || export __RH_PIDS="${__RH_PIDS:+$__RH_PIDS,}$BASHPID"; case $BASH_COMMAND in wait|"wait \$!"|"wait \"\$!\""|"wait \${!}") __rh_w=w ;; [A-Za-z_]*=\$!|[A-Za-z_]*=\"\$!\"|[A-Za-z_]*=\${!}) __rh_w="a:${BASH_COMMAND%%=*}" ;; "wait \$"[A-Za-z_]*|"wait \"\$"[A-Za-z_]*\"|"wait \${"[A-Za-z_]*"}") __rh_n=${BASH_COMMAND#wait }; __rh_w="v:${__rh_n//[^A-Za-z0-9_]/}" ;; *) __rh_w="" ;; esac; printf "%s\t%s\t%s\t%s\n" "${EPOCHREALTIME-}" "$__RH_LINES" "${!-}" "$__rh_w" >> "/.rehearsal/trace/$BASHPID"; }; } 2>/dev/null' DEBUG
+trap '{ [[ $LINENO == 1 && $BASH_COMMAND == "${__rh_cmd-}" ]] || { __rh_cmd=$BASH_COMMAND; __rh_p=$BASHPID; __rh_line="${BASH_SOURCE[0]:-}:$LINENO"; export __RH_LINES="$__rh_outer$__rh_line"; [[ ${__RH_PIDS##*,} == "$__rh_p" ]] || export __RH_PIDS="${__RH_PIDS:+$__RH_PIDS,}$__rh_p"; case $BASH_COMMAND in wait|"wait \$!"|"wait \"\$!\""|"wait \${!}") __rh_w=w ;; [A-Za-z_]*=\$!|[A-Za-z_]*=\"\$!\"|[A-Za-z_]*=\${!}) __rh_w="a:${BASH_COMMAND%%=*}" ;; "wait \$"[A-Za-z_]*|"wait \"\$"[A-Za-z_]*\"|"wait \${"[A-Za-z_]*"}") __rh_n=${BASH_COMMAND#wait }; __rh_w="v:${__rh_n//[^A-Za-z0-9_]/}" ;; *) __rh_w="" ;; esac; """ + \
+        _TRACE_WRITE[trace] + r"""; }; } 2>/dev/null' DEBUG
 trap '{ __rh_rc=$?; { printf "%s\t%s\n" "$__rh_rc" "${__rh_line-}"; jobs -r; } > "/.rehearsal/exits/${EPOCHREALTIME-0}.$BASHPID"; } 2>/dev/null' EXIT
 """
 
@@ -205,7 +222,7 @@ def _standin_archives() -> tuple[bytes, bytes]:
     return pack([("crane", data)], "w:gz"), pack([("kaniko/", None), ("kaniko/executor", data)], "w")
 
 
-def _layout(top: Path, bundle_zip: Path | None, uname_m: str, image: Path) -> None:
+def _layout(top: Path, bundle_zip: Path | None, uname_m: str, image: Path, trace: Trace = "wait") -> None:
     r = top / "rehearsal"
     for d in (r / "bin", r / "records", r / "exits", r / "trace", r / "installed", top / "app", top / "kaniko",
               top / "rw", top / "tmp"):
@@ -223,7 +240,7 @@ def _layout(top: Path, bundle_zip: Path | None, uname_m: str, image: Path) -> No
     shutil.copy2(STANDIN, top / "kaniko" / "executor")
     (top / "kaniko" / "executor").chmod(0o755)
     (r / "uname-m").write_text(uname_m + "\n")
-    (r / "bash_env").write_text(PATH_GUARD + LINE_TRAP)
+    (r / "bash_env").write_text(PATH_GUARD + line_trap(trace))
     for name in WRITABLE:
         src = image / name
         if src.is_dir() and not src.is_symlink():
@@ -296,14 +313,16 @@ class Rehearsal:
 
 
 def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_s: float = TIMEOUT_S,
-        isolation: str = "bwrap", emulator: str | None = None) -> Rehearsal:
+        isolation: str = "bwrap", emulator: str | None = None, trace: Trace = "wait") -> Rehearsal:
+    """One run of the planned command in a fresh root; ``trace="full"`` also records every statement's time
+    (``Rehearsal.traces``, for writer_line), at a cost under proot."""
     exe = bwrap_path()
     if isolation == "bwrap" and exe is None:
         raise RuntimeError("bwrap is not installed")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpu-rl-rehearsal-") as tmp:
         top = Path(tmp)
-        _layout(top, bundle_zip, plan.uname_m, image.path)
+        _layout(top, bundle_zip, plan.uname_m, image.path, trace)
         unpacked = _stats(top / "app")  # the bundle as unpacked: the scan below reads only what the script wrote
         env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **plan.env, "BASH_ENV": "/.rehearsal/bash_env"}
         timed_out = False
@@ -358,7 +377,7 @@ def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_
         fingerprints = _fingerprints(ctx_host)
         ignore = ctx_host / ".dockerignore" if ctx_host is not None else None
         dockerignore_text = ignore.read_text(errors="replace") if ignore is not None and ignore.is_file() else ""
-        traces = _traces(top / "rehearsal" / "trace", top / "rehearsal" / "exits") if fingerprints else []
+        traces = _traces(top / "rehearsal" / "trace", top / "rehearsal" / "exits") if fingerprints and trace == "full" else []
     r = Rehearsal(proc.returncode, err.decode("utf-8", "replace"), calls, exits, unrehearsable,
                   time.monotonic() - started, timed_out)
     r.context, r.leaks, r.background = context, leaks, background
@@ -498,7 +517,10 @@ def _run_twice(plan: RehearsalPlan, bundle: Path, image: TaskImageRoot, timeout_
     """The run, and the files of its final kaniko context that follow the credential: two runs at once, one
     with every credential placeholder changed; a file that differs between them (content or presence) is
     run a third time with the first placeholders, and counts only when that run matches the first (a file
-    that differs run to run by itself, a timestamp, cannot be judged by difference; the scan still reads it)."""
+    that differs run to run by itself, a timestamp, cannot be judged by difference; the scan still reads it).
+    The first two runs trace only what the wait check reads; the third, and a fourth with the second's
+    placeholders when a differing file is in the second run only (named after the credential), trace every
+    statement, from which and the file's mtime in that same run writer_line names the line that wrote it."""
     other = plan.model_copy(update={"env": with_other_placeholders(plan.env)})
     kw = {"timeout_s": timeout_s, "isolation": isolation, "emulator": emulator}
     if other.env == plan.env:
@@ -509,14 +531,22 @@ def _run_twice(plan: RehearsalPlan, bundle: Path, image: TaskImageRoot, timeout_
     if a.context_dir != b.context_dir or a.exit_code != b.exit_code:
         return a, []  # the runs took different paths: the verdict of the first stands, nothing to compare
     differ = differing_files(a.fingerprints, b.fingerprints)
-    if differ:
-        again = run(plan, bundle, image, **kw)
-        differ = [f for f in differ if a.fingerprints.get(f, ("",))[0] == again.fingerprints.get(f, ("",))[0]]
+    if not differ:
+        return a, []
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        fa = pool.submit(run, plan, bundle, image, **kw, trace="full")
+        fb = pool.submit(run, other, bundle, image, **kw, trace="full") \
+            if any(f not in a.fingerprints for f in differ) else None
+        again, again_other = fa.result(), fb.result() if fb is not None else None
+    differ = [f for f in differ if a.fingerprints.get(f, ("",))[0] == again.fingerprints.get(f, ("",))[0]]
     out = []
     for f in differ:
-        run_of = a if f in a.fingerprints else b  # a file named after the credential is in one run only
-        stamp = run_of.fingerprints[f][1]
-        out.append((f"{a.context_dir.rstrip('/')}/{f}", writer_line(stamp, run_of.traces, plan, f)))
+        # a file named after the credential is in the second placeholders' runs only
+        run_of = again if f in again.fingerprints else again_other
+        line = None
+        if run_of is not None and run_of.context_dir == a.context_dir and f in run_of.fingerprints:
+            line = writer_line(run_of.fingerprints[f][1], run_of.traces, plan, f)
+        out.append((f"{a.context_dir.rstrip('/')}/{f}", line))
     return a, out
 
 
