@@ -12,8 +12,13 @@ emulation.py): the "userland" column says which, and each round runs the targets
 arm64, amd64, ...) so both see the same load, printed per row (1-minute load average, min-max).
 Prints a Markdown table; asserts nothing; needs an isolation (else says so and exits 1).
 
+``--before DIR`` compares with another checkout (e.g. ``git worktree add /tmp/before <commit>``) in the same
+conditions: each of ``--n`` rounds runs that checkout's bench/rehearsal.py and then this one's, each
+``--n 1`` in its own process (own registry, caches and imports), alternating (A/B/A/B), and prints one
+table with both sides and the load average around each side's rounds.
+
     .venv/bin/python bench/rehearsal.py [--n 5] [--trees era-c,era-b,fixture] [--isolation auto|bwrap|proot]
-                                        [--arches amd64,arm64]
+                                        [--arches amd64,arm64] [--before DIR]
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,9 +49,12 @@ def main() -> int:
     ap.add_argument("--isolation", default="auto", choices=["auto", "bwrap", "proot"],
                     help="policy.rehearsal_isolation (proot: as a worker under Pod Security baseline)")
     ap.add_argument("--arches", default="", help="only these target architectures (default: every planned one)")
+    ap.add_argument("--before", metavar="DIR", help="another checkout to compare with, round by round (A/B)")
     args = ap.parse_args()
     if args.smoke:
         args.n, args.trees = 1, "fixture"
+    if args.before:
+        return compare(args)
     t0 = time.monotonic()
     backend, reason = runner.choose_isolation(args.isolation)
     probe = time.monotonic() - t0
@@ -111,6 +120,54 @@ def _p95(xs: list[float]) -> float:
     """Nearest-rank 95th percentile (the max below 20 samples)."""
     ordered = sorted(xs)
     return ordered[max(0, -(-95 * len(ordered) // 100) - 1)]
+
+
+def _table(text: str) -> list[dict[str, str]]:
+    """The rows of the Markdown table a bench/rehearsal.py printed, by column name (any of its versions)."""
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
+    if not lines:
+        return []
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [dict(zip(head, (c.strip() for c in ln.strip("|").split("|")), strict=False)) for ln in lines[1:]]
+
+
+def _round(checkout: Path, args: argparse.Namespace) -> tuple[list[dict[str, str]], str]:
+    """One ``--n 1`` round of ``checkout``'s own bench: its rows, and the load average before and after it."""
+    before = os.getloadavg()[0]
+    argv = [sys.executable, str(checkout / "bench" / "rehearsal.py"), "--n", "1", "--trees", args.trees,
+            "--isolation", args.isolation, *(["--arches", args.arches] if args.arches else [])]
+    p = subprocess.run(argv, cwd=checkout, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(checkout)})
+    rows = _table(p.stdout)
+    if p.returncode != 0 or not rows:
+        raise SystemExit(f"{checkout}/bench/rehearsal.py failed (exit {p.returncode}): {(p.stdout + p.stderr)[-2000:]}")
+    return rows, f"{before:.1f}-{os.getloadavg()[0]:.1f}"
+
+
+def compare(args: argparse.Namespace) -> int:
+    """A/B with ``--before``: the rounds alternate between the two checkouts; one table, both sides."""
+    sides = {"before": Path(args.before).resolve(), "after": Path(__file__).resolve().parents[1]}
+    if not (sides["before"] / "bench" / "rehearsal.py").is_file():
+        raise SystemExit(f"--before {args.before}: no bench/rehearsal.py there")
+    got: dict[tuple[str, str, str], list[tuple[str, float, float, str]]] = {}
+    loads: dict[str, list[str]] = {"before": [], "after": []}
+    for _ in range(args.n):
+        for side, checkout in sides.items():
+            rows, load = _round(checkout, args)
+            loads[side].append(load)
+            for r in rows:
+                got.setdefault((r["tree"], r["target"], side), []).append(
+                    (r["verdict"], float(r["cold p50 (s)"]), float(r["warm p50 (s)"]), r.get("userland", "")))
+    print(f"isolation: {args.isolation}; rounds: {args.n} per side, alternating before/after; before = "
+          f"{sides['before']}; load average around each round: before {', '.join(loads['before'])}; "
+          f"after {', '.join(loads['after'])}\n")
+    print("| tree | target | side | userland | verdict | cold p50 (s) | warm p50 (s) | warm p95 (s) | warm max (s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for (tree, key, side), rows in sorted(got.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] != "before")):
+        warm = [r[2] for r in rows]
+        print(f"| {tree} | {key} | {side} | {'/'.join(sorted({r[3] for r in rows})) or '-'} | "
+              f"{'/'.join(sorted({r[0] for r in rows}))} | {statistics.median(r[1] for r in rows):.2f} | "
+              f"{statistics.median(warm):.2f} | {_p95(warm):.2f} | {max(warm):.2f} |")
+    return 0
 
 
 if __name__ == "__main__":
