@@ -128,8 +128,8 @@ async def check_images(reads: list[ImageRead], settings: LookupSettings) -> list
                     "anonymously (the job has credentials only for registry.image_repository's host)")
                 return ImageCheck(read=read, status="unauthorized", asked=asked,
                                   answer=f"refused {who}: private, or no such repository ({e})")
-            except (RegistryUnavailable, RateLimited, ProtocolError, ManifestError, RegistryError,
-                    httpx.HTTPError, OSError) as e:
+            except (RegistryUnavailable, RateLimited, ProtocolError, RegistryError, httpx.HTTPError, OSError,
+                    ValueError, KeyError, TypeError) as e:  # ValueError: ManifestError, a config that is no JSON
                 return ImageCheck(read=read, status="unchecked", asked=asked,
                                   answer=f"{type(e).__name__}: {e or 'no detail'} (after {settings.max_retries} "
                                          "retries with backoff)")
