@@ -43,6 +43,7 @@ from temporalio.client import Client  # noqa: E402
 from temporalio.common import SearchAttributePair, TypedSearchAttributes  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
+from bench._stack import add_stack_flag, bench_stack  # noqa: E402
 from clients.github import GitHubClient  # noqa: E402
 from domain.buildset import BuildRequest, CompatibilityRequest  # noqa: E402
 from domain.config import GitHubWebhookSettings, load_config  # noqa: E402
@@ -55,7 +56,7 @@ from domain.models import (  # noqa: E402
 )
 from runtime import search_attributes as sa  # noqa: E402
 from sandbox.git_remotes import commit_to_remote  # noqa: E402
-from sandbox.stack import MARINSKYRL_SLUG, SandboxStack  # noqa: E402
+from sandbox.stack import MARINSKYRL_SLUG  # noqa: E402
 from worker import _webhooks, build_worker  # noqa: E402
 from workflows.pipeline import BuildPipelineWorkflow  # noqa: E402
 
@@ -161,8 +162,8 @@ def _with_webhook(config, state_dir: Path):
         secret_file.read_text()
 
 
-async def main(n: int, webhook: bool) -> None:
-    with tempfile.TemporaryDirectory(prefix="bench-approve-") as tmp, SandboxStack(Path(tmp)) as stack:
+async def main(n: int, webhook: bool, shared: Path | None = None) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-approve-") as tmp, bench_stack(shared, Path(tmp), "approve") as stack:
         config = load_config(stack.config_path)
         secret = None
         if webhook:
@@ -205,6 +206,7 @@ if __name__ == "__main__":
     parser.add_argument("--n", type=int, default=5)
     parser.add_argument("--webhook", action="store_true",
                         help="run with the GitHub webhook receiver on (the stand-in delivers webhooks)")
+    add_stack_flag(parser)
     parser.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py)")
     args = parser.parse_args()
-    asyncio.run(main(1 if args.smoke else args.n, args.webhook))
+    asyncio.run(main(1 if args.smoke else args.n, args.webhook, args.stack))

@@ -35,13 +35,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.service import RPCError  # noqa: E402
 
 from activities.watch import watcher_view  # noqa: E402
+from bench._stack import add_stack_flag, bench_stack  # noqa: E402
 from clients.iris import IrisClient  # noqa: E402
 from domain.config import load_config  # noqa: E402
 from domain.models import MergeAuthorization, PipelineReport, target_workflow_id  # noqa: E402
 from domain.watch import watcher_id  # noqa: E402
 from runtime.operator_client import has_workers  # noqa: E402
 from sandbox.git_remotes import commit_to_remote  # noqa: E402
-from sandbox.stack import IMAGE_REPO_PATH, MARINSKYRL_SLUG, SandboxStack  # noqa: E402
+from sandbox.stack import MARINSKYRL_SLUG, SandboxStack  # noqa: E402
 from workflows.pipeline import BuildPipelineWorkflow  # noqa: E402
 from workflows.target import TargetBuildWorkflow  # noqa: E402
 
@@ -225,7 +226,7 @@ async def _operate(stack: SandboxStack, client: Client, wid: str, keys: list[str
                 continue
             if st.waiting and st.waiting.kind == "package_visibility" and key not in rechecked:
                 # Every waiting target gets its own recheck; else it sits out its own re-check timer.
-                stack.token_registry.set_public(IMAGE_REPO_PATH, True)
+                stack.token_registry.set_public(stack.image_repo_path, True)
                 await client.get_workflow_handle(target_workflow_id(wid, key)).signal(TargetBuildWorkflow.recheck)
                 rechecked.add(key)
         try:
@@ -253,7 +254,7 @@ async def _operate(stack: SandboxStack, client: Client, wid: str, keys: list[str
 async def run_one(i: int, stack: SandboxStack, client: Client, archs: list[str], give_up_s: float) -> RunResult:
     commit_to_remote(stack.remotes.marinskyrl_url, {"bench/run.txt": f"bench run {i} at {time.time()}\n"},
                      f"bench: run {i}")  # a fresh source commit, so each run is a new pipeline id
-    stack.token_registry.set_public(IMAGE_REPO_PATH, False)  # each run passes the same visibility gate
+    stack.token_registry.set_public(stack.image_repo_path, False)  # each run passes the same visibility gate
     t0 = time.monotonic()
     out = _starter(stack.config_path, "build", *[f"--arch={a}" for a in archs], "--variant=standard",
                    *[f"--cluster={a}=sandbox-{a}" for a in archs], "--requested-by", "bench",
@@ -377,13 +378,15 @@ def print_tables(results: list[RunResult], archs: list[str], cpu: dict[str, floa
 # ------------------------------------------------------------------------------ main
 async def main_async(args) -> int:
     state_dir = Path(args.state_dir) if args.state_dir else Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
-    stack = SandboxStack(state_dir).start()
+    stack = bench_stack(args.stack, state_dir, "pipeline")
     worker = None
     try:
         worker = WorkerProcess(stack.config_path, state_dir / "worker.log")
         procs = {"worker": worker.pid, "temporal dev server": stack.temporal.pid, "iris controller": stack.iris.pid,
                  "registry (token)": stack.token_registry.pid, "registry (open)": stack.open_registry.pid,
                  "github stand-in": getattr(stack.github, "pid", None)}
+        if stack.shared:  # other benches use the attached stack's services too: their CPU is not this run's
+            procs = {"worker": worker.pid}
         procs = {k: v for k, v in procs.items() if v}
         cpu0 = {k: proc_cpu_s(pid) for k, pid in procs.items()}
         self0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -410,7 +413,8 @@ async def main_async(args) -> int:
         self1 = resource.getrusage(resource.RUSAGE_SELF)
         cpu["bench (operator + starter children)"] = (self1.ru_utime + self1.ru_stime - self0.ru_utime - self0.ru_stime
                                                       + _children_cpu())
-        print_tables(results, args.arch, cpu, rss, f"{args.n} run(s), deltas over the runs")
+        print_tables(results, args.arch, cpu, rss, f"{args.n} run(s), deltas over the runs"
+                     + ("; the services of the attached --stack are shared, not shown" if stack.shared else ""))
         if STARTER_ABORTS:
             print(f"\nnote: starter.py aborted (SIGABRT) at interpreter exit after completing its work "
                   f"{len(STARTER_ABORTS)} time(s): {', '.join(STARTER_ABORTS)}")
@@ -435,6 +439,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900, help="give up on one build after this many seconds")
     ap.add_argument("--state-dir", help="keep the stack's state here (default: a temporary directory, removed)")
     ap.add_argument("--keep-state", action="store_true", help="do not remove the temporary state directory")
+    add_stack_flag(ap)
     ap.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py): one amd64 build")
     args = ap.parse_args()
     if args.smoke:

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sandbox.stack import SandboxStack  # noqa: E402
+from bench._stack import add_stack_flag, bench_stack  # noqa: E402
 
 PY = sys.executable
 REQUEST = ("--requested-by", "bench", "--reason", "refusal bench")
@@ -45,6 +45,7 @@ def run_starter(cfg: Path, *argv: str) -> tuple[float, int, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
+    add_stack_flag(ap)
     ap.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py)")
     args = ap.parse_args()
     if args.smoke:
@@ -56,7 +57,7 @@ def main() -> None:
         dead.bind(("127.0.0.1", 0))
         dead.listen(256)
         dead.setblocking(False)
-        with SandboxStack(state / "stack", github=True) as stack:
+        with bench_stack(args.stack, state / "stack", "refusal", github=True) as stack:
             queue = f"bench-refusal-{uuid.uuid4().hex[:6]}"
             text = re.sub(r'task_queue = "[^"]*"', f'task_queue = "{queue}"', stack.config_path.read_text())
             down = (f'\n[clusters.sandbox-down]\ncontroller_url = "http://127.0.0.1:{dead.getsockname()[1]}"\n'

@@ -26,12 +26,13 @@ sys.path.insert(0, str(ROOT))
 from temporalio.client import Client  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
+from bench._stack import add_stack_flag, bench_stack  # noqa: E402
 from domain.buildset import BuildRequest, CompatibilityRequest  # noqa: E402
 from domain.config import load_config  # noqa: E402
 from domain.models import PipelineInput, pipeline_id  # noqa: E402
 from sandbox.git_remotes import commit_to_remote  # noqa: E402
 from sandbox.kill_matrix import PHASES, KillMatrix, PhaseResult  # noqa: E402
-from sandbox.stack import IMAGE_REPO_PATH, MARINSKYRL_SLUG, SandboxStack  # noqa: E402
+from sandbox.stack import MARINSKYRL_SLUG, SandboxStack  # noqa: E402
 from starter import ls_remote_head  # noqa: E402
 from workflows.pipeline import BuildPipelineWorkflow  # noqa: E402
 
@@ -43,7 +44,7 @@ async def one_round(i: int, stack: SandboxStack, client: Client, state_dir: Path
     config = load_config(stack.config_path)
     commit_to_remote(stack.remotes.marinskyrl_url, {"bench/kill.txt": f"kill-matrix round {i} at {time.time()}\n"},
                      f"bench: kill-matrix round {i}")
-    stack.token_registry.set_public(IMAGE_REPO_PATH, True)  # crashes, not the visibility gate
+    stack.token_registry.set_public(stack.image_repo_path, True)  # crashes, not the visibility gate
     src = ls_remote_head(config.repos.marinskyrl_url)
     harbor = ls_remote_head(config.repos.harbor_url)
     wid = pipeline_id(src, harbor)
@@ -81,7 +82,7 @@ def print_table(rounds: list[list[PhaseResult]]) -> None:
 
 async def main_async(args) -> int:
     state_dir = Path(args.state_dir) if args.state_dir else Path(tempfile.mkdtemp(prefix="bench-kill-"))
-    stack = SandboxStack(state_dir).start()
+    stack = bench_stack(args.stack, state_dir, "kill")
     try:
         client = await Client.connect(stack.temporal.address, namespace=stack.temporal.namespace,
                                       data_converter=pydantic_data_converter)
@@ -102,6 +103,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1, help="rounds (one build each, killed once per phase)")
     ap.add_argument("--state-dir", help="keep the stack's state (and worker logs) here")
     ap.add_argument("--phases", default=",".join(p.name for p in PHASES), help="comma list of the phases to kill in")
+    add_stack_flag(ap)
     ap.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py): one round, the load phase only")
     args = ap.parse_args()
     if args.smoke:

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.stack import SandboxStack
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 # Not benches: processes a bench starts (bench/monitoring.py runs monitor_worker.py as its worker).
@@ -75,12 +77,32 @@ def test_every_script_under_bench_is_a_bench_or_a_named_helper():
         assert (BENCH / helper).exists(), f"{helper} is listed as a helper but no longer exists"
 
 
+def attaches(bench: str) -> bool:
+    """The bench takes ``--stack`` (bench/_stack.py): it runs on the one stack this test starts."""
+    return "add_stack_flag(" in (BENCH / bench).read_text()
+
+
 @pytest.mark.timeout(1800)
-def test_every_bench_runs_at_its_smoke_size_and_prints_its_table():
-    with ThreadPoolExecutor(PARALLEL) as pool:
-        longest_first = sorted(BENCHES, key=lambda b: -SMOKE_S.get(b, float("inf")))
-        futures = {b: pool.submit(_run, [f"bench/{b}", "--smoke"], SMOKE_TIMEOUT_S) for b in longest_first}
-        runs = {b: f.result() for b, f in futures.items()}
+def test_every_bench_runs_at_its_smoke_size_and_prints_its_table(tmp_path):
+    """The benches that start a sandbox stack share one (started here while the others run): each starts
+    only its own remotes, GitHub stand-in and task queue on it (bench/_stack.py)."""
+    assert {"pipeline_e2e.py", "resume_after_kill.py", "refusal.py", "approve_at_green.py"} <= \
+        {b for b in BENCHES if attaches(b)}
+    with ThreadPoolExecutor(1) as starter, ThreadPoolExecutor(PARALLEL) as pool:
+        stack = starter.submit(lambda: SandboxStack(tmp_path / "stack").start())
+
+        def run(bench: str):
+            if not attaches(bench):
+                return _run([f"bench/{bench}", "--smoke"], SMOKE_TIMEOUT_S)
+            return _run([f"bench/{bench}", "--smoke", "--stack", str(stack.result().stack_json)], SMOKE_TIMEOUT_S)
+
+        try:
+            longest_first = sorted(BENCHES, key=lambda b: -SMOKE_S.get(b, float("inf")))
+            futures = {b: pool.submit(run, b) for b in longest_first}
+            runs = {b: f.result() for b, f in futures.items()}
+        finally:
+            with contextlib.suppress(Exception):
+                stack.result().stop()
     wrong = []
     for bench, (rc, out, err, took) in runs.items():
         tail = "\n    ".join(err.strip().splitlines()[-12:])
