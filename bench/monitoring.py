@@ -179,6 +179,17 @@ class BenchWorker:
                 self.kill()
 
 
+def proc_sched_s(pid: int) -> tuple[float, float]:
+    """Seconds ``pid``'s live threads ran on a CPU, and waited runnable for one (/proc/PID/task/*/schedstat):
+    a worker that waits much longer than it runs is starved by the machine, not busy."""
+    run = wait = 0
+    for f in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = f.read_text().split()
+            run, wait = run + int(fields[0]), wait + int(fields[1])
+    return run / 1e9, wait / 1e9
+
+
 def proc_rss_kib(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -341,7 +352,7 @@ async def scale(args, client, iris: IrisClient, proxy: CountingProxy, worker: Be
         ends = [first_end + int(args.spread * i / max(1, n - 1)) if n > 1 else first_end for i in range(n)]
         ids_ends = [(f"bench-{run}-n{n}-{i}-e{end}", end) for i, end in enumerate(ends)]
         cpu0, ctl0, w0 = proc_cpu_s(worker.pid), proc_cpu_s(controller_pid), time.monotonic()
-        srv0, load0 = proc_cpu_s(server_pid), os.getloadavg()[0]
+        srv0, load0, sched0 = proc_cpu_s(server_pid), os.getloadavg()[0], proc_sched_s(worker.pid)
         print(f"scale N={n}: starting targets (first job ends in {lead:.0f}s)", file=sys.stderr, flush=True)
         handles = await start_targets(client, tq, cluster, ids_ends)
         # Steady window: every job running, none finished.
@@ -360,6 +371,8 @@ async def scale(args, client, iris: IrisClient, proxy: CountingProxy, worker: Be
         wall = time.monotonic() - w0
         cpu, ctl = proc_cpu_s(worker.pid) - cpu0, proc_cpu_s(controller_pid) - ctl0
         srv = proc_cpu_s(server_pid) - srv0
+        sched = proc_sched_s(worker.pid)
+        ran, waited = sched[0] - sched0[0], sched[1] - sched0[1]
         latencies, failed, finished, tls = [], 0, {}, {}
         for wid, _ in ids_ends:
             tls[wid] = await timeline(client, wid)
@@ -395,7 +408,8 @@ async def scale(args, client, iris: IrisClient, proxy: CountingProxy, worker: Be
         row = {"n": n, "p50": pct(latencies, 50), "p95": pct(latencies, 95), "max": max(latencies, default=None),
                "failed": failed, "worker_cpu_cores": cpu / wall, "worker_rss_mib": rss_peak / 1024,
                "controller_cpu_cores": ctl / wall, "server_cpu_cores": srv / wall,
-               "load": f"{load0:.1f}-{os.getloadavg()[0]:.1f}", "window_s": None}
+               "load": f"{load0:.1f}-{os.getloadavg()[0]:.1f}", "window_s": None,
+               "worker_waited_per_ran_s": waited / ran if ran else None}
         if window and window[1] - window[0] >= 10:
             c = proxy.count(*window)
             minutes = (window[1] - window[0]) / 60
