@@ -116,13 +116,31 @@ Trace = Literal["full", "wait"]
 
 
 def line_trap(trace: Trace = "wait") -> str:
-    """The BASH_ENV text after PATH_GUARD: the DEBUG and EXIT traps (``trace`` as above)."""
-    return r"""set -o functrace
+    """The BASH_ENV text after PATH_GUARD: the DEBUG and EXIT traps (``trace`` as above).
+
+    The DEBUG trap's commands must not show in a ``set -x`` script's stderr, so it ran under ``2>/dev/null``,
+    a redirection of about ten system calls on every statement (twenty ptrace stops under proot). It comes
+    in two forms now, with the same body: "quiet" (redirected) and "fast" (not), each switching to the
+    other. Fast runs while xtrace is off; a statement that may turn it on (its text names ``set`` or
+    ``shopt``, ``eval``'d or not) runs the quiet form and leaves it in place, and the quiet form switches
+    back only while xtrace is off and has never been on in this process (``local -`` can turn it back on
+    without a ``set``). A script that turns xtrace on by another spelling (``$cmd -x``) shows one line of
+    the fast form's test (``[[ … ]]``) before the switch; nothing else changes."""
+    body = (r"""[[ $LINENO == 1 && $BASH_COMMAND == "${__rh_cmd-}" ]] || { __rh_cmd=$BASH_COMMAND; __rh_p=$BASHPID; __rh_line="${BASH_SOURCE[0]:-}:$LINENO"; export __RH_LINES="$__rh_outer$__rh_line"; [[ ${__RH_PIDS##*,} == "$__rh_p" ]] || export __RH_PIDS="${__RH_PIDS:+$__RH_PIDS,}$__rh_p"; case $BASH_COMMAND in wait|"wait \$!"|"wait \"\$!\""|"wait \${!}") __rh_w=w ;; [A-Za-z_]*=\$!|[A-Za-z_]*=\"\$!\"|[A-Za-z_]*=\${!}) __rh_w="a:${BASH_COMMAND%%=*}" ;; "wait \$"[A-Za-z_]*|"wait \"\$"[A-Za-z_]*\"|"wait \${"[A-Za-z_]*"}") __rh_n=${BASH_COMMAND#wait }; __rh_w="v:${__rh_n//[^A-Za-z0-9_]/}" ;; *) __rh_w="" ;; esac; """
+            + _TRACE_WRITE[trace] + "; }")
+    # (no single quote in body: each form is kept in a single-quoted shell variable)
+    may_set = '$BASH_COMMAND == *set* || $BASH_COMMAND == *shopt*'
+    quiet = ("{ " + body + "; case $- in *x*) __rh_x=1 ;; esac; [[ -n ${__rh_x-} || " + may_set
+             + ' ]] || trap -- "$__rh_fast" DEBUG; } 2>/dev/null')
+    fast = ("if [[ $- != *x* && ! ( " + may_set + " ) ]]; then " + body + "; else { " + body
+            + '; trap -- "$__rh_quiet" DEBUG; } 2>/dev/null; fi')
+    return (r"""set -o functrace
 __rh_outer=${__RH_LINES:+$__RH_LINES|}
-trap '{ [[ $LINENO == 1 && $BASH_COMMAND == "${__rh_cmd-}" ]] || { __rh_cmd=$BASH_COMMAND; __rh_p=$BASHPID; __rh_line="${BASH_SOURCE[0]:-}:$LINENO"; export __RH_LINES="$__rh_outer$__rh_line"; [[ ${__RH_PIDS##*,} == "$__rh_p" ]] || export __RH_PIDS="${__RH_PIDS:+$__RH_PIDS,}$__rh_p"; case $BASH_COMMAND in wait|"wait \$!"|"wait \"\$!\""|"wait \${!}") __rh_w=w ;; [A-Za-z_]*=\$!|[A-Za-z_]*=\"\$!\"|[A-Za-z_]*=\${!}) __rh_w="a:${BASH_COMMAND%%=*}" ;; "wait \$"[A-Za-z_]*|"wait \"\$"[A-Za-z_]*\"|"wait \${"[A-Za-z_]*"}") __rh_n=${BASH_COMMAND#wait }; __rh_w="v:${__rh_n//[^A-Za-z0-9_]/}" ;; *) __rh_w="" ;; esac; """ + \
-        _TRACE_WRITE[trace] + r"""; }; } 2>/dev/null' DEBUG
-trap '{ __rh_rc=$?; { printf "%s\t%s\n" "$__rh_rc" "${__rh_line-}"; jobs -r; } > "/.rehearsal/exits/${EPOCHREALTIME-0}.$BASHPID"; } 2>/dev/null' EXIT
-"""
+__rh_quiet='""" + quiet + """'
+__rh_fast='""" + fast + """'
+trap -- "$__rh_quiet" DEBUG
+""" + r"""trap '{ __rh_rc=$?; { printf "%s\t%s\n" "$__rh_rc" "${__rh_line-}"; jobs -r; } > "/.rehearsal/exits/${EPOCHREALTIME-0}.$BASHPID"; } 2>/dev/null' EXIT
+""")
 
 
 def bwrap_path() -> str | None:
