@@ -17,9 +17,13 @@ mechanisms those profiles allow take their place, each doing what proot alone ca
 The PyPI ``landlock`` package covers filesystem rules only (no network or scope fields), so the three
 Landlock syscalls are called here through ctypes with the structures the kernel documents
 (include/uapi/linux/landlock.h). Run as a script (``python -I confine.py …``) so it needs nothing from
-the service on ``sys.path``; exits 125 naming what the kernel refused.
+the service on ``sys.path``; exits 125 naming what the kernel refused. It starts once per rehearsal run,
+so its start is kept short: ``python -I -S`` (no site: the venv's .pth import hooks cost about 50 ms) with
+``--path`` naming the directory pyseccomp is in, and the two shared libraries pyseccomp looks up with
+``ctypes.util.find_library`` (which runs ``ldconfig -p`` in a subprocess, about 0.2 s, for each) are
+found by their sonames first.
 
-    confine.py --read DIR … --write DIR … --dev FILE … -- PROGRAM ARG…
+    confine.py [--path DIR] --read DIR … --write DIR … --dev FILE … -- PROGRAM ARG…
 """
 
 from __future__ import annotations
@@ -109,8 +113,35 @@ def apply_landlock(read: list[str], write: list[str], dev: list[str]) -> None:
         os.close(fd)
 
 
+_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}  # glibc's and Debian libseccomp2's
+
+
+def _import_pyseccomp():
+    """pyseccomp, with its find_library("c"/"seccomp") answered by the soname when the loader knows it."""
+    import ctypes.util
+
+    slow = ctypes.util.find_library
+
+    def find_library(name: str) -> str | None:
+        soname = _SONAMES.get(name)
+        if soname is not None:
+            try:
+                ctypes.CDLL(soname)
+                return soname
+            except OSError:
+                pass
+        return slow(name)
+
+    ctypes.util.find_library = find_library
+    try:
+        import pyseccomp
+    finally:
+        ctypes.util.find_library = slow
+    return pyseccomp
+
+
 def apply_seccomp() -> None:
-    import pyseccomp as seccomp
+    seccomp = _import_pyseccomp()
 
     f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
     # A syscall of another ABI (i386's socketcall, x32) fails with ENOSYS. Not "kill": proot cancels a
@@ -130,11 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--read", action="append", default=[])
     ap.add_argument("--write", action="append", default=[])
     ap.add_argument("--dev", action="append", default=[])
+    ap.add_argument("--path", action="append", default=[], help="a directory to import pyseccomp from")
     ap.add_argument("command", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not cmd:
         ap.error("no command after --")
+    sys.path.extend(a.path)
     try:
         apply_seccomp()  # first: Landlock would then refuse reading libseccomp
         apply_landlock(a.read, a.write, a.dev)

@@ -21,6 +21,8 @@ loader is the ELF proot carries inside itself, written into the run's directory 
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import shutil
 import struct
@@ -73,12 +75,37 @@ def loader_bytes(exe: str) -> bytes:
     raise OSError(f"no embedded loader found in {exe}")
 
 
+@functools.lru_cache(maxsize=4)
+def _loader(exe: str) -> bytes:
+    return loader_bytes(exe)
+
+
+@functools.lru_cache(maxsize=64)
+def _listing(directory: str) -> tuple[tuple[str, str, str], ...]:
+    """(name, "link"/"dir"/"file", link target) of each entry, sorted: read once per directory of a task image
+    root, which never changes once unpacked (rehearsal/task_image.py: one root per manifest digest)."""
+    out = []
+    for entry in sorted(os.listdir(directory)):
+        full = os.path.join(directory, entry)
+        if os.path.islink(full):
+            out.append((entry, "link", os.readlink(full)))
+        else:
+            out.append((entry, "dir" if os.path.isdir(full) else "file", ""))
+    return tuple(out)
+
+
 def _host_read() -> list[str]:
     return [p for p in HOST_READ if os.path.exists(p)]
 
 
+@functools.cache
+def _pyseccomp_dir() -> list[str]:
+    spec = importlib.util.find_spec("pyseccomp")
+    return ["--path", os.path.dirname(spec.origin)] if spec is not None and spec.origin else []
+
+
 def _confine_argv(read: list[str], write: list[str]) -> list[str]:
-    argv = [sys.executable, "-I", str(CONFINE)]
+    argv = [sys.executable, "-I", "-S", str(CONFINE), *_pyseccomp_dir()]
     for p in read:
         argv += ["--read", p]
     for p in write:
@@ -124,45 +151,46 @@ def command(top: Path, image: Path, own: set[str], argv: list[str], *, qemu: str
         raise RuntimeError("proot is not installed")
     skel = top / "root"
     skel.mkdir()
-    (top / "loader").write_bytes(loader_bytes(exe))
+    (top / "loader").write_bytes(_loader(exe))
     (top / "loader").chmod(0o755)
     binds: list[tuple[str, str]] = []
     usr_local, usr_bin = top / "rw" / "usr-local", top / "usr-bin"
 
     def mirror(src_dir: Path, into: Path, guest: str, skip: set[str]) -> None:
-        for entry in sorted(os.listdir(src_dir)):
+        for entry, kind, target in _listing(str(src_dir)):
             src = src_dir / entry
             if entry in skip:
                 continue
-            if src.is_symlink():
-                (into / entry).symlink_to(os.readlink(src))
-            elif guest == "" and entry == "usr" and src.is_dir():
+            if kind == "link":
+                os.symlink(target, into / entry)
+            elif guest == "" and entry == "usr" and kind == "dir":
                 # /usr as a skeleton of its entries' bindings: /usr/local is the per-run copy, and /usr/bin a
                 # per-run directory holding each image entry bound (as runner._usr_bin_args does for bwrap), so
                 # a stood-in install can put its stand-in at /usr/bin/<tool>.
-                (into / entry).mkdir()
+                os.mkdir(into / entry)
                 mirror(src, into / entry, "/usr", {"local", "bin"} if usr_local.is_dir() else {"bin"})
                 if usr_local.is_dir():
-                    (into / entry / "local").mkdir()
+                    os.mkdir(into / entry / "local")
                     binds.append((str(usr_local), "/usr/local"))
-                if (src / "bin").is_dir() and not (src / "bin").is_symlink():
-                    (into / entry / "bin").mkdir()
-                    usr_bin.mkdir()
+                bin_kind = next((k for e, k, _ in _listing(str(src)) if e == "bin"), None)
+                if bin_kind == "dir":
+                    os.mkdir(into / entry / "bin")
+                    os.mkdir(usr_bin)
                     binds.append((str(usr_bin), "/usr/bin"))
-                    for name in sorted(os.listdir(src / "bin")):
-                        if (src / "bin" / name).is_symlink():
-                            (usr_bin / name).symlink_to(os.readlink(src / "bin" / name))
+                    for name, k, t in _listing(str(src / "bin")):
+                        if k == "link":
+                            os.symlink(t, usr_bin / name)
                         else:
-                            (usr_bin / name).touch()
-                            binds.append((str(src / "bin" / name), f"/usr/bin/{name}"))
-                elif (src / "bin").is_symlink():
-                    (into / entry / "bin").symlink_to(os.readlink(src / "bin"))
-            elif src.is_dir():
-                (into / entry).mkdir()
+                            os.close(os.open(usr_bin / name, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+                            binds.append((f"{src}/bin/{name}", f"/usr/bin/{name}"))
+                elif bin_kind == "link":
+                    os.symlink(next(t for e, _, t in _listing(str(src)) if e == "bin"), into / entry / "bin")
+            elif kind == "dir":
+                os.mkdir(into / entry)
                 rw = top / "rw" / entry
                 binds.append((str(rw if guest == "" and rw.is_dir() else src), f"{guest}/{entry}"))
             else:
-                (into / entry).touch()
+                os.close(os.open(into / entry, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
                 binds.append((str(src), f"{guest}/{entry}"))
 
     mirror(image, skel, "", set(own))
