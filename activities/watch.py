@@ -35,7 +35,6 @@ import contextlib
 import math
 import os
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -134,18 +133,20 @@ class StatusWindow:
     limit: int
     window_s: float = 60.0
     clock: Callable[[], float] = time.monotonic
-    sent: deque = field(default_factory=deque)  # monotonic send times within the window, oldest first
+    # One cell per request in the window: [when it was taken, then when its reply came]. A request counts from
+    # its reply: a request whose wire time came later than its slot (a busy event loop) cannot then bring two
+    # requests on the wire closer than the window allows, whatever the lag.
+    sent: list = field(default_factory=list)
 
     def _trim(self, now: float) -> None:
-        while self.sent and self.sent[0] <= now - self.window_s:
-            self.sent.popleft()
+        self.sent = [c for c in self.sent if c[0] > now - self.window_s]
 
     def free_at(self, at: float | None = None) -> float:
         """The earliest moment at or after ``at`` (default now) when one request may be sent."""
         now = self.clock()
         at = now if at is None else max(at, now)
         self._trim(now)
-        inside = [s for s in self.sent if s > at - self.window_s]
+        inside = sorted(c[0] for c in self.sent if c[0] > at - self.window_s)
         if len(inside) < self.limit:
             return at
         return inside[len(inside) - self.limit] + self.window_s
@@ -154,31 +155,35 @@ class StatusWindow:
         """Seconds until one request may be sent."""
         return max(0.0, self.free_at() - self.clock())
 
-    def take(self) -> None:
+    def take(self) -> list:
         now = self.clock()
         self._trim(now)
-        self.sent.append(now)
+        cell = [now]
+        self.sent.append(cell)
+        return cell
 
-    async def acquire(self, sleep: Callable[[float], object] = asyncio.sleep) -> None:
-        """Wait for a slot (bounded: at most one window) and take it."""
+    def done(self, cell: list) -> None:
+        """The request of ``cell`` has its reply (or failed): it counts from now."""
+        cell[0] = max(cell[0], self.clock())
+
+    async def acquire(self, sleep: Callable[[float], object] = asyncio.sleep) -> list:
+        """Wait for a slot (bounded: at most one window) and take it; ``done`` it when the reply is in."""
         while (wait := self.wait_s()) > 0:
             await sleep(wait)
-        self.take()
+        return self.take()
 
     def ages(self) -> list[float]:
         """Seconds since each request in the window (heartbeat: another attempt starts from them)."""
         now = self.clock()
         self._trim(now)
-        return [round(now - s, 3) for s in self.sent]
+        return sorted(round(now - c[0], 3) for c in self.sent)
 
     def restore(self, ages: list[float]) -> None:
+        """Count the requests of a previous attempt (its heartbeat's ``ages``) unless this window has them."""
         now = self.clock()
-        known = set(self.sent)
-        for a in sorted(ages or [], reverse=True):
-            t = now - float(a)
-            if t > now - self.window_s and t not in known:
-                self.sent.append(t)
-        self.sent = deque(sorted(self.sent))
+        if self.sent:  # the same process's window: it already holds them
+            return
+        self.sent = [[now - float(a)] for a in ages or [] if now - float(a) > now - self.window_s]
 
 
 def status_limit(policy: PolicySettings) -> int:
@@ -310,8 +315,15 @@ class ClusterWatch:
         window allows (a late poll is not caught up with a burst)."""
         return self.window.free_at(due + self.interval())
 
-    async def _acquire(self) -> None:
-        await self.window.acquire(self.sleep)
+    async def _acquire(self) -> list:
+        return await self.window.acquire(self.sleep)
+
+    async def _request(self, cell: list, aw, deadline_s: float):
+        """One status request in the slot ``cell``: the slot counts from its reply."""
+        try:
+            return await asyncio.wait_for(aw, deadline_s)
+        finally:
+            self.window.done(cell)
 
     # ---------------------------------------------------------------- one poll (one request)
     def _active(self) -> list[str]:
@@ -335,10 +347,10 @@ class ClusterWatch:
         if self._paged(ids) and now - self.page_at >= self.paged_listing_every():
             await self._listing_page(iris, ids)  # this slot's request: the next poll comes one interval later
             return
-        await self._acquire()
+        cell = await self._acquire()
         sent = self._next_stamp()
         try:
-            states = await asyncio.wait_for(iris.job_states(ids), POLL_DEADLINE_S)
+            states = await self._request(cell, iris.job_states(ids), POLL_DEADLINE_S)
         except (Unavailable, TimeoutError) as e:
             for j in ids:
                 self._unreachable(j, e)
@@ -384,11 +396,11 @@ class ClusterWatch:
             pair, offset = (0, 0) if pair + 1 >= len(pairs) else (pair + 1, 0)
         prefix, state = pairs[pair]
         self.page_at = now
-        await self._acquire()
+        cell = await self._acquire()
         sent = self._next_stamp()
         try:
-            page, more = await asyncio.wait_for(iris.list_jobs_page(prefix=prefix, state=state, offset=offset),
-                                                POLL_DEADLINE_S)
+            page, more = await self._request(cell, iris.list_jobs_page(prefix=prefix, state=state, offset=offset),
+                                             POLL_DEADLINE_S)
         except (Unavailable, TimeoutError):
             return
         self.listing_at = (pair, offset + len(page)) if more and page else (pair + 1, 0)
@@ -411,10 +423,10 @@ class ClusterWatch:
         the prefix: several builds at once), the listed jobs are taken as listed, the others are seen by the next
         poll, and this prefix is listed a page at a time from then on (``_paged``)."""
         prefix = os.path.commonprefix(ids) or "/"
-        await self._acquire()
+        cell = await self._acquire()
         sent = self._next_stamp()
         try:
-            page, more = await asyncio.wait_for(iris.list_jobs_page(prefix=prefix), POLL_DEADLINE_S * 2)
+            page, more = await self._request(cell, iris.list_jobs_page(prefix=prefix), POLL_DEADLINE_S * 2)
         except (Unavailable, TimeoutError) as e:
             for j in ids:
                 self._unreachable(j, e)
@@ -495,9 +507,9 @@ class ClusterWatch:
         t = self.jobs.get(job_id)
         if t is None:
             return
-        await self._acquire()
+        cell = await self._acquire()
         try:
-            info = await asyncio.wait_for(iris.job_status(job_id, with_tasks=False), POLL_DEADLINE_S)
+            info = await self._request(cell, iris.job_status(job_id, with_tasks=False), POLL_DEADLINE_S)
             t.now = _progress(info, t.now)
             t.detail_needed = False
         except NotFound:

@@ -10,8 +10,8 @@ shortens it) ``--attempts`` times: each attempt ends Transient ("registry: no ve
 
 Requests are counted at a proxy in front of the controller (the activities are configured with the proxy's
 address): log requests (``FetchLogs``) per target and per attempt, and per minute per cluster over the end
-phase; the bench process's peak RSS (VmHWM, which holds the activities, the proxy thread and the client)
-and its CPU over the end phase. Log requests per target must not grow with retries (a retry reads only new
+phase; the bench process's peak RSS (VmHWM: the activities and their clients; the proxy runs in a process of
+its own) and its CPU over the end phase. Log requests per target must not grow with retries (a retry reads only new
 lines, none once the log was complete: activities/log_reads.py).
 
 Prints a Markdown table; asserts nothing. Run: .venv/bin/python bench/end_phase.py [--targets 200]
@@ -25,7 +25,9 @@ import asyncio
 import datetime
 import http.server
 import json
+import multiprocessing
 import os
+import re
 import shutil
 import signal
 import socket
@@ -104,6 +106,36 @@ class LogCountingProxy:
         self.server.shutdown()
 
 
+def _serve_proxy(upstream: str, conn) -> None:
+    """The proxy's own process: a proxy's threads and buffers in the worker's process would count in the
+    worker's RSS. Sends its URL, then on any message its log, and stops."""
+    proxy = LogCountingProxy(upstream)
+    conn.send(proxy.url)
+    conn.recv()
+    conn.send(proxy.log)
+    proxy.stop()
+
+
+class ProxyProcess:
+    def __init__(self, upstream: str):
+        ctx = multiprocessing.get_context("fork")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve_proxy, args=(upstream, child), daemon=True)
+        self._proc.start()
+        self.url = self._conn.recv()
+        self.log: list[tuple[float, str, str]] = []
+
+    def collect(self) -> list[tuple[float, str, str]]:
+        self._conn.send("stop")
+        self.log = self._conn.recv()
+        return self.log
+
+    def stop(self) -> None:
+        if self._proc.is_alive():
+            self._proc.kill()
+        self._proc.join(5)
+
+
 class Unavailable503:
     """A registry that answers 503 to every request (no verdict on anything)."""
 
@@ -168,6 +200,11 @@ def retry_delays(attempts: int, scale: float) -> list[float]:
     return delays
 
 
+def kind(e: BaseException) -> str:
+    """An error's message without job names and numbers: one outcome per kind, not per target."""
+    return re.sub(r"\d+", "N", re.sub(r"/tester/\S+", "<job>", str(e)))[:90]
+
+
 def pct(values: list[float], q: float) -> float:
     v = sorted(values)
     return v[min(len(v) - 1, max(0, round(q / 100 * (len(v) - 1))))] if v else float("nan")
@@ -178,7 +215,7 @@ async def run(args) -> dict:
     ctl = proxy = reg = None
     try:
         ctl = start_iris_controller(state / "iris", timeout_scan_interval_s=1.0)
-        proxy = LogCountingProxy(ctl.url)
+        proxy = ProxyProcess(ctl.url)
         if args.registry == "503":
             reg = Unavailable503()
             host = reg.host
@@ -234,9 +271,9 @@ async def run(args) -> dict:
                     await ActivityEnvironment().run(acts.check_build_log, inp)
                     outcomes["passed"] += 1
                 except Transient as e:
-                    outcomes["no verdict" if "no verdict" in str(e) else f"transient: {str(e)[:80]}"] += 1
+                    outcomes["no verdict" if "no verdict" in str(e) else f"transient: {kind(e)}"] += 1
                 except Exception as e:  # noqa: BLE001 - counted and shown, never hidden
-                    outcomes[f"{type(e).__name__}: {str(e)[:80]}"] += 1
+                    outcomes[f"{type(e).__name__}: {kind(e)}"] += 1
                 spans.append((t0, time.time()))
                 done[k] += 1
                 if done[k] in (1, len(names)):
@@ -251,8 +288,12 @@ async def run(args) -> dict:
         rss_before = vm_kib("VmRSS")
         await asyncio.gather(*(end_phase(n) for n in names))
         t1, cpu = time.time(), time.process_time() - cpu0
+        rss_peak = vm_kib("VmHWM")
+        proxy.collect()
         logs = [(t, j) for t, m, j in proxy.log if m == "FetchLogs" and t0 <= t <= t1]
-        per_target = Counter(j for _, j in logs)
+        # Per target: every FetchLogs its end phases sent (reads and the gap checks of its log, which name no
+        # job on the wire), as the worker counted them beside the saved log (activities/log_reads.py).
+        per_target = {n: (acts.log_reads.load(n).requests if acts.log_reads.load(n) else 0) for n in names}
         per_attempt: list[list[int]] = []  # target -> log requests of each attempt
         for name, spans in attempt_spans.items():
             mine = [t for t, j in logs if j == name]
@@ -265,9 +306,9 @@ async def run(args) -> dict:
                 "slots": acts.log_reads.slots,
                 "outcomes": dict(outcomes), "first_p50": pct(first, 50), "first_max": max(first),
                 "retry_total_max": max(retries), "per_target_max": max(per_target.values(), default=0),
-                "per_target_p50": pct(list(per_target.values()), 50),
+                "per_target_p50": pct(list(per_target.values()), 50), "log_total": len(logs),
                 "log_per_min": len(logs) / minutes, "status": len(status), "wall_s": t1 - t0,
-                "rss_before_mib": rss_before / 1024, "rss_peak_mib": vm_kib("VmHWM") / 1024,
+                "rss_before_mib": rss_before / 1024, "rss_peak_mib": rss_peak / 1024,
                 "cpu_cores": cpu / max(t1 - t0, 1e-9)}
     finally:
         for s in (proxy, reg):
@@ -300,13 +341,14 @@ def main() -> None:
     r = asyncio.run(run(args))
     print(f"\n### End phases with the registry giving no verdict ({datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} "
           f"UTC, load {load[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end)\n")
-    print("| targets | log lines each | registry | log slots | attempts each | outcomes | log req per target: first attempt "
-          "p50 / max | all retries max | per target max | log req/min per cluster | status req | end phase s | "
-          "worker peak RSS MiB (before) | worker CPU cores |")
+    print("| targets | log lines each | registry | log slots | attempts each | outcomes | reads per target: first attempt "
+          "p50 / max | reads in all retries max | all log req per target p50 / max | log req per cluster (per min) | "
+          "status req | end phase s | worker peak RSS MiB (before) | worker CPU cores |")
     print("|---:|---:|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
     print(f"| {r['targets']} | {r['lines']} | {r['registry']} | {r['slots']} | {r['attempts']} | "
           f"{', '.join(f'{k} {v}' for k, v in r['outcomes'].items())} | {r['first_p50']:g} / {r['first_max']} | "
-          f"{r['retry_total_max']} | {r['per_target_max']} | {r['log_per_min']:.1f} | {r['status']} | "
+          f"{r['retry_total_max']} | {r['per_target_p50']:g} / {r['per_target_max']} | {r['log_total']} "
+          f"({r['log_per_min']:.1f}) | {r['status']} | "
           f"{r['wall_s']:.1f} | {r['rss_peak_mib']:.0f} ({r['rss_before_mib']:.0f}) | {r['cpu_cores']:.2f} |")
 
 

@@ -182,8 +182,9 @@ async def test_an_unreachable_controller_is_never_terminal():
 
 
 async def test_jobs_a_listing_poll_finds_changed_reach_the_dispatcher_with_their_new_states():
-    """The listing poll hands changed jobs to the dispatcher only together with their new states, so a
-    dispatcher round that runs while the poll still waits for those states does not read each job alone."""
+    """The listing poll hands changed jobs to the dispatcher only together with their new states (one page of
+    every state: no further request), so a dispatcher round that runs while the listing is still out has
+    nothing to read, and none of them is read alone."""
     from tests.iris.standin_jobs import StandinJobs
 
     jobs = [f"/u/burst-{i}" for i in range(6)]
@@ -196,14 +197,14 @@ async def test_jobs_a_listing_poll_finds_changed_reach_the_dispatcher_with_their
                                       for j in jobs]))
         for j in jobs:
             standin.set_state(j, "succeeded")
-        standin.stall_once = {"GetJobState": 0.5}  # the poll waits for the changed jobs' new states
+        standin.stall_once = {"ListJobs": 0.5}  # the listing is slow to answer
         poll = asyncio.create_task(engine.poll(iris))  # details due: the listing poll
         await asyncio.sleep(0.2)
-        assert standin.requests["GetJobState"] == 1 and not poll.done()
+        assert standin.requests["ListJobs"] == 1 and not poll.done()
         assert await engine.dispatch(iris) == []  # a dispatcher round now has nothing to read yet
         await poll
         assert sorted(await engine.dispatch(iris)) == jobs
-        assert standin.requests["GetJobStatus"] == 0  # one batched ListJobs gave every new state
+        assert standin.requests["GetJobStatus"] == standin.requests["GetJobState"] == 0  # the listing gave them all
         assert all(engine.jobs[j].now.state == "succeeded" for j in jobs)
     finally:
         await iris.aclose()
