@@ -11,7 +11,8 @@ program, so it needs nothing from the image), which is why an emulated target al
 - seccomp still holds: qemu translates the guest's aarch64 syscalls into the host's own x86_64 ones,
   which are what the filter (and proot) see; a guest ``socket(AF_INET)`` is a host ``socket(AF_INET)``
   and fails with EACCES, a guest ``statx`` is a host ``statx`` and gets ENOSYS (glibc falls back to
-  ``newfstatat``, which proot translates). tests/rehearsal/test_arm64_emulation.py checks both.
+  ``newfstatat``, which proot translates). tests/rehearsal/test_arm64_emulation.py refuses the TCP connect
+  of an emulated script; the statx fallback is exercised by every emulated run (its `test -d`, `ls`, `tar`).
 - Landlock lists the emulator as read-only (it is exec'd from the worker's /usr/bin).
 - bwrap cannot do it: inside its namespaces a foreign program still needs binfmt_misc, and proot inside
   bwrap would need the worker's proot and its libraries bound into the task image's root. So with
