@@ -84,7 +84,11 @@ WATCH_RETRY = retry_within(timedelta(hours=2))
 # Target (workflows/target.py)
 POLICY = io_step(timedelta(seconds=30))
 SUBMIT = io_step(timedelta(minutes=5))
-CHECK_LOG = io_step(timedelta(minutes=10))
+# Long enough to wait for a log slot (activities/log_reads.py LOG_SLOTS: at most 16 whole logs in memory per
+# worker) behind 200 targets that ended together: 473 s for the last one at load 7-10 (bench/end_phase.py),
+# which a 10-minute bound would cut and retry at the back of the queue. The wait heartbeats, so a dead worker
+# is still seen within HEARTBEAT_TIMEOUT.
+CHECK_LOG = io_step(timedelta(minutes=30))
 CAPTURE = io_step(timedelta(minutes=10))
 VALIDATE = io_step(timedelta(minutes=10))
 TERMINATE = io_step(timedelta(minutes=2))
