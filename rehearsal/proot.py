@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import itertools
 import os
 import shutil
 import struct
@@ -104,8 +105,18 @@ def _pyseccomp_dir() -> list[str]:
     return ["--path", os.path.dirname(spec.origin)] if spec is not None and spec.origin else []
 
 
-def _confine_argv(read: list[str], write: list[str]) -> list[str]:
-    argv = [sys.executable, "-I", "-S", str(CONFINE), *_pyseccomp_dir()]
+_CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+_NEXT_CPU = itertools.count()
+
+
+def next_cpu() -> int | None:
+    """The CPU the next proot run is kept on (confine.py --cpu: tracer and tracees on one CPU), in turn over
+    the CPUs this worker may use, so the two runs of a target started together go to two CPUs."""
+    return _CPUS[next(_NEXT_CPU) % len(_CPUS)] if _CPUS else None
+
+
+def _confine_argv(read: list[str], write: list[str], cpu: int | None = None) -> list[str]:
+    argv = [sys.executable, "-I", "-S", str(CONFINE), *_pyseccomp_dir(), *([] if cpu is None else ["--cpu", str(cpu)])]
     for p in read:
         argv += ["--read", p]
     for p in write:
@@ -211,7 +222,7 @@ def command(top: Path, image: Path, own: set[str], argv: list[str], *, qemu: str
     if usr_bin.is_dir():
         write.append(str(usr_bin))
     read = [str(image), str(top), exe, *_host_read(), *([qemu] if qemu else [])]
-    out = [*_confine_argv(read, write), exe, "-0", *(["-q", qemu] if qemu else []), "-r", str(skel)]
+    out = [*_confine_argv(read, write, next_cpu()), exe, "-0", *(["-q", qemu] if qemu else []), "-r", str(skel)]
     for src, dst in binds:
         out += ["-b", f"{src}:{dst}"]
     if argv and argv[0].startswith("-"):
