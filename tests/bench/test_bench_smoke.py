@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 import shlex
 import signal
 import subprocess
@@ -48,34 +49,50 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def _run(args: list[str], timeout: float) -> tuple[int, str, str, float]:
-    """Run a bench in its own process group. On a timeout it gets SIGINT first (KeyboardInterrupt: its
-    ``finally`` stops the servers it started in sessions of their own), then its group SIGTERM, SIGKILL."""
+def _run(args: list[str], timeout: float) -> tuple[int, str, str, float, float]:
+    """Run a bench in its own process group: (exit code, stdout, stderr, wall s, CPU s of it and every
+    child it reaped, from ``wait4``). On a timeout it gets SIGINT first (KeyboardInterrupt: its ``finally``
+    stops the servers it started in sessions of their own), then its group SIGTERM, SIGKILL."""
     started = time.monotonic()
     p = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=timeout)
-        return p.returncode, out, err, time.monotonic() - started
-    except subprocess.TimeoutExpired:
-        for sig, wait in ((signal.SIGINT, 30), (signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-            with contextlib.suppress(ProcessLookupError):
-                if sig == signal.SIGINT:
-                    os.kill(p.pid, sig)
-                else:
-                    os.killpg(p.pid, sig)
-            try:
-                out, err = p.communicate(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                out, err = "", ""
-        return -1, out, err + f"\n(timed out after {timeout:.0f} s)", time.monotonic() - started
+    with ThreadPoolExecutor(2) as io:
+        out, err = io.submit(p.stdout.read), io.submit(p.stderr.read)
+
+        def reaped(within: float):
+            end = time.monotonic() + within
+            while time.monotonic() < end:
+                pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+                if pid:
+                    p.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait for it again
+                    return usage.ru_utime + usage.ru_stime
+                time.sleep(0.2)
+            return None
+
+        cpu, note = reaped(timeout), ""
+        if cpu is None:
+            note = f"\n(timed out after {timeout:.0f} s)"
+            for sig, wait in ((signal.SIGINT, 30), (signal.SIGTERM, 10), (signal.SIGKILL, 1e9)):
+                with contextlib.suppress(ProcessLookupError):
+                    if sig == signal.SIGINT:
+                        os.kill(p.pid, sig)
+                    else:
+                        os.killpg(p.pid, sig)
+                if (cpu := reaped(wait)) is not None:
+                    break
+        rc = p.returncode if not note else -1
+        return rc, out.result(), err.result() + note, time.monotonic() - started, cpu
 
 
 def test_every_script_under_bench_is_a_bench_or_a_named_helper():
     assert len(BENCHES) >= 14, BENCHES
     for helper in HELPERS:
         assert (BENCH / helper).exists(), f"{helper} is listed as a helper but no longer exists"
+
+
+def _cpu(who: int) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
 
 
 def attaches(bench: str) -> bool:
@@ -104,7 +121,7 @@ def schedule(benches: list[str], slots: int, stack_ready, run) -> dict[str, tupl
             try:
                 runs[bench] = run(bench)
             except Exception as e:  # noqa: BLE001 - a slot that died would leave its bench unreported
-                runs[bench] = (-1, "", f"the smoke test could not run it: {e!r}", 0.0)
+                runs[bench] = (-1, "", f"the smoke test could not run it: {e!r}", 0.0, 0.0)
 
     threads = [threading.Thread(target=slot, daemon=True) for _ in range(slots)]
     for t in threads:
@@ -120,6 +137,7 @@ def test_every_bench_runs_at_its_smoke_size_and_prints_its_table(tmp_path):
     only its own remotes, GitHub stand-in and task queue on it (bench/_stack.py)."""
     assert {"pipeline_e2e.py", "resume_after_kill.py", "refusal.py", "approve_at_green.py"} <= \
         {b for b in BENCHES if attaches(b)}
+    cpu0 = _cpu(resource.RUSAGE_CHILDREN) + _cpu(resource.RUSAGE_SELF)
     with ThreadPoolExecutor(1) as starter:
         stack = starter.submit(lambda: SandboxStack(tmp_path / "stack").start())
 
@@ -129,7 +147,7 @@ def test_every_bench_runs_at_its_smoke_size_and_prints_its_table(tmp_path):
             try:
                 stack_json = stack.result().stack_json
             except Exception as e:  # noqa: BLE001 - every attaching bench reports it
-                return -1, "", f"the shared sandbox stack did not start: {e}", 0.0
+                return -1, "", f"the shared sandbox stack did not start: {e}", 0.0, 0.0
             return _run([f"bench/{bench}", "--smoke", "--stack", str(stack_json)], SMOKE_TIMEOUT_S)
 
         try:
@@ -138,14 +156,18 @@ def test_every_bench_runs_at_its_smoke_size_and_prints_its_table(tmp_path):
         finally:
             with contextlib.suppress(Exception):
                 stack.result().stop()
+    stack_cpu = _cpu(resource.RUSAGE_CHILDREN) + _cpu(resource.RUSAGE_SELF) - cpu0 - sum(r[4] for r in runs.values())
     wrong = []
-    for bench, (rc, out, err, took) in runs.items():
+    for bench, (rc, out, err, took, _) in runs.items():
         tail = "\n    ".join(err.strip().splitlines()[-12:])
         if rc != 0:
             wrong.append(f"bench/{bench} --smoke exited {rc} after {took:.0f} s:\n    {tail}")
         elif not TABLE_RULE.search(out):
             wrong.append(f"bench/{bench} --smoke printed no Markdown table:\n{out[-1500:]}")
-    print("smoke runs (s): " + ", ".join(f"{b} {r[3]:.0f}" for b, r in sorted(runs.items(), key=lambda x: -x[1][3])))
+    print("smoke runs (wall s / CPU s): " + ", ".join(
+        f"{b} {r[3]:.0f}/{r[4]:.0f}" for b, r in sorted(runs.items(), key=lambda x: -x[1][3])))
+    print(f"the shared stack (services reaped by this process, stand-ins' threads): {stack_cpu:.0f} CPU s; "
+          f"all benches: {sum(r[4] for r in runs.values()):.0f} CPU s; load {os.getloadavg()[0]:.1f}")
     assert not wrong, "\n".join(wrong)
 
 
@@ -157,7 +179,7 @@ def test_the_schedule_starts_an_attaching_bench_only_once_the_stack_is_up():
         started.append((bench, ready.is_set()))
         if bench == "redaction.py":  # the last non-attaching bench: the stack comes up while it runs
             ready.set()
-        return 0, "", "", 0.0
+        return 0, "", "", 0.0, 0.0
 
     benches = ["pipeline_e2e.py", "refusal.py", "redaction.py", "log_loss.py"]
     runs = schedule(benches, 2, ready.is_set, run)
@@ -214,7 +236,7 @@ def test_every_printed_bench_command_names_a_script_and_flags_it_accepts(help_te
         if not (ROOT / script).exists():
             wrong.append(f"{where}: `{command}`: {script} does not exist")
             continue
-        rc, out, err, _ = help_texts[script]
+        rc, out, err, *_ = help_texts[script]
         if rc != 0:
             wrong.append(f"{where}: `{command}`: {script} --help exited {rc}: {err.strip()[-300:]}")
             continue
@@ -247,7 +269,7 @@ def test_every_printed_bench_command_runs_as_printed():
 
 def test_a_command_with_an_unknown_flag_is_caught(help_texts):
     """The check above fails on a command the script would refuse (a flag it does not have)."""
-    rc, out, _, _ = help_texts["bench/monitoring.py"]
+    rc, out, *_ = help_texts["bench/monitoring.py"]
     accepted = set(re.findall(r"(--[a-z][a-z0-9-]*)", out))
     _, flags = flags_of(".venv/bin/python bench/monitoring.py --lead 75 --no-such-flag 3")
     assert rc == 0 and [f for f in flags if f not in accepted] == ["--no-such-flag"]
