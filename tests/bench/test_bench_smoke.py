@@ -34,13 +34,14 @@ HELPERS = {"monitor_worker.py": "the worker process bench/monitoring.py starts (
 BENCHES = sorted(p.name for p in BENCH.glob("*.py") if p.name not in HELPERS and not p.name.startswith("_"))
 SMOKE_TIMEOUT_S = 420.0  # one bench under a loaded machine (2 cores shared); idle they take 1-30 s
 PARALLEL = 4
-# Smoke seconds measured side by side (4 at once, load ~20, 1b849da): the pool starts the longest first, so
-# the last one to finish is not a long bench started late (238 s wall for 761 s of runs in alphabetical
-# order). A bench not listed is started first (its length is unknown).
-SMOKE_S = {"pipeline_e2e.py": 133, "resume_after_kill.py": 111, "refusal.py": 86, "monitoring.py": 79,
-           "approve_at_green.py": 66, "registry_validation.py": 49, "rehearsal.py": 49, "watcher_scale.py": 41,
-           "log_loss.py": 37, "rehearsal_compare.py": 29, "pr_watch_requests.py": 28, "iris_compat.py": 25,
-           "suite_under_load.py": 18, "redaction.py": 10}
+# Smoke seconds measured side by side (4 at once on one shared stack, load 5-10, h/smoke at 4e7a5f4+2): a
+# free slot takes the longest bench it may start, so the last one to finish is not a long bench started
+# late (238 s wall for 761 s of runs in alphabetical order, 1b849da). A bench not listed is started first
+# (its length is unknown). The attaching benches start once the shared stack is up (about a minute).
+SMOKE_S = {"rehearsal.py": 52, "monitoring.py": 45, "resume_after_kill.py": 40, "pipeline_e2e.py": 35,
+           "end_phase.py": 30, "registry_validation.py": 28, "watcher_scale.py": 24, "refusal.py": 19,
+           "log_loss.py": 15, "rehearsal_compare.py": 15, "pr_watch_requests.py": 11, "approve_at_green.py": 10,
+           "suite_under_load.py": 6, "iris_compat.py": 6, "redaction.py": 2}
 DOCS = [ROOT / "docs" / "benchmarks.md", BENCH / "README.md", ROOT / "README.md"]
 TABLE_RULE = re.compile(r"^\|(\s*:?-{3,}:?\s*\|)+\s*$", re.M)
 
