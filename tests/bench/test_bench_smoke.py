@@ -3,7 +3,8 @@ table, and every bench command printed in docs/benchmarks.md (and the bench READ
 exists and flags it accepts.
 
 Why subprocesses, several at once: a bench is run as printed (``.venv/bin/python bench/X.py``), with its
-own servers; most of the time goes to waiting on them, so running the smoke runs side by side keeps the
+own servers (the four that start a sandbox stack attach to one started here, ``--stack``, bench/_stack.py:
+a stack costs about 10 CPU seconds and a minute of a loaded machine); most of the time goes to waiting, so running the smoke runs side by side keeps the
 total near the slowest one. One test runs them all (under pytest-xdist a parametrized set would start the
 runs once per worker) and names every bench that failed, with the tail of its stderr.
 """
