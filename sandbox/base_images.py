@@ -19,7 +19,7 @@ import tarfile
 
 import httpx
 
-from sandbox.task_image import OCI_CONFIG, OCI_INDEX, OCI_LAYER, OCI_MANIFEST, _digest, _put_blob
+from sandbox.task_image import OCI_INDEX, OCI_MANIFEST, _digest, push_manifest
 
 # (registry it stands in for, repository there, tag)
 STANDIN_BASES = (
@@ -56,17 +56,9 @@ def push_image(registry_host: str, repository: str, tag: str, platforms: tuple[s
                                  "config": {"Labels": {"org.opencontainers.image.description":
                                                        f"gpu-rl-builder sandbox stand-in for {repository}:{tag}"}}},
                                 sort_keys=True).encode()
-            layer = _put_blob(http, base, repository, blob)
-            cfg = _put_blob(http, base, repository, config)
-            manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                                   "config": {"mediaType": OCI_CONFIG, "digest": cfg, "size": len(config)},
-                                   "layers": [{"mediaType": OCI_LAYER, "digest": layer, "size": len(blob)}]}).encode()
+            manifest = push_manifest(http, base, repository, blob, config, tag=None if index else tag)
             if not index:
-                http.put(f"{base}/v2/{repository}/manifests/{tag}", content=manifest,
-                         headers={"Content-Type": OCI_MANIFEST}).raise_for_status()
                 return _digest(manifest)
-            http.put(f"{base}/v2/{repository}/manifests/{_digest(manifest)}", content=manifest,
-                     headers={"Content-Type": OCI_MANIFEST}).raise_for_status()
             entries.append({"mediaType": OCI_MANIFEST, "digest": _digest(manifest), "size": len(manifest),
                             "platform": {"os": os_, "architecture": arch}})
         data = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}).encode()

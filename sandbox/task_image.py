@@ -246,6 +246,21 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def push_manifest(http: httpx.Client, base: str, repo: str, blob: bytes, config: bytes,
+                  tag: str | None = None) -> bytes:
+    """Push one single-layer OCI image (its layer, config and manifest) and return the manifest's bytes; the
+    manifest goes to ``tag`` if given, else to its own digest (an index entry). Shared by the stand-in task
+    image and the stand-in bases (sandbox/base_images.py)."""
+    layer = _put_blob(http, base, repo, blob)
+    cfg = _put_blob(http, base, repo, config)
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                           "config": {"mediaType": OCI_CONFIG, "digest": cfg, "size": len(config)},
+                           "layers": [{"mediaType": OCI_LAYER, "digest": layer, "size": len(blob)}]}).encode()
+    http.put(f"{base}/v2/{repo}/manifests/{tag or _digest(manifest)}", content=manifest,
+             headers={"Content-Type": OCI_MANIFEST}).raise_for_status()
+    return manifest
+
+
 def _put_blob(http: httpx.Client, base: str, repo: str, data: bytes) -> str:
     digest = _digest(data)
     if http.head(f"{base}/v2/{repo}/blobs/{digest}").status_code == 200:
@@ -275,13 +290,7 @@ def push_task_image(registry_host: str, *, repository: str = REPOSITORY, tag: st
                                                        f"gpu-rl-builder sandbox stand-in task image ({source}; no "
                                                        "jq, python3, curl, git)" + (f"; {note}" if note else "")}}},
                                 sort_keys=True).encode()
-            layer = _put_blob(http, base, repository, blob)
-            cfg = _put_blob(http, base, repository, config)
-            manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                                   "config": {"mediaType": OCI_CONFIG, "digest": cfg, "size": len(config)},
-                                   "layers": [{"mediaType": OCI_LAYER, "digest": layer, "size": len(blob)}]}).encode()
-            http.put(f"{base}/v2/{repository}/manifests/{_digest(manifest)}", content=manifest,
-                     headers={"Content-Type": OCI_MANIFEST}).raise_for_status()
+            manifest = push_manifest(http, base, repository, blob, config)
             entries.append({"mediaType": OCI_MANIFEST, "digest": _digest(manifest), "size": len(manifest),
                             "platform": {"os": "linux", "architecture": arch}})
         index = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}).encode()
