@@ -39,8 +39,6 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -48,6 +46,7 @@ from temporalio.testing import ActivityEnvironment  # noqa: E402
 
 from activities.build import BuildActivities  # noqa: E402
 from activities.errors import Transient  # noqa: E402
+from bench._proxy import RelayProxy  # noqa: E402
 from clients.iris import IrisClient  # noqa: E402
 from domain.config import ServiceConfig  # noqa: E402
 from domain.markers import Marker  # noqa: E402
@@ -60,50 +59,24 @@ from workflows.options import BACKOFF, INITIAL_INTERVAL, MAX_INTERVAL  # noqa: E
 ARCH_LINE = "[arch] build host=x86_64"
 
 
-class LogCountingProxy:
+class LogCountingProxy(RelayProxy):
     """A reverse proxy to the controller recording (time, RPC method, job) of every request; the job is
     read from the request body (``FetchLogs`` ``source``, ``GetJobStatus`` ``jobId``)."""
 
     def __init__(self, upstream: str):
-        self.upstream = upstream.rstrip("/")
         self.log: list[tuple[float, str, str]] = []
-        lock = threading.Lock()
-        outer = self
+        self._lock = threading.Lock()
+        super().__init__(upstream)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            client = httpx.Client(timeout=60)
-
-            def log_message(self, *a):  # quiet
-                pass
-
-            def do_POST(self):  # noqa: N802
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                rpc = self.path.rsplit("/", 1)[-1]
-                job = ""
-                try:
-                    d = json.loads(body or b"{}")
-                    job = (d.get("source") or d.get("jobId") or d.get("job_id") or "").rstrip("/")
-                except ValueError:
-                    pass
-                with lock:
-                    outer.log.append((time.time(), rpc, job))
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                r = self.client.post(outer.upstream + self.path, content=body, headers=headers)
-                self.send_response(r.status_code)
-                for k, v in r.headers.items():
-                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(r.content)))
-                self.end_headers()
-                self.wfile.write(r.content)
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
+    def seen(self, t0: float, rpc: str, body: bytes) -> None:
+        job = ""
+        try:
+            d = json.loads(body or b"{}")
+            job = (d.get("source") or d.get("jobId") or d.get("job_id") or "").rstrip("/")
+        except ValueError:
+            pass
+        with self._lock:
+            self.log.append((t0, rpc, job))
 
 
 def _serve_proxy(upstream: str, conn) -> None:

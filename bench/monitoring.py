@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import contextlib
 import datetime
-import http.server
 import json
 import os
 import shutil
@@ -48,6 +47,7 @@ from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
+from bench._proxy import RelayProxy  # noqa: E402
 from bench.pipeline_e2e import proc_cpu_s, proc_hwm_kib  # noqa: E402
 from clients.iris import IrisClient  # noqa: E402
 from domain.config import PolicySettings  # noqa: E402
@@ -80,55 +80,27 @@ def terminal_ids(method: str, content: bytes) -> list[str]:
     return [j.get("jobId", "") for j in jobs if str(j.get("state")) in TERMINAL_STATES]
 
 
-class CountingProxy:
+class CountingProxy(RelayProxy):
     """A reverse proxy to the controller that records (time, RPC method) of every request, how long the
     controller took to answer it, and when a status reply first reported each job terminal."""
 
     def __init__(self, upstream: str):
-        self.upstream = upstream.rstrip("/")
         self.log: list[tuple[float, str]] = []
         self.latency: list[tuple[float, str, float]] = []  # (start, method, seconds to the reply)
         self.first_terminal: dict[str, float] = {}  # job id -> when a reply first said it is terminal
-        lock = threading.Lock()
-        outer = self
+        self._lock = threading.Lock()
+        super().__init__(upstream, methods=("POST", "GET"))
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            client = httpx.Client(timeout=60)
+    def seen(self, t0: float, rpc: str, body: bytes) -> None:
+        with self._lock:
+            self.log.append((t0, rpc))
 
-            def log_message(self, *a):  # quiet
-                pass
-
-            def _forward(self, method: str) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                t0, rpc = time.time(), self.path.rsplit("/", 1)[-1]
-                with lock:
-                    outer.log.append((t0, rpc))
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                r = self.client.request(method, outer.upstream + self.path, content=body, headers=headers)
-                t1 = time.time()
-                ended = terminal_ids(rpc, r.content) if r.status_code == 200 else []
-                with lock:
-                    outer.latency.append((t0, rpc, t1 - t0))
-                    for j in ended:
-                        outer.first_terminal.setdefault(j, t1)
-                self.send_response(r.status_code)
-                for k, v in r.headers.items():
-                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(r.content)))
-                self.end_headers()
-                self.wfile.write(r.content)
-
-            def do_POST(self):  # noqa: N802
-                self._forward("POST")
-
-            def do_GET(self):  # noqa: N802
-                self._forward("GET")
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def answered(self, t0: float, t1: float, rpc: str, reply: httpx.Response) -> None:
+        ended = terminal_ids(rpc, reply.content) if reply.status_code == 200 else []
+        with self._lock:
+            self.latency.append((t0, rpc, t1 - t0))
+            for j in ended:
+                self.first_terminal.setdefault(j, t1)
 
     def count(self, since: float, until: float) -> Counter:
         return Counter(m for t, m in self.log if since <= t <= until)
@@ -141,9 +113,6 @@ class CountingProxy:
                 by.setdefault(m, []).append(d)
         return {m: {"n": len(v), "p50": round(pct(v, 50), 3), "p95": round(pct(v, 95), 3), "max": round(max(v), 3)}
                 for m, v in sorted(by.items())}
-
-    def stop(self) -> None:
-        self.server.shutdown()
 
 
 # ------------------------------------------------------------------------------ worker process

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import uuid
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -345,6 +347,24 @@ def test_codec_settings_name_the_key_at_fault(monkeypatch):
     assert two.primary == "new" and set(two.by_id) == {"new", "old"}
 
 
+@contextlib.asynccontextmanager
+async def _decode_poster(text: str, **operator_access) -> AsyncIterator:
+    """A codec server (``CodecApp`` with no static tokens and ``operator_access``: operators, login_of,
+    operator_of) over one payload sealed from ``text``; yields ``post(token)``, a ``/decode`` of that
+    payload with ``Authorization: Bearer <token>``. Shared by the operator-access tests."""
+    codec = RedactingCodec(Keys(primary="k", by_id={"k": os.urandom(32)}))
+    (sealed,) = await codec.encode([pydantic_data_converter.payload_converter.to_payload(text)])
+    server = CodecServer(CodecApp(codec, "default", [], **operator_access), "127.0.0.1", 0, [])
+    body = {"payloads": [json.loads(MessageToJson(sealed))]}
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", timeout=30) as http:
+            def post(token):
+                return http.post("/decode", json=body, headers={"Authorization": f"Bearer {token}"})
+            yield post
+    finally:
+        server.close()
+
+
 async def test_the_codec_server_lets_in_operators_by_their_github_token_only(github_standin):
     """``github_operators``: the token the UI passes is asked ``GET /user`` (the GitHub stand-in); a login
     in operators.logins decodes, another login is 403, an unknown token 401."""
@@ -353,23 +373,13 @@ async def test_the_codec_server_lets_in_operators_by_their_github_token_only(git
     gh = github_standin
     gh.handle.add_token("tok-alice-0123456789", "alice")
     gh.handle.add_token("tok-mallory-0123456789", "mallory")
-    codec = RedactingCodec(Keys(primary="k", by_id={"k": os.urandom(32)}))
-    (sealed,) = await codec.encode([pydantic_data_converter.payload_converter.to_payload("hello")])
-    app = CodecApp(codec, "default", [], operators={"Alice"}, login_of=github_login_reader(gh.api_url))
-    server = CodecServer(app, "127.0.0.1", 0, [])
-    body = {"payloads": [json.loads(MessageToJson(sealed))]}
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", timeout=30) as http:
-            def post(token):
-                return http.post("/decode", json=body, headers={"Authorization": f"Bearer {token}"})
-            ok = await post("tok-alice-0123456789")
-            assert ok.status_code == 200, ok.text
-            assert json.loads(base64.b64decode(ok.json()["payloads"][0]["data"])) == "hello"
-            other = await post("tok-mallory-0123456789")
-            assert other.status_code == 403 and "mallory is not an operator" in other.text
-            assert (await post("tok-nobody-0123456789")).status_code == 401
-    finally:
-        server.close()
+    async with _decode_poster("hello", operators={"Alice"}, login_of=github_login_reader(gh.api_url)) as post:
+        ok = await post("tok-alice-0123456789")
+        assert ok.status_code == 200, ok.text
+        assert json.loads(base64.b64decode(ok.json()["payloads"][0]["data"])) == "hello"
+        other = await post("tok-mallory-0123456789")
+        assert other.status_code == 403 and "mallory is not an operator" in other.text
+        assert (await post("tok-nobody-0123456789")).status_code == 401
 
 
 async def test_the_codec_server_lets_in_members_of_operator_teams_as_approve_merge_does(github_standin):
@@ -392,26 +402,16 @@ async def test_the_codec_server_lets_in_members_of_operator_teams_as_approve_mer
         reads.append(1)
         return gh.client()
 
-    codec = RedactingCodec(Keys(primary="k", by_id={"k": os.urandom(32)}))
-    (sealed,) = await codec.encode([pydantic_data_converter.payload_converter.to_payload("hello team")])
-    app = CodecApp(codec, "default", [], operators=ops, login_of=github_login_reader(gh.api_url),
-                   operator_of=operator_checker(ops, github))
-    server = CodecServer(app, "127.0.0.1", 0, [])
-    body = {"payloads": [json.loads(MessageToJson(sealed))]}
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", timeout=30) as http:
-            def post(token):
-                return http.post("/decode", json=body, headers={"Authorization": f"Bearer {token}"})
-            member = await post("tok-carol-0123456789")
-            assert member.status_code == 200, member.text
-            assert json.loads(base64.b64decode(member.json()["payloads"][0]["data"])) == "hello team"
-            assert (await post("tok-alice-0123456789")).status_code == 200  # by login: no membership read
-            other = await post("tok-mallory-0123456789")
-            assert other.status_code == 403 and "mallory is not an operator" in other.text, other.text
-            assert len(reads) == 2  # carol and mallory, once each
-            assert (await post("tok-carol-0123456789")).status_code == 200 and len(reads) == 2  # cached
-    finally:
-        server.close()
+    async with _decode_poster("hello team", operators=ops, login_of=github_login_reader(gh.api_url),
+                              operator_of=operator_checker(ops, github)) as post:
+        member = await post("tok-carol-0123456789")
+        assert member.status_code == 200, member.text
+        assert json.loads(base64.b64decode(member.json()["payloads"][0]["data"])) == "hello team"
+        assert (await post("tok-alice-0123456789")).status_code == 200  # by login: no membership read
+        other = await post("tok-mallory-0123456789")
+        assert other.status_code == 403 and "mallory is not an operator" in other.text, other.text
+        assert len(reads) == 2  # carol and mallory, once each
+        assert (await post("tok-carol-0123456789")).status_code == 200 and len(reads) == 2  # cached
 
 
 async def test_the_starter_shows_a_retried_steps_encoded_failure_message():
