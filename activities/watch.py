@@ -639,16 +639,25 @@ class WatchActivities(ActivityGroup):
 
     @activity.defn
     async def watch_job(self, inp: WatchJobInput) -> JobProgress:
-        """Read the job's state now and register it with its cluster's watcher (signal-with-start: the
-        watcher is started when none runs). Idempotent: a re-registration replaces the previous one. The
+        """Register the job with its cluster's watcher (signal-with-start: the watcher is started when none
+        runs) and return what is known of it. Idempotent: a re-registration replaces the previous one. The
         marker texts go to a watcher run once per contract (``_register``); a registration names their key.
 
-        A safety re-check (``known`` set) first looks at the watcher's heartbeat: when the watcher is
-        alive and has told this target what it knows, the watcher's live progress is returned and the
-        controller is not asked at all (so safety re-checks cost no Iris request).
+        Sends no request to the controller: every status request of a cluster is the watcher's and takes a
+        slot of its ``StatusWindow`` (``policy.watch_status_budget_per_min`` in any sliding minute). Before,
+        each registration read ``GetJobStatus`` outside that window: 200 targets starting together sent 200
+        status requests in a minute on top of the watcher's 12 (issue 37). A first registration returns the
+        state as ``unknown``; the watcher's next poll (one interval, 5 s) reads it and wakes the target with it,
+        a job that has already ended included.
 
-        Heartbeats throughout: a slow Temporal or controller under a start of hundreds of targets makes a
-        slow registration (bounded: REGISTER_ATTEMPTS, the Iris client's retries), never a heartbeat timeout."""
+        A safety re-check (``known`` set) looks at the watcher's heartbeat: when the watcher is alive and has
+        told this target what it knows, the watcher's live progress is returned. Otherwise (no watcher, a stale
+        heartbeat, a record that disagrees) the job is registered again with ``known``: that starts a closed
+        watcher, and makes a running one re-send anything that differs from ``known`` (``ClusterWatch._adopt``);
+        a watcher whose poll activity is stuck is retried by its own heartbeat timeout.
+
+        Heartbeats throughout: a slow Temporal under a start of hundreds of targets makes a slow registration
+        (bounded: REGISTER_ATTEMPTS), never a heartbeat timeout."""
         async with Heartbeater(HEARTBEAT_EVERY_S):
             return await self._watch_job(inp)
 
@@ -658,17 +667,9 @@ class WatchActivities(ActivityGroup):
                                            inp.known)
             if seen is not None:
                 return seen
+            activity.logger.warning(f"the {inp.cluster} watcher has no fresh record of {inp.job_id}; registering "
+                                    "it again (the watcher re-reads it on its next poll)")
         progress = (inp.known or JobProgress(job_id=inp.job_id, state="unknown", terminal=False)).model_copy()
-        async with iris_client(self.config, inp.cluster, transport=self._transport) as iris:
-            try:
-                progress = _progress(await iris.job_status(inp.job_id, with_tasks=False), progress)
-            except NotFound:
-                progress = progress.model_copy(update=dict(
-                    state="missing", terminal=True, missing=True, controller_reachable=True,
-                    error=f"{inp.job_id} is no longer known to the controller (pruned?); not a success"))
-            except Unavailable as e:
-                progress = progress.model_copy(update=dict(controller_reachable=False,
-                                                           error=f"controller unreachable: {e}"))
         if progress.terminal:
             return progress  # nothing to watch
         await _register(activity.client(), watcher_id(inp.cluster, activity.info().task_queue), inp, progress)

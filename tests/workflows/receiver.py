@@ -85,9 +85,21 @@ class SupersededWatcher:
 
 @workflow.defn
 class Registrant:
-    """A target's registration step alone: ``watch_job`` with the production options
-    (tests/workflows/test_watch_registration.py)."""
+    """A target's registration step alone: ``watch_job`` with the production options, then (the registration
+    reads nothing: the state is ``unknown``) the watcher's wake-up with the state its poll read, bounded
+    (tests/workflows/test_watch_registration.py). Register it under its own workflow id."""
+
+    def __init__(self) -> None:
+        self.told: JobProgress | None = None
+
+    @workflow.signal
+    def job_changed(self, progress: JobProgress) -> None:
+        self.told = progress
 
     @workflow.run
     async def run(self, inp: WatchJobInput) -> JobProgress:
-        return await workflow.execute_activity("watch_job", inp, result_type=JobProgress, **options.WATCH_JOB)
+        known = await workflow.execute_activity("watch_job", inp, result_type=JobProgress, **options.WATCH_JOB)
+        if known.state != "unknown":
+            return known
+        await workflow.wait_condition(lambda: self.told is not None, timeout=timedelta(minutes=3))
+        return self.told

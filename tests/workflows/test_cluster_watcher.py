@@ -95,8 +95,8 @@ async def test_one_watcher_serves_every_running_target_with_one_request_per_poll
                  for e in (await h.fetch_history()).events
                  if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
         assert names == ["policy", "submit_job", "watch_job", "check_build_log", "validate_image"], names
-    # The watcher: one GetJobState per poll for all targets together; a status read per registration
-    # (watch_job) and per change, never per target per interval.
+    # The watcher: one GetJobState per poll for all targets together; no status read per registration
+    # (watch_job asks the controller nothing), at most one per change, never per target per interval.
     polls = 0
     for e in (await watcher.fetch_history()).events:
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
@@ -104,9 +104,9 @@ async def test_one_watcher_serves_every_running_target_with_one_request_per_poll
             polls += res["polls"] if isinstance(res, dict) else res.polls
     assert polls >= 2
     assert recorder.requests["GetJobState"] <= polls  # polls with nothing to watch send nothing
-    # Per job: watch_job's read, then one per observed change (pending → running → succeeded, and at most
-    # one more when a tick catches the job between two states); never one per poll (polls × N).
-    reads_per_job = 1 + 3
+    # Per job: at most one per observed change (pending → running → succeeded, and at most one more when a
+    # tick catches the job between two states); never one per poll (polls × N), none at registration.
+    reads_per_job = 3
     assert recorder.requests["GetJobStatus"] <= N_TARGETS * reads_per_job < N_TARGETS * polls
     assert recorder.requests["FetchLogs"] <= N_TARGETS * 4  # 3 s jobs, a 2 s progress cadence
 

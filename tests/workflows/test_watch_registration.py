@@ -6,22 +6,31 @@ same moment, a stand-in job list on the Iris side, and the worker pair ``worker.
 and the watcher's own queue). Before: one signal-with-start per registration, all on the watcher's one
 workflow, and ``watch_job`` never heartbeated — 26 of 200 timed out on a loaded machine. Now registrations
 that arrive while one is in flight go together in one ``watch_many`` signal, and ``watch_job`` heartbeats.
+
+Every status request of the cluster is the watcher's, inside its window of ``watch_status_budget_per_min``
+(12) in any sliding minute: a registration asks the controller nothing, the watcher's poll reads the states and
+wakes the targets with them. Before, each ``watch_job`` read ``GetJobStatus`` outside the window: 200 in the
+minute of the start (this test then fails on the wire count).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import uuid
 from datetime import timedelta
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
 from activities import watch as watch_module
 from activities.watch import WatchActivities
-from domain.config import ServiceConfig
+from domain.config import PolicySettings, ServiceConfig
+from domain.models import JobProgress
 from domain.watch import PageRequest, WatchJobInput, WatchPage, watcher_id, watcher_task_queue
+from tests.activities.test_watch_status_cap import STATUS, most_in_a_minute
 from tests.iris.standin_jobs import StandinJobs
 from tests.workflows.receiver import Registrant
 from tests.workflows.standins import eventually
@@ -56,7 +65,7 @@ async def test_200_targets_starting_together_register_without_a_timeout(temporal
             Worker(temporal_client, task_queue=watcher_task_queue(tq), workflows=[IrisWatcherWorkflow],
                    activities=[watch.watch_cluster]):
         handles = await asyncio.gather(*(temporal_client.start_workflow(
-            Registrant.run, WatchJobInput(cluster=cluster, job_id=j, workflow_id=f"t-{run}-{i}", markers=MARKERS,
+            Registrant.run, WatchJobInput(cluster=cluster, job_id=j, workflow_id=f"reg-{run}-{i}", markers=MARKERS,
                                           registered_at="2026-12-01T00:00:00+00:00"),
             id=f"reg-{run}-{i}", task_queue=tq, execution_timeout=timedelta(minutes=5))
             for i, j in enumerate(jobs)))
@@ -73,7 +82,12 @@ async def test_200_targets_starting_together_register_without_a_timeout(temporal
                 signals += 1
         await temporal_client.get_workflow_handle(wid).terminate("test over")
 
+    # Each target learned its job's state from the watcher's poll (the registration read nothing).
     assert [r.state for r in results] == ["pending"] * N_TARGETS
+    # Every status request the controller saw was the watcher's, within its cap in any sliding minute.
+    status_at = [t for m, _, t in iris.calls if m in STATUS]
+    assert iris.requests["GetJobStatus"] == 0, dict(iris.requests)
+    assert most_in_a_minute(status_at) <= PolicySettings().watch_status_budget_per_min, dict(iris.requests)
     # No registration timed out or was retried: every watch_job completed on its first attempt.
     timed_out, retried = [], []
     for h in handles:
@@ -91,3 +105,31 @@ async def test_200_targets_starting_together_register_without_a_timeout(temporal
     print(f"{N_TARGETS} registrations in {sent} signal-with-starts")
     # The watcher runs on its own queue: its tasks never wait behind the targets'.
     assert desc.task_queue == watcher_task_queue(tq)
+
+
+async def test_a_safety_recheck_without_a_live_watcher_registers_again_and_asks_the_controller_nothing(
+        temporal_client, tmp_path):
+    """No watcher heartbeat to answer a target's safety re-check: ``watch_job`` registers the job again with
+    what the target knows (starting the watcher) instead of reading ``GetJobStatus`` outside the watcher's
+    window; the watcher's next poll re-reads it. Before, the re-check read the controller itself."""
+    run = uuid.uuid4().hex[:8]
+    cluster, tq = f"recheck-{run}", f"tq-recheck-{run}"
+    job = f"/runner/recheck-{run}"
+    iris = StandinJobs({job: "succeeded"})
+    watch = WatchActivities(_config(tmp_path, cluster), transport=iris)
+    env = ActivityEnvironment(client=temporal_client)
+    env.info = dataclasses.replace(env.info, task_queue=tq)
+    known = JobProgress(job_id=job, state="running", terminal=False)
+    got = await env.run(watch.watch_job, WatchJobInput(cluster=cluster, job_id=job, workflow_id=f"t-{run}",
+                                                       markers=MARKERS, known=known,
+                                                       registered_at="2026-12-01T00:10:00+00:00"))
+    assert not iris.requests, dict(iris.requests)
+    assert got == known
+    wid = watcher_id(cluster, tq)
+    registered = []
+    async for e in temporal_client.get_workflow_handle(wid).fetch_history_events():
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            (arg,) = await temporal_client.data_converter.decode(e.workflow_execution_signaled_event_attributes.input.payloads)
+            registered.extend(arg)
+    await temporal_client.get_workflow_handle(wid).terminate("test over")
+    assert [(r["job_id"], r["known"]["state"]) for r in registered] == [(job, "running")]

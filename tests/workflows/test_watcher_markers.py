@@ -115,7 +115,7 @@ async def test_marker_texts_reach_a_watcher_run_once_per_contract_and_survive_co
                       activities=[watch.watch_cluster]):
         receivers = {j: await temporal_client.start_workflow(EndReceiver.run, id=f"recv-{run}-{j.rsplit('/', 1)[1]}",
                                                              task_queue=tq)
-                     for j in (a_jobs[0], late)}
+                     for j in (*a_jobs, *b_jobs[1:], late)}
         # A short run: the registrations below make the watcher continue as new while it watches.
         h = await temporal_client.start_workflow(
             IrisWatcherWorkflow.run, WatcherInput(cluster=cluster, events_per_run=80), id=wid, task_queue=tq,
@@ -125,9 +125,9 @@ async def test_marker_texts_reach_a_watcher_run_once_per_contract_and_survive_co
                 known=JobProgress(job_id=b_jobs[0], state="running", terminal=False))])
         first_run = h.result_run_id
         for j in a_jobs:
-            await register(j, CONTRACT_A, receivers[j].id if j in receivers else f"gone-{run}")
+            await register(j, CONTRACT_A, receivers[j].id)
         for j in b_jobs[1:]:
-            await register(j, CONTRACT_B, f"gone-{run}")
+            await register(j, CONTRACT_B, receivers[j].id)
 
         # In the first run: each contract's texts came once, every other registration by key only.
         # A signal that arrives while a workflow task runs is buffered by the server and written to the
@@ -193,6 +193,9 @@ async def test_marker_texts_reach_a_watcher_run_once_per_contract_and_survive_co
         got_first = await asyncio.wait_for(receivers[a_jobs[0]].result(), 120)
         new_signals = await _signals(temporal_client, wid, new_run)
         await temporal_client.get_workflow_handle(wid).terminate("test over")
+        for j, h in receivers.items():
+            if j not in (late, a_jobs[0]):
+                await h.terminate("test over")
 
     assert got_late.terminal and got_late.last_marker == CONTRACT_A[-1]
     assert got_first.terminal and got_first.last_marker == CONTRACT_A[-2]  # registered in the first run, adopted
