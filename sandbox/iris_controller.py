@@ -19,6 +19,14 @@ sends the build date of the marin-iris it was tested against (clients/iris_pin.p
 State (SQLite DB, bundle store, temp dirs, the auto-login token file under a private HOME) lives
 under ``state_dir``, so starting again on the same directory restores the controller's job table.
 
+Ready means ready for what the tests do with it: ``start_iris_controller`` returns only once this very
+process printed its start line (so the port is bound by it: marin-iris's public listener binds
+exclusively) and ``/health`` and the log server behind ``/proxy/system.log-server`` both answer
+(``IrisControllerHandle.check``). A start that fails kills the whole process (see ``_serve``).
+
+Everything the controller prints (its stdout and stderr, its Python tracebacks) goes to
+``<state_dir>/controller-<ms>.log``; every error here names that file.
+
 Run directly: ``python -m sandbox.iris_controller --state-dir DIR [--port N]`` (blocks).
 """
 
@@ -33,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +50,8 @@ import httpx
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MARKER_ENV = "GPU_RL_BUILDER_IRIS_CONTROLLER_ID"  # inherited by every task: used to sweep survivors
+STARTED_LINE = "Controller started at "  # printed by ``_serve`` only after the cluster started in this process
+START_FAILED_EXIT = 3  # ``_serve``'s exit code when the cluster did not start (the traceback is in the log)
 
 
 class IrisControllerError(RuntimeError):
@@ -133,6 +144,31 @@ class IrisControllerHandle:
     def alive(self) -> bool:
         return not self._stopped and self._proc.poll() is None
 
+    def check(self, timeout_s: float = 10.0) -> str | None:
+        """None when this controller is usable: its process runs, ``/health`` answers ok and its log server
+        answers ``FetchLogs`` through the endpoint proxy (what every log read of the client goes through,
+        clients/iris.py ``LOG_SERVER_PROXY_PREFIX``). Otherwise what is wrong, naming the controller's log."""
+        from clients.iris import LOG_SERVER_PROXY_PREFIX, LOG_SERVICE
+
+        where = f"controller pid {self.pid} at {self.url}; its log: {self.log_path}"
+        if self._stopped:
+            return f"the controller was stopped ({where})"
+        if (rc := self._proc.poll()) is not None:
+            return f"the controller exited with {rc} ({where}):\n{_tail(self.log_path)}"
+        try:
+            r = httpx.get(f"{self.url}/health", timeout=timeout_s)
+            if r.status_code != 200 or r.json().get("status") != "ok":
+                return f"GET /health answered HTTP {r.status_code} {r.text[:200]!r} ({where})"
+            path = f"{LOG_SERVER_PROXY_PREFIX}/{LOG_SERVICE}/FetchLogs"
+            r = httpx.post(f"{self.url}{path}", timeout=timeout_s,
+                           json={"source": "/gpu-rl-builder-probe/", "matchScope": "MATCH_SCOPE_PREFIX", "maxLines": 1})
+        except (httpx.HTTPError, ValueError) as e:
+            return f"the controller does not answer ({type(e).__name__}: {e}) ({where})"
+        if r.status_code != 200:
+            return (f"the controller's log server does not answer through the endpoint proxy: POST {path} -> "
+                    f"HTTP {r.status_code} {r.text[:200]!r}; every log read fails until it does ({where})")
+        return None
+
 
 def start_iris_controller(state_dir: Path, **kw) -> IrisControllerHandle:
     """Start a local controller; a free port taken by someone else before the controller binds it is
@@ -186,27 +222,33 @@ def _start_once(
         log_path=log_path, _proc=proc,
     )
     atexit.register(handle.stop)
+    # Not ``/health`` alone: whoever holds the port answers it. When another process took the port between
+    # ``free_port()`` and the bind (another controller's private listener did, once, in a two-worker CI run),
+    # that process answered /health "ok", this controller failed to bind and every log read of the session
+    # got 404 from the impostor. Only this process's own start line proves it holds the port.
     deadline = time.monotonic() + startup_timeout_s
+    started, problem = False, "it has not printed its start line yet"
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             handle.stop()
-            raise IrisControllerError(f"controller exited with {proc.returncode}: {_tail(log_path)}")
-        try:
-            r = httpx.get(f"{handle.url}/health", timeout=2.0)
-            if r.status_code == 200 and r.json().get("status") == "ok":
-                return handle
-        except (httpx.HTTPError, ValueError):
-            pass
+            raise IrisControllerError(f"controller exited with {proc.returncode} (log {log_path}): {_tail(log_path)}")
+        started = started or f"{STARTED_LINE}{handle.url}" in _read(log_path)
+        if started and (problem := handle.check(timeout_s=5.0)) is None:
+            return handle
         time.sleep(0.2)
     handle.stop()
-    raise IrisControllerError(f"controller not healthy after {startup_timeout_s}s: {_tail(log_path)}")
+    raise IrisControllerError(f"controller not ready after {startup_timeout_s}s: {problem}\n{_tail(log_path)}")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _tail(path: Path, n: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
+    return "\n".join(_read(path).splitlines()[-n:]) or "(no log)"
 
 
 def _serve(state_dir: Path, port: int, timeout_scan_interval_s: float | None = None) -> None:
@@ -236,12 +278,22 @@ def _serve(state_dir: Path, port: int, timeout_scan_interval_s: float | None = N
     cluster = LocalCluster(config)
     cluster._db_dir.cleanup()  # noqa: SLF001 - the temporary one it made; ours survives a restart
     cluster._db_dir = _Dir()  # noqa: SLF001 - keep the DB (and logs) in state_dir so a restart restores it
-    url = cluster.start()
+    try:
+        url = cluster.start()
+    except BaseException:
+        # ``start()`` has already spawned non-daemon threads (RPC server, control loop, log server, workers):
+        # a plain raise would leave this process running without its public listener, looking alive to the
+        # parent. Exit at once instead; the parent reads the traceback from the log (and, for a port taken
+        # meanwhile, retries on a fresh one).
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(START_FAILED_EXIT)
     if timeout_scan_interval_s:
         from rigging.timing import RateLimiter
 
         cluster._controller._timeout_rate_limiter = RateLimiter(interval_seconds=timeout_scan_interval_s)  # noqa: SLF001
-    print(f"Controller started at {url}", flush=True)
+    print(f"{STARTED_LINE}{url}", flush=True)
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
