@@ -17,9 +17,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from domain.config import ServiceConfig, load_config
-from sandbox.git_remotes import SeededRemotes, commit_to_remote, seed_remotes
+from sandbox.git_remotes import SeededRemotes, commit_to_remote
 from sandbox.github_standin import start_github_standin
 from sandbox.stack import HARBOR_SLUG, IMAGE_REPO_PATH, MARINSKYRL_SLUG, write_service_config
+from tests.fixtures_git import fresh_remotes
 from worker import build_worker
 
 
@@ -52,7 +53,7 @@ TEST_POLICY = {"merge_watch_interval_s": 0.5, "merge_watch_authorized_interval_s
 @pytest_asyncio.fixture
 async def service_config(request, tmp_path, temporal_dev_server, iris_controller, token_registry, open_registry):
     """Everything but the worker: config, remotes, GitHub stand-in, a connected client."""
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     remotes.marinskyrl_head = commit_to_remote(
         remotes.marinskyrl_url, {"tests/nodeid.txt": request.node.nodeid + "\n"}, f"test: {request.node.name}")
     github = start_github_standin(tmp_path / "github", {

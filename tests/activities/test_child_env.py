@@ -11,8 +11,8 @@ import uuid
 from activities.record import RecordActivities
 from clients.child_env import child_env
 from domain.redact import register_secret
-from sandbox.git_remotes import seed_remotes
 from tests.activities.test_record_guard import _inp
+from tests.fixtures_git import fresh_remotes
 
 
 def _environs(directory) -> list[dict[str, str]]:
@@ -26,7 +26,7 @@ def _environs(directory) -> list[dict[str, str]]:
 def test_lint_and_git_subprocesses_hold_no_credential(tmp_path, monkeypatch):
     from domain.config import ServiceConfig
 
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     gh_token, reg_token, cloud = (f"{what}-{uuid.uuid4().hex}" for what in ("ghtok", "regtok", "cloud"))
     monkeypatch.setenv("SENTINEL_GITHUB_TOKEN", gh_token)
     monkeypatch.setenv("SENTINEL_REGISTRY_TOKEN", reg_token)

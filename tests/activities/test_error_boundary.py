@@ -32,10 +32,11 @@ from domain.buildset import BuildSetError
 from domain.config import ConfigError, ServiceConfig
 from domain.contract import ContractError
 from domain.models import LoadStateInput, WatchInput
-from sandbox.git_remotes import _commit_via_clone, seed_remotes
+from sandbox.git_remotes import _commit_via_clone
 from sandbox.github_standin import start_github_standin
 from sandbox.stack import MARINSKYRL_SLUG
 from tests.activities.test_record_guard import _inp
+from tests.fixtures_git import fresh_remotes
 from workflows import options
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -181,7 +182,7 @@ async def _fails_with(fn, *args) -> ApplicationError:
 
 
 async def test_github_401_fails_at_once_as_authentication_failed(tmp_path, monkeypatch):
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     gh = start_github_standin(tmp_path / "gh", {MARINSKYRL_SLUG: remotes.marinskyrl_url.removeprefix("file://")})
     try:
         monkeypatch.setenv("GRB_T", "ghp_" + "w" * 36)  # not the stand-in's token
@@ -195,7 +196,7 @@ async def test_github_401_fails_at_once_as_authentication_failed(tmp_path, monke
 
 
 async def test_utf16_ops_doc_fails_at_once_naming_the_file(tmp_path):
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
 
     def save_as_utf16(work: Path) -> None:
         (work / OPS_DOC).write_bytes((work / OPS_DOC).read_text().encode("utf-16"))
@@ -220,7 +221,7 @@ def _path_without(tmp_path: Path, *tools: str) -> str:
 
 
 async def test_missing_lint_tool_fails_at_once_and_a_retry_names_the_same_cause(tmp_path, monkeypatch):
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     monkeypatch.setenv("GRB_T", "ghp_" + "t" * 36)
     monkeypatch.setenv("PATH", _path_without(tmp_path, "uv"))
     acts = RecordActivities(_config(tmp_path, remotes, api_url="http://127.0.0.1:9",
@@ -235,7 +236,7 @@ async def test_missing_lint_tool_fails_at_once_and_a_retry_names_the_same_cause(
 
 
 async def test_pin_commit_is_the_same_sha_from_an_empty_work_directory(tmp_path, monkeypatch):
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     inp = _inp(remotes)
     first = RecordActivities(_config(tmp_path, remotes, work="worker-a"))
     sha, _ = first._commit_pins(inp, first.config.github)
@@ -256,7 +257,7 @@ def _branch_exists(remotes, branch: str) -> bool:
 
 
 async def test_missing_gh_for_the_github_token_fails_at_once_as_missing_tool(tmp_path, monkeypatch):
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     monkeypatch.setenv("PATH", _path_without(tmp_path, "gh"))
     acts = RecordActivities(_config(tmp_path, remotes, token={"kind": "command", "argv": ["gh", "auth", "token"]}))
     err = await _fails_with(acts.watch_pull_request, WatchInput(pr_number=1, last=None, return_after_s=1))

@@ -36,9 +36,9 @@ from domain.git_credential import credential_refusal, github_git_origin, origin_
 from domain.models import PreflightInput, PrepareSourceInput
 from domain.redact import encoded_forms
 from sandbox.git_http import GitHttpRemote
-from sandbox.git_remotes import seed_remotes
 from sandbox.github_standin import start_github_standin
 from sandbox.stack import MARINSKYRL_SLUG
+from tests.fixtures_git import fresh_remotes
 from tests.github.test_identities import ALL, rsa_key_pair
 
 USER = git_credential_helper.USERNAME
@@ -178,7 +178,7 @@ async def test_fetch_and_push_of_a_private_repository_with_github_token(tmp_path
     if home_config == "store-helper":
         (home / ".gitconfig").write_text("[credential]\n\thelper = store\n")
     token = "ghp_" + uuid.uuid4().hex + "sentinel"
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     served = GitHttpRemote(Path(remotes.root), users={USER: token}, writers={USER}).start()  # private: 401 to all
     try:
         git_host = served.url("").rstrip("/")
@@ -205,7 +205,7 @@ async def test_a_wrong_token_is_authentication_failed_naming_github_token_not_a_
     """A public repository (fetches need no credential), so it is the push that is refused."""
     home, seen = deployed_worker
     right, wrong = "ghp_" + uuid.uuid4().hex, "ghp_wrong" + uuid.uuid4().hex
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     served = GitHttpRemote(Path(remotes.root), users={USER: right}, writers={USER}, anonymous_read=True).start()
     try:
         config = _config(tmp_path, marinskyrl_url=served.url("marinskyrl.git"), harbor_url=served.url("harbor.git"),
@@ -231,7 +231,7 @@ async def test_a_remote_on_another_host_gets_no_credential(tmp_path, deployed_wo
     token: the service never sends it there, so the push is refused (401) and says where the token goes."""
     home, seen = deployed_worker
     token = "ghp_" + uuid.uuid4().hex
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     github_host = GitHttpRemote(Path(remotes.root), users={USER: token}, writers={USER}).start()
     elsewhere = GitHttpRemote(Path(remotes.root), users={USER: token}, writers={USER}, anonymous_read=True).start()
     try:
@@ -257,7 +257,7 @@ async def test_push_with_a_github_app_installation_token(tmp_path, deployed_work
     """github.app: the worker mints an installation token from the GitHub stand-in and git pushes with it;
     the git host accepts exactly the tokens the stand-in issued (asked back with the token itself)."""
     home, seen = deployed_worker
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     gh = start_github_standin(tmp_path / "gh", {MARINSKYRL_SLUG: str(Path(remotes.root) / "marinskyrl.git")})
     private, public = rsa_key_pair()
     gh.register_app("7331", public, 4242, permissions=ALL)
@@ -295,7 +295,7 @@ def test_preflight_proves_git_push_with_the_configured_token_and_names_the_key_o
     one is named as github.token (not as repos.marinskyrl_url), before anything is pushed."""
     home, seen = deployed_worker
     right, wrong = "ghp_" + uuid.uuid4().hex, "ghp_wrong" + uuid.uuid4().hex
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     served = GitHttpRemote(Path(remotes.root), users={USER: right}, writers={USER}, anonymous_read=True).start()
     head = remotes.marinskyrl_head
     inp = PreflightInput(request_id="pf", base_commit=head, build_commit=head, targets=[])

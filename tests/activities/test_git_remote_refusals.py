@@ -26,8 +26,8 @@ from activities.source import SourceActivities
 from clients import git_source
 from domain.models import BuildState, LoadStateInput
 from sandbox.git_http import GitHttpRemote
-from sandbox.git_remotes import seed_remotes
 from tests.activities.test_error_boundary import _config
+from tests.fixtures_git import fresh_remotes
 
 with workflow.unsafe.imports_passed_through():
     from workflows import options
@@ -47,7 +47,7 @@ class LoadOnce:
 
 @pytest.fixture
 def http_remote(tmp_path):
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     served = GitHttpRemote(Path(remotes.root), users={"alice": TOKEN, "reader": TOKEN + "-ro"},
                            writers={"alice"}).start()
     yield remotes, served
@@ -67,7 +67,7 @@ async def _load(tmp_path, remotes) -> BaseException:
 
 
 async def test_a_deleted_remote_is_not_found_at_once_naming_it(tmp_path):
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     shutil.rmtree(remotes.marinskyrl_url.removeprefix("file://"))
     err = await _load(tmp_path, remotes)
     assert err.type == "NotFound" and err.non_retryable and err.type in options.IO_RETRY.non_retryable_error_types
@@ -102,7 +102,7 @@ async def test_a_read_only_credential_cannot_push_permission_denied(tmp_path, ht
 
 
 async def test_network_level_failures_stay_transient(tmp_path):
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     err = await _load(tmp_path, _with(remotes, marinskyrl_url="http://127.0.0.1:1/marinskyrl.git"))
     assert err.type == "Transient" and not err.non_retryable
     for stderr in ("fatal: unable to access 'https://h/x.git/': Could not resolve host: h",

@@ -11,7 +11,7 @@ from temporalio.exceptions import ApplicationError
 from activities.record import RecordActivities
 from domain.buildset import BuildRequest, CompatibilityRequest
 from domain.models import BundleSummary, RecordInput, SourceSnapshot, TargetResult
-from sandbox.git_remotes import seed_remotes
+from tests.fixtures_git import fresh_remotes
 
 LAUNCHER = "cloud/iris/launch_rl_iris.py"
 
@@ -49,7 +49,7 @@ def _branch_exists(remotes, branch: str) -> bool:
 
 
 def test_launcher_as_pin_table_is_refused_by_repository_policy(tmp_path):
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     acts = RecordActivities(_config(tmp_path, remotes, pin_table_path=LAUNCHER, do_not_touch=[]))
     with pytest.raises(ApplicationError, match=f"{LAUNCHER} is protected"):
         acts._commit_pins(_inp(remotes), acts.config.github)
@@ -57,7 +57,7 @@ def test_launcher_as_pin_table_is_refused_by_repository_policy(tmp_path):
 
 
 def test_lint_step_touching_a_protected_file_is_refused_and_nothing_committed(tmp_path):
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     acts = RecordActivities(_config(tmp_path, remotes, lint_command=["sh", "-c", f"echo '# lint' >> {LAUNCHER}"]))
     with pytest.raises(ApplicationError, match=f"refusing to modify {LAUNCHER}"):
         acts._commit_pins(_inp(remotes), acts.config.github)
@@ -65,7 +65,7 @@ def test_lint_step_touching_a_protected_file_is_refused_and_nothing_committed(tm
 
 
 def test_pin_table_update_commits_only_the_pin_table(tmp_path):
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     acts = RecordActivities(_config(tmp_path, remotes))
     sha, base = acts._commit_pins(_inp(remotes), acts.config.github)
     assert base == "main"

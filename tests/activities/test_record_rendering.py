@@ -11,10 +11,10 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.record import RecordActivities
 from domain.buildset import BuildRequest, CompatibilityRequest
-from sandbox.git_remotes import seed_remotes
 from sandbox.github_standin import start_github_standin
 from sandbox.stack import HARBOR_SLUG, MARINSKYRL_SLUG
 from tests.activities.test_record_guard import _config, _inp
+from tests.fixtures_git import fresh_remotes
 
 HOSTILE_REASON = ("Closes #1, fixes marin-community/marin#7920 — ping @marin-community/infra "
                   "<img src=https://e.vil/p.png> ![x](https://e.vil/y.png) [docs](javascript:alert(1)) "
@@ -23,7 +23,7 @@ HOSTILE_REASON = ("Closes #1, fixes marin-community/marin#7920 — ping @marin-c
 
 @pytest.fixture
 def github(tmp_path):
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     handle = start_github_standin(tmp_path / "github", {
         MARINSKYRL_SLUG: remotes.marinskyrl_url.removeprefix("file://"),
         HARBOR_SLUG: remotes.harbor_url.removeprefix("file://")})

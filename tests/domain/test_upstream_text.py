@@ -20,10 +20,10 @@ def test_a_one_and_a_half_megabyte_harbor_value_is_capped_with_a_note():
 def test_harbor_text_is_inert_in_the_pr_body(tmp_path):
     from activities.record import RecordActivities
     from domain.models import SourceSnapshot
-    from sandbox.git_remotes import seed_remotes
     from tests.activities.test_record_guard import _config, _inp
+    from tests.fixtures_git import fresh_remotes
 
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     inp = _inp(remotes)
     hostile = "dep-y: @marin-community/maintainers closes #12 <img src=x onerror=alert(1)> [x](https://evil.example)"
     src = inp.source.model_copy(update={"harbor_diff": HarborDiffSummary(old="a" * 40, new="b" * 40,

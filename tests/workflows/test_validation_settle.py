@@ -21,7 +21,7 @@ from activities.build import BuildActivities
 from domain.buildset import LayerCeiling
 from domain.config import PolicySettings, ServiceConfig
 from domain.models import Stage, TargetInput, TargetResult
-from sandbox.git_remotes import seed_remotes
+from tests.fixtures_git import fresh_remotes
 from tests.registry.imagepush import ImageSpec, Pusher, good_labels
 from tests.workflows.standins import Standins, eventually, plan, result, target_input, worker
 from workflows.target import TargetBuildWorkflow
@@ -119,7 +119,7 @@ async def test_a_fail_verdict_fails_at_once_without_waiting(time_skipping_env):
 # ---------------------------------------------------------------- real registry, real 503s
 async def test_a_30s_registry_503_during_validation_does_not_fail_the_target(
         temporal_client, token_registry, tmp_path, monkeypatch):
-    remotes = seed_remotes(tmp_path / "remotes")
+    remotes = fresh_remotes(tmp_path / "remotes")
     build, harbor = remotes.marinskyrl_head, "b" * 40
     repo = f"lab/settle-{uuid.uuid4().hex[:8]}"
     token_registry.set_public(repo, True)
