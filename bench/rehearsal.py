@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -78,6 +79,7 @@ def main() -> int:
             status: dict[str, str] = {}
             userland: dict[str, str] = {}
             load: dict[str, list[float]] = {}
+            cpu: dict[str, list[float]] = {}
             for i in range(args.n):
                 with tempfile.TemporaryDirectory() as tmp:
                     contract, targets, bundle, script, harbor = planned(
@@ -89,11 +91,13 @@ def main() -> int:
                             rehearse(contract, [t], bundle, script, harbor, env, images=images(warm_cache),
                                      isolation=args.isolation)
                         for label, cache in (("cold", Path(tmp) / f"cold-{t.key}-{i}"), ("warm", warm_cache)):
-                            started = time.monotonic()
+                            started, cpu0 = time.monotonic(), _cpu()
                             rehearse(contract, [t], bundle, script, harbor, env, images=images(cache),
                                      isolation=args.isolation)
                             (cold if label == "cold" else warm).setdefault(t.key, []).append(
                                 time.monotonic() - started)
+                            if label == "warm":
+                                cpu.setdefault(t.key, []).append(_cpu() - cpu0)
                         runs.setdefault(t.key, []).append(t.rehearsal.seconds)
                         status[t.key] = t.rehearsal.status
                         root = t.rehearsal.root or ""
@@ -103,17 +107,25 @@ def main() -> int:
                         loads.append(os.getloadavg()[0])
                         load.setdefault(t.key, []).append(loads[-1])
             for key in runs:
-                rows.append((tree, key, userland[key], status[key], cold[key], warm[key], runs[key], load[key]))
+                rows.append((tree, key, userland[key], status[key], cold[key], warm[key], runs[key], load[key],
+                             cpu[key]))
     print(f"isolation: {backend}; probe: {probe:.2f} s; rounds: {args.n}; stand-in task image "
           f"({', '.join(platforms())}) layer {layer_bytes / 1e6:.1f} MB "
           f"gzip; load average during the runs {min(loads):.1f}-{max(loads):.1f}\n")
     print("| tree | target | userland | verdict | cold p50 (s) | warm p50 (s) | warm p95 (s) | warm max (s) "
-          "| isolated run p50 (s) | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for tree, key, land, st, c, w, r, ld in rows:
+          "| warm CPU p50 (s) | isolated run p50 (s) | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for tree, key, land, st, c, w, r, ld, u in rows:
         print(f"| {tree} | {key} | {land} | {st} | {statistics.median(c):.2f} | {statistics.median(w):.2f} "
-              f"| {_p95(w):.2f} | {max(w):.2f} | {statistics.median(r):.2f} | {min(ld):.1f}-{max(ld):.1f} |")
+              f"| {_p95(w):.2f} | {max(w):.2f} | {statistics.median(u):.2f} | {statistics.median(r):.2f} "
+              f"| {min(ld):.1f}-{max(ld):.1f} |")
     return 0
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its waited-for children (proot, qemu, bash: every run of a rehearsal)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _p95(xs: list[float]) -> float:
@@ -156,17 +168,22 @@ def compare(args: argparse.Namespace) -> int:
             loads[side].append(load)
             for r in rows:
                 got.setdefault((r["tree"], r["target"], side), []).append(
-                    (r["verdict"], float(r["cold p50 (s)"]), float(r["warm p50 (s)"]), r.get("userland", "")))
+                    (r["verdict"], float(r["cold p50 (s)"]), float(r["warm p50 (s)"]), r.get("userland", ""),
+                     r.get("warm CPU p50 (s)", ""), load))
     print(f"isolation: {args.isolation}; rounds: {args.n} per side, alternating before/after; before = "
           f"{sides['before']}; load average around each round: before {', '.join(loads['before'])}; "
           f"after {', '.join(loads['after'])}\n")
-    print("| tree | target | side | userland | verdict | cold p50 (s) | warm p50 (s) | warm p95 (s) | warm max (s) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| tree | target | side | userland | verdict | cold p50 (s) | warm p50 (s) | warm p95 (s) | warm max (s) "
+          "| warm CPU p50 (s) | warm runs (s) @ load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for (tree, key, side), rows in sorted(got.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] != "before")):
         warm = [r[2] for r in rows]
+        cpus = [float(r[4]) for r in rows if r[4]]
         print(f"| {tree} | {key} | {side} | {'/'.join(sorted({r[3] for r in rows})) or '-'} | "
               f"{'/'.join(sorted({r[0] for r in rows}))} | {statistics.median(r[1] for r in rows):.2f} | "
-              f"{statistics.median(warm):.2f} | {_p95(warm):.2f} | {max(warm):.2f} |")
+              f"{statistics.median(warm):.2f} | {_p95(warm):.2f} | {max(warm):.2f} | "
+              f"{f'{statistics.median(cpus):.2f}' if cpus else '-'} | "
+              f"{', '.join(f'{r[2]:.2f} @ {r[5]}' for r in rows)} |")
     return 0
 
 

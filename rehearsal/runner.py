@@ -218,9 +218,21 @@ def _unpack_bundle(bundle_zip: Path, dest: Path) -> None:
 
 
 @functools.cache
-def _standin_archives() -> tuple[bytes, bytes]:
-    """(crane.tar.gz, kaniko.tar): the stand-in as GNU tar would pack it inside the root (root-owned, 0755)."""
+def _standin_text(native: bool = False) -> bytes:
+    """The stand-in; ``native``: with the worker's static bash as its interpreter (an emulated run,
+    rehearsal/emulation.py), else the image's own ``/bin/bash``."""
     data = STANDIN.read_bytes()
+    if not native:
+        return data
+    first, _, rest = data.partition(b"\n")
+    assert first.startswith(b"#!/bin/bash -p"), first
+    return f"#!{emulation.HOST_DIR}/bash -p".encode() + first[len(b"#!/bin/bash -p"):] + b"\n" + rest
+
+
+@functools.cache
+def _standin_archives(native: bool = False) -> tuple[bytes, bytes]:
+    """(crane.tar.gz, kaniko.tar): the stand-in as GNU tar would pack it inside the root (root-owned, 0755)."""
+    data = _standin_text(native)
     now = int(time.time())
 
     def pack(entries: list[tuple[str, bytes | None]], mode: str) -> bytes:
@@ -240,22 +252,29 @@ def _standin_archives() -> tuple[bytes, bytes]:
     return pack([("crane", data)], "w:gz"), pack([("kaniko/", None), ("kaniko/executor", data)], "w")
 
 
-def _layout(top: Path, bundle_zip: Path | None, uname_m: str, image: Path, trace: Trace = "wait") -> None:
+def _layout(top: Path, bundle_zip: Path | None, uname_m: str, image: Path, trace: Trace = "wait",
+            native: bool = False) -> None:
+    """The run's directory; ``native``: an emulated run whose stand-ins run on the worker's static bash and
+    busybox (``/.rehearsal/bin/standin-host``, rehearsal/emulation.py), but for GUEST_STANDINS."""
     r = top / "rehearsal"
     for d in (r / "bin", r / "records", r / "exits", r / "trace", r / "installed", top / "app", top / "kaniko",
               top / "rw", top / "tmp"):
         d.mkdir(parents=True)
     shutil.copy2(STANDIN, r / "bin" / "standin")
     (r / "bin" / "standin").chmod(0o755)
+    if native:
+        (r / "bin" / "standin-host").write_bytes(_standin_text(True))
+        (r / "bin" / "standin-host").chmod(0o755)
+        emulation.lay_out_host_tools(r / "host")
     # What the stand-ins hand out as downloads, made here once rather than by tar, gzip, cp and mktemp inside
     # the root on every call (each exec costs hundreds of ptrace stops under proot): the crane release asset
     # (a tar.gz holding the stand-in as `crane`) and the kaniko executor image's files (kaniko/executor).
-    (r / "crane.tar.gz").write_bytes(_standin_archives()[0])
-    (r / "kaniko.tar").write_bytes(_standin_archives()[1])
+    (r / "crane.tar.gz").write_bytes(_standin_archives(native)[0])
+    (r / "kaniko.tar").write_bytes(_standin_archives(native)[1])
     for name in STANDIN_TOOLS:
-        (r / "bin" / name).symlink_to("standin")
+        (r / "bin" / name).symlink_to("standin-host" if native and name not in emulation.GUEST_STANDINS else "standin")
     # The kaniko image is where its executor lives; scripts that fetch it with crane unpack the same file.
-    shutil.copy2(STANDIN, top / "kaniko" / "executor")
+    (top / "kaniko" / "executor").write_bytes(_standin_text(native))
     (top / "kaniko" / "executor").chmod(0o755)
     (r / "uname-m").write_text(uname_m + "\n")
     (r / "bash_env").write_text(PATH_GUARD + line_trap(trace))
@@ -340,7 +359,8 @@ def run(plan: RehearsalPlan, bundle_zip: Path, image: TaskImageRoot, *, timeout_
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpu-rl-rehearsal-") as tmp:
         top = Path(tmp)
-        _layout(top, bundle_zip, plan.uname_m, image.path, trace)
+        _layout(top, bundle_zip, plan.uname_m, image.path, trace,
+                native=emulator is not None and emulation.host_tools() is not None)
         unpacked = _stats(top / "app")  # the bundle as unpacked: the scan below reads only what the script wrote
         env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", **plan.env, "BASH_ENV": "/.rehearsal/bash_env"}
         timed_out = False

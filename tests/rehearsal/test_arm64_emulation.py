@@ -167,3 +167,63 @@ def test_the_confinement_holds_under_emulation(tmp_path, line, says):
     r = targets[0].rehearsal
     assert "under proot -q" in r.root and any(w in s for s in r.stderr_tail for w in says), r.stderr_tail
     assert not os.path.exists("/tmp/gpu-rl-escaped")
+
+
+def test_the_stand_ins_run_natively_and_those_that_run_an_image_program_stay_emulated(tmp_path):
+    """In an emulated run the stand-ins run on the worker's static bash (an exec under qemu costs 50-90 ms of
+    CPU), but uname/python3/python/git, which may exec the image's own program, stay on the image's bash."""
+    need_emulation()
+    if emulation.host_tools() is None:
+        pytest.skip("bash-static or busybox-static is not installed here")
+    from rehearsal import runner
+    from rehearsal.model import STANDIN_TOOLS
+    from tests.rehearsal import helpers
+
+    arm64 = helpers.IMAGES.root(helpers.TASK_IMAGE, "linux/arm64", emulator=emulation.emulator("arm64")[0]).path
+    top = tmp_path / "run"
+    runner._layout(top, None, "aarch64", arm64, native=True)
+    bin_dir = top / "rehearsal" / "bin"
+    for tool in STANDIN_TOOLS:
+        want = "standin" if tool in emulation.GUEST_STANDINS else "standin-host"
+        assert os.readlink(bin_dir / tool) == want, tool
+    assert (bin_dir / "standin").read_bytes().startswith(b"#!/bin/bash -p\n")
+    for native in (bin_dir / "standin-host", top / "kaniko" / "executor"):
+        assert native.read_bytes().startswith(f"#!{emulation.HOST_DIR}/bash -p\n".encode()), native
+    assert emulation.static_host_elf(str(top / "rehearsal" / "host" / "bash"))
+    assert not emulation.static_host_elf(str(arm64 / "usr" / "bin" / "bash"))
+    assert not emulation.static_host_elf("/usr/bin/env")  # dynamically linked
+
+
+def test_a_program_a_stand_in_runs_gets_the_scripts_environment(tmp_path):
+    """`git status` runs the image's git through the git stand-in (here a guest script behind the stand-ins on
+    PATH, which exits 1 if LD_LIBRARY_PATH is set). A guest program exec'd by a native one gets the worker's
+    library path from proot (mixed mode), and under Landlock proot cannot even start it (its "glue rootfs"): the
+    git stand-in stays on the image's bash, so the image's git runs with the script's environment. (Routed to
+    the native stand-in, git fails here: checked when the routing was written.)"""
+    need_emulation()
+    probe = ("mkdir -p /tmp/img-bin; printf '#!/bin/sh\\n[ -z \"${LD_LIBRARY_PATH+set}\" ]\\n' > /tmp/img-bin/git; "
+             "chmod +x /tmp/img-bin/git; PATH=$PATH:/tmp/img-bin; git status")
+    contract, targets, bundle, script, harbor = planned(
+        tmp_path, "era-c", {SCRIPT: _insert(ANCHOR, probe)}, arches=["arm64"])
+    refusal = rehearse(contract, targets, bundle, script, harbor)
+    assert refusal is None, refusal
+    r = targets[0].rehearsal
+    assert r.status == "passed" and "under proot -q" in r.root, r.describe()
+
+
+def test_a_backgrounded_kaniko_is_refused_under_emulation(tmp_path):
+    """The kaniko stand-in runs natively in an emulated run; whether the script waited for it is judged as
+    before (runner._not_waited): `exec kaniko … &`, other work, `exit 0` is refused."""
+    need_emulation()
+    last, call = '  "${DESTINATIONS[@]}"\n', "exec /kaniko/executor"
+
+    def edit(text: str) -> str:
+        return text.replace(last, last.rstrip("\n") + " &\necho built\nsleep 1\nexit 0\n")
+
+    contract, targets, bundle, script, harbor = planned(tmp_path, "era-c", {SCRIPT: edit}, arches=["arm64"])
+    refusal = rehearse(contract, targets, bundle, script, harbor)
+    at = f"{SCRIPT}:{line_in('era-c', SCRIPT, call)}"
+    assert refusal and targets[0].rehearsal.status == "failed", targets[0].rehearsal.describe()
+    assert f"the kaniko call at {at} was still running when the script exited" in refusal, refusal
+    assert "under proot -q" in targets[0].rehearsal.root
+
