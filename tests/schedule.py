@@ -28,7 +28,6 @@ SLOW_S: dict[str, float] = {
     "tests/activities/test_watch_engine.py::test_5000_watched_jobs_stay_within_the_status_budget_listing_pages_included": 50,
     "tests/cli/test_cli_operate.py::test_operator_drives_one_build_end_to_end_through_the_cli": 49,
     "tests/workflows/test_validation_settle.py::test_a_30s_registry_503_during_validation_does_not_fail_the_target": 45,
-    "tests/sandbox/test_demo_signals.py::test_sigterm_stops_the_worker_and_every_service[keep]": 41,
     "tests/workflows/test_watch_registration.py::test_200_targets_starting_together_register_without_a_timeout": 41,
     "tests/workflows/test_bounded_retry.py::test_github_unreachable_beyond_the_budget_ends_the_merge_wait_with_the_last_error": 38,
     "tests/iris/test_wrong_image.py::test_a_megatron_target_whose_image_lacks_megatron_never_validates": 37,

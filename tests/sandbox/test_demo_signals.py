@@ -1,5 +1,7 @@
 """``scripts/sandbox-build`` (``python -m sandbox.demo``) stops everything on SIGTERM exactly as on Ctrl-C:
-mid-build, and with ``--keep`` once the stack is left up. A real demo process on its own state directory;
+mid-build (here), and with ``--keep`` once the stack is left up (tests/sandbox/test_first_build.py: the
+README's first line is ``scripts/sandbox-build --keep``; that test ends by ``stop_with_sigterm`` on it, so the
+demo build both tests started with runs once). A real demo process on its own state directory;
 "everything" is every process whose command line names that directory (worker, Temporal, Iris controller,
 registries, GitHub stand-in) plus the pids recorded in its ``stack.json``."""
 
@@ -72,32 +74,32 @@ class _Demo:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("when", ["mid-build", "keep"])
-def test_sigterm_stops_the_worker_and_every_service(tmp_path, when):
+def stop_with_sigterm(demo: _Demo, state: Path) -> tuple[int, list[tuple[int, str]]]:
+    """SIGTERM to the demo process only (as `kill PID` does) while its stack and worker run; its exit code and
+    what is left: every process naming ``state`` and every pid its ``stack.json`` recorded still alive."""
+    recorded = json.loads((state / "stack.json").read_text())
+    pids = [c["pid"] for c in (recorded.get(k) for k in ("temporal", "iris", "registry_open", "registry_token",
+                                                        "github")) if c and c.get("pid")]
+    assert len(pids) >= 4, recorded
+    running = _mentioning(str(state))
+    assert any("worker.py" in cmd for _pid, cmd in running), running  # the worker is one of them
+    demo.proc.send_signal(signal.SIGTERM)
+    code = demo.proc.wait(timeout=120)
+    demo._reader.join(timeout=10)
+    return code, _mentioning(str(state)) + [(p, "recorded in stack.json") for p in pids if _alive(p)]
+
+
+def test_sigterm_mid_build_stops_the_worker_and_every_service(tmp_path):
     state = tmp_path / "demo-state"
-    demo = _Demo(state, *(["--keep"] if when == "keep" else []))
+    demo = _Demo(state)
     leftovers: list[tuple[int, str]] = []
     try:
-        if when == "keep":
-            demo.wait_for(lambda line: line.startswith("stack is up (--keep)"), timeout=600)
-        else:  # the build is running: the first progress line of its target
-            demo.wait_for(lambda line: line.startswith("[") and "amd64-standard" in line, timeout=300)
-        recorded = json.loads((state / "stack.json").read_text())
-        pids = [c["pid"] for c in (recorded.get(k) for k in ("temporal", "iris", "registry_open", "registry_token",
-                                                            "github")) if c and c.get("pid")]
-        assert len(pids) >= 4, recorded
-        running = _mentioning(str(state))
-        assert any("worker.py" in cmd for _pid, cmd in running), running  # the worker is one of them
-        demo.proc.send_signal(signal.SIGTERM)  # the demo process only, as `kill PID` does
-        code = demo.proc.wait(timeout=120)
-        demo._reader.join(timeout=10)
-        leftovers = _mentioning(str(state)) + [(p, "recorded in stack.json") for p in pids if _alive(p)]
+        # the build is running: the first progress line of its target
+        demo.wait_for(lambda line: line.startswith("[") and "amd64-standard" in line, timeout=300)
+        code, leftovers = stop_with_sigterm(demo, state)
     finally:
         demo.kill()
     assert leftovers == [], leftovers
     assert "sandbox stopped; no process left running" in demo.output, demo.output
-    if when == "keep":
-        assert code in (0, 1), demo.output  # the build's own result; the signal only ended the wait
-    else:
-        assert code == 128 + signal.SIGTERM, demo.output
-        assert "interrupted (SIGTERM); stopping everything" in demo.output
+    assert code == 128 + signal.SIGTERM, demo.output
+    assert "interrupted (SIGTERM); stopping everything" in demo.output

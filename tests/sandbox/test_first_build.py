@@ -7,6 +7,8 @@ one bash session as the second terminal. Two differences, both outside the five 
 ``python -m sandbox.demo`` (what ``scripts/sandbox-build`` execs after ``scripts/bootstrap``, which installs
 what is missing and is not run from a test), and ``/tmp/grb-sandbox`` is this test's own directory. Nothing
 sets a check run: CI reports green by itself (the GitHub stand-in's auto-green), or the merge never comes.
+The test ends as a newcomer does, by stopping the kept stack: SIGTERM to the first line's process stops every
+process it started (test_demo_signals.py's ``--keep`` case, run here on the stack this test already paid for).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox.test_demo_signals import _Demo, _mentioning
+from tests.sandbox.test_demo_signals import _Demo, _mentioning, stop_with_sigterm
 
 ROOT = Path(__file__).resolve().parents[2]
 README_STATE = "/tmp/grb-sandbox"
@@ -77,6 +79,9 @@ def test_the_five_command_first_build_runs_as_written(tmp_path):
         assert "merge authorized by sandbox-operator" in out, out
         assert re.search(rf"^merged: {wid.group(0)} — merge commit [0-9a-f]{{12}}$", out, re.M), out
         assert f"full report: python starter.py report {wid.group(0)}" in out, out
+
+        # The kept stack stops on SIGTERM exactly as on Ctrl-C (tests/sandbox/test_demo_signals.py's --keep case).
+        code, leftovers = stop_with_sigterm(demo, state)
     finally:
         if demo.proc.poll() is None:
             os.killpg(demo.proc.pid, signal.SIGTERM)
@@ -84,6 +89,8 @@ def test_the_five_command_first_build_runs_as_written(tmp_path):
                 demo.proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 demo.kill()
+    assert leftovers == [], leftovers
+    assert code in (0, 1), demo.output  # the demo build's own result; the signal only ended the wait
     assert "sandbox stopped; no process left running" in demo.output, demo.output
     assert f"sandbox state left in {state}" in demo.output and "--clean" in demo.output, demo.output
     assert _mentioning(str(state)) == []
