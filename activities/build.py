@@ -44,6 +44,7 @@ from clients.iris import (
     IrisError,
     JobInfo,
     LaunchSpec,
+    LogServerUnavailable,
     NotFound,
     Resources,
     Unavailable,
@@ -254,6 +255,8 @@ class BuildActivities(ActivityGroup):
                     progress = _progress(info, progress)
                     progress.log_cursor, progress.last_marker = await _scan_markers(
                         iris, inp.job_id, progress.log_cursor, progress.last_marker, inp.markers)
+                except LogServerUnavailable as e:  # the state above was read; only the progress lines were not
+                    progress.error = f"log progress not read: {e}"
                 except NotFound:
                     progress.state, progress.terminal, progress.missing = "missing", True, True
                     progress.error = f"{inp.job_id} is no longer known to the controller (pruned?); not a success"
@@ -348,6 +351,8 @@ class BuildActivities(ActivityGroup):
                             f"{self.config.policy.image_check_timeout_s} s (policy.image_check_timeout_s); terminated"))
                     await asyncio.sleep(1.0)
                 log = await _complete_log(iris, job_id)
+        except LogServerUnavailable:
+            raise  # the image's output is unread, not absent: the step is retried (Transient), nothing unproven
         except (IrisError, NotFound) as e:
             return ImageRun(ref=ref, asked=asked, error=f"the image check job could not run: {e}")
         text = _log_text(log)

@@ -506,6 +506,13 @@ class Unavailable(IrisError):
     transient = True
 
 
+class LogServerUnavailable(Unavailable):
+    """A log read found no log server behind the controller's endpoint proxy: ``/proxy/system.log-server/...``
+    answered 404 (``/system/log-server`` not registered at the moment, or not this controller's public
+    listener answering). Says nothing about the job: transient like any unavailability (retried with
+    backoff, then reported as logs not read), never a missing job or a lost log."""
+
+
 class Internal(IrisError):
     pass
 
@@ -635,14 +642,21 @@ class IrisClient:
         try:
             err = r.json()
             code = str(err.get("code") or code)
-            message = str(err.get("message") or message)
+            # Connect errors carry "message"; the controller's endpoint proxy answers {"error": "..."}.
+            message = str(err.get("message") or err.get("error") or message)
         except (ValueError, AttributeError):
             pass
         message = scrub(message[:2000], secrets)
         if code == "failed_precondition" and "too old" in message:
             raise ClientTooOld(method, code, message, r.status_code, revision_date=self.client_revision_date,
                                cluster_name=self.cluster_name, overridden=self._revision_overridden)
-        raise _ERRORS_BY_CODE.get(code, Internal)(method, code, message, r.status_code)
+        error = _ERRORS_BY_CODE.get(code, Internal)
+        if error is NotFound and path.startswith(f"{LOG_SERVER_PROXY_PREFIX}/"):
+            raise LogServerUnavailable(
+                method, "unavailable", f"no log server answers behind the controller's endpoint proxy "
+                f"({LOG_SERVER_PROXY_PREFIX}: HTTP {r.status_code} {code}: {message}); the job's logs are unread, "
+                f"nothing is concluded about the job", r.status_code)
+        raise error(method, code, message, r.status_code)
 
     async def _call(self, method: str, body: dict, *, service: str = CONTROLLER_SERVICE, prefix: str = "",
                     retry: bool = True, timeout_s: float | None = None, secrets: Iterable[str] = ()) -> dict:

@@ -20,45 +20,10 @@ import httpx
 import pytest
 
 import sandbox.iris_controller as ic
-from clients.iris import LOG_SERVER_PROXY_PREFIX, LOG_SERVICE
 from sandbox.iris_controller import IrisControllerError, start_iris_controller
+from tests.iris.helpers import LOG_PROXY_PATH, listening_ports, private_listener
 
 pytestmark = pytest.mark.stack
-
-LOG_PROXY_PATH = f"{LOG_SERVER_PROXY_PREFIX}/{LOG_SERVICE}/FetchLogs"
-
-
-def listening_ports(pid: int) -> set[int]:
-    """TCP ports ``pid`` listens on (IPv4), from /proc: its socket inodes matched against /proc/net/tcp."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-            ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
-
-
-def private_listener(handle) -> int:
-    """The port of the controller's private listener: answers ``/health`` like the public one, but has no
-    endpoint proxy (404 on the log server path)."""
-    for port in sorted(listening_ports(handle.pid) - {handle.port}):
-        base = f"http://127.0.0.1:{port}"
-        try:
-            health = httpx.get(f"{base}/health", timeout=5.0)
-            if health.status_code == 200 and health.json().get("status") == "ok":
-                if httpx.post(f"{base}{LOG_PROXY_PATH}", json={}, timeout=5.0).status_code == 404:
-                    return port
-        except (httpx.HTTPError, ValueError):
-            continue
-    raise AssertionError(f"no private listener among {listening_ports(handle.pid)} of pid {handle.pid}")
 
 
 def test_a_port_held_by_another_controllers_private_listener_is_refused_not_handed_out(iris_controller, tmp_path):
