@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandbox.ports import listening_ports
+
 # The project's search attributes; every server the project talks to must know them.
 SEARCH_ATTRIBUTES: dict[str, str] = {
     "BuildSourceCommit": "Keyword",
@@ -97,13 +99,18 @@ class TemporalDevServer:
 
 
 def _wait_ready(proc: subprocess.Popen, address: str, binary: str, log_path: Path, timeout: float) -> None:
-    """Poll ``temporal operator cluster health`` until the frontend answers SERVING."""
+    """Poll ``temporal operator cluster health`` until the frontend answers SERVING, once this very process
+    listens on the port: a port taken by another server between choosing and binding (another Temporal dev
+    server answered SERVING on it while this one failed to bind) is not a ready server but a failed start."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             tail = log_path.read_text(errors="replace")[-2000:]
-            raise TemporalServerError(f"temporal dev server exited with {proc.returncode}: {tail}")
+            raise TemporalServerError(f"temporal dev server exited with {proc.returncode} (log {log_path}): {tail}")
         host, port = address.rsplit(":", 1)
+        if int(port) not in listening_ports(proc.pid):
+            time.sleep(0.1)
+            continue
         try:
             with socket.create_connection((host, int(port)), timeout=0.5):
                 pass

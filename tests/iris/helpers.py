@@ -10,11 +10,11 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
-from pathlib import Path
 
 import httpx
 
 from clients.iris import LOG_SERVER_PROXY_PREFIX, LOG_SERVICE, IrisClient, JobInfo, LaunchSpec, Resources
+from sandbox.ports import listening_ports
 
 LOG_PROXY_PATH = f"{LOG_SERVER_PROXY_PREFIX}/{LOG_SERVICE}/FetchLogs"
 
@@ -39,24 +39,6 @@ async def wait_for(client: IrisClient, job_id: str, pred: Callable[[JobInfo], bo
 
 async def wait_terminal(client: IrisClient, job_id: str, timeout_s: float = 90.0) -> JobInfo:
     return await wait_for(client, job_id, lambda i: i.is_terminal, timeout_s)
-
-
-def listening_ports(pid: int) -> set[int]:
-    """TCP ports ``pid`` listens on (IPv4), from /proc: its socket inodes matched against /proc/net/tcp."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-            ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def private_listener(handle) -> int:

@@ -21,7 +21,8 @@ import pytest
 
 import sandbox.iris_controller as ic
 from sandbox.iris_controller import IrisControllerError, start_iris_controller
-from tests.iris.helpers import LOG_PROXY_PATH, listening_ports, private_listener
+from sandbox.ports import listening_ports
+from tests.iris.helpers import LOG_PROXY_PATH, private_listener
 
 pytestmark = pytest.mark.stack
 

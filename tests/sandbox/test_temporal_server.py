@@ -7,6 +7,7 @@ import os
 import uuid
 from datetime import timedelta
 
+import pytest
 from temporalio import workflow
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
@@ -14,7 +15,9 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
-from sandbox.temporal_server import SEARCH_ATTRIBUTES, start_temporal_dev_server
+import sandbox.temporal_server as ts
+from sandbox.ports import listening_ports
+from sandbox.temporal_server import SEARCH_ATTRIBUTES, TemporalServerError, start_temporal_dev_server
 
 BUILD_STAGE = SearchAttributeKey.for_keyword("BuildStage")
 
@@ -93,3 +96,22 @@ async def test_server_persists_across_restart_and_stop_leaves_no_process(tmp_pat
     finally:
         again.stop()
     assert not _pid_alive(again.pid)
+
+
+def test_a_port_another_dev_server_answers_on_is_a_failed_start_not_a_ready_server(temporal_dev_server, tmp_path,
+                                                                                      monkeypatch):
+    """A port taken between choosing and binding (two xdist workers start their servers at once): the other
+    server answers ``cluster health`` SERVING on it while this one fails to bind. It was handed out (within
+    0.4 s, the session then used the other worker's server); now only this process listening counts."""
+    taken = int(temporal_dev_server.address.rsplit(":", 1)[1])
+    with pytest.raises(TemporalServerError, match="address already in use"):
+        start_temporal_dev_server(tmp_path / "pinned", ui=False, port=taken)
+    # Ports chosen here: the race is retried on fresh ones.
+    chosen, real_free_port = iter([taken]), ts.free_port
+    monkeypatch.setattr(ts, "free_port", lambda: next(chosen, None) or real_free_port())
+    server = start_temporal_dev_server(tmp_path / "retried", ui=False)
+    try:
+        port = int(server.address.rsplit(":", 1)[1])
+        assert port != taken and port in listening_ports(server.process.pid)
+    finally:
+        server.stop()
