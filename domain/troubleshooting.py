@@ -353,6 +353,15 @@ REFUSALS: list[tuple[str, list[Refusal]]] = [
                 "release, or `clusters.<name>.client_revision_date`): the controller was upgraded past it.",
                 "upgrade gpu-rl-builder to a release built on a newer marin-iris (docs/iris-upgrade.md) and "
                 "redeploy the worker; remove a stale `client_revision_date` override"),
+        Refusal("no log server behind the endpoint proxy", "no log server answers behind the controller's endpoint "
+                "proxy", "clients/iris.py",
+                "Not a refusal and never a verdict on the job: a log read got HTTP 404 from "
+                "`/proxy/system.log-server/...` (the controller has no `/system/log-server` endpoint at the moment, or "
+                "`controller_url` reaches a listener other than the controller's public port, which alone serves "
+                "`/proxy/`). Log reads are retried as transient; job states are still read and nothing is "
+                "concluded from the unread log.",
+                "if it lasts, check that `clusters.<name>.controller_url` (or the port-forward) reaches the "
+                "controller's public port and that the controller lists the `/system/log-server` endpoint"),
     ]),
     ("No worker", [
         Refusal("no worker polls the task queue (build)", "no worker polls task queue", "starter.py",
