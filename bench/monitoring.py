@@ -214,8 +214,9 @@ async def acted_at(client: Client, wid: str) -> tuple[float | None, int, int, di
 
 async def timeline(client: Client, wid: str) -> dict:
     """One target's monitoring milestones (epoch s): its first watch_job completed (registered with the
-    watcher), the wake-up signal it acted on (the last job_changed before check_build_log), and when it
-    scheduled check_build_log."""
+    watcher), the wake-up it acted on (the last job_changed signal before check_build_log, or for the ``wake``
+    update, the acting task's scheduled time: when the server admitted the update), and when it scheduled
+    check_build_log."""
     events = list((await client.get_workflow_handle(wid).fetch_history()).events)
     watch_sched, submit_sched = None, None
     out = {"submitted": None, "registered": None, "signalled": None, "acted": None,
@@ -245,6 +246,12 @@ async def timeline(client: Client, wid: str) -> dict:
                     out["task_scheduled"] = at_id.get(d.scheduled_event_id)
                     out["task_started"] = at_id.get(d.started_event_id)
                     out["task_completed"] = at_id.get(done)
+                    # Woken by the ``wake`` update (issue 37): the task ran speculatively and was written with
+                    # its completion; it was scheduled when the server admitted the update (the wake-up sent).
+                    if any(x.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+                           and done < x.event_id <= done + 8 for x in events):
+                        out["signalled"] = out["task_scheduled"]
+                        out["woken_by"] = "update"
                 break
         elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             if e.activity_task_completed_event_attributes.scheduled_event_id == watch_sched:
@@ -289,6 +296,7 @@ def stages(ends: dict[str, float], seen: dict[str, float], tl: dict[str, dict]) 
                  for k, v in steps.items()}
     out["workflow task timeouts"] = sum(t.get("task_timeouts", 0) for t in tl.values())
     out["acting task on queue"] = dict(Counter(t.get("task_queue") for t in tl.values() if t.get("task_queue")))
+    out["woken by"] = dict(Counter(t.get("woken_by", "signal") for t in tl.values() if t.get("acted")))
     subs = sorted(t["submitted"] for t in tl.values() if t["submitted"])
     if subs:
         out["submissions"] = {"n": len(subs), "first_to_last_s": r(subs[-1] - subs[0]),

@@ -110,7 +110,21 @@ class TargetBuildWorkflow:
 
     @workflow.signal
     def job_changed(self, progress: JobProgress) -> None:
-        """The cluster watcher saw our job change (state, or progress worth a history event)."""
+        """The cluster watcher saw our job change (progress worth a history event; a state change from a
+        watcher of the previous release, or when the ``wake`` update could not be delivered)."""
+        self._take_wake(progress)
+
+    @workflow.update
+    def wake(self, progress: JobProgress) -> None:
+        """The cluster watcher saw our job's state change (an end above all): the same as ``job_changed``, as
+        an update. Why: the server runs an update's workflow task speculatively and persists it once, with the
+        commands it returns (here: the log check), where a signal costs a persisted signal event and task, a
+        persisted task start, then the completion. With 50 targets woken at once on the dev server, signal →
+        log check scheduled was p95 4.1 / 7.7 s as signals and 2.1 / 1.2 s as updates (load 9-12, interleaved;
+        issue 37). Idempotent like the signal: a repeated or late wake-up changes nothing."""
+        self._take_wake(progress)
+
+    def _take_wake(self, progress: JobProgress) -> None:
         if progress.job_id != self._watched_job:
             return  # about an earlier job of this target: stale
         if self._wake is not None and self._wake.terminal and not progress.terminal:

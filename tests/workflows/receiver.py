@@ -47,7 +47,29 @@ class SizeRecorder(PayloadCodec):
 
 @workflow.defn
 class EndReceiver:
-    """Plays a target: waits for the watcher's ``job_changed`` with a terminal state."""
+    """Plays a target: waits for the watcher's wake-up (the ``wake`` update on a state change, the
+    ``job_changed`` signal for progress) with a terminal state."""
+
+    def __init__(self) -> None:
+        self.progress: JobProgress | None = None
+
+    @workflow.signal
+    def job_changed(self, progress: JobProgress) -> None:
+        self.progress = progress
+
+    @workflow.update
+    def wake(self, progress: JobProgress) -> None:
+        self.progress = progress
+
+    @workflow.run
+    async def run(self) -> JobProgress:
+        await workflow.wait_condition(lambda: self.progress is not None and self.progress.terminal)
+        return self.progress
+
+
+@workflow.defn
+class SignalOnlyReceiver:
+    """Plays a target of the previous release: ``job_changed`` only, no ``wake`` update handler."""
 
     def __init__(self) -> None:
         self.progress: JobProgress | None = None
