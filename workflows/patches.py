@@ -68,3 +68,8 @@ MERGE_PIN_COMMIT = "merge-only-the-pin-commit"
 # on main ends the build, changes that reach the image wait with the rebuild command, pin lines alone are
 # rewritten on the new main (new pin commit, checks again, a new approval).
 MERGE_CONFLICT = "merge-conflict-judged"
+
+# TargetBuildWorkflow acts on its job's end before telling the pipeline: the log check (or failure capture) is
+# scheduled in the same workflow task as the pipeline's signal, not one task after the signal's round trip
+# (issue 37: end -> act). Runs started before awaited the signal first.
+ACT_BEFORE_TELLING = "target-act-before-telling-pipeline"

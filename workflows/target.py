@@ -73,6 +73,7 @@ class TargetBuildWorkflow:
         self._watched_job: str | None = None
         self._wake: JobProgress | None = None
         self._sent: TargetBrief | None = None  # the brief the pipeline was last told
+        self._telling: asyncio.Task | None = None  # a brief on its way to the pipeline (``_set_stage(wait=False)``)
         self._sent_attributes: list[str | None] | None = None  # [stage, failure class] last upserted
         self._round, self._used, self._result = 0, {}, None  # what a continued wait carries
         self._decision_deadline: datetime | None = None
@@ -293,6 +294,7 @@ class TargetBuildWorkflow:
 
     async def _continue_as_new(self, phase: str) -> None:
         """End this run and carry the wait into a new one (the parent follows the chain)."""
+        await self._flush_pipeline()
         await workflow.wait_condition(workflow.all_handlers_finished)
         r = self._inp.resume
         state = TargetResume(
@@ -388,7 +390,7 @@ class TargetBuildWorkflow:
             # about 3,500 events for the longest (8 h) build, well under Temporal's 10k warning.
 
     async def _check_log(self, job_id: str) -> LogCheck:
-        await self._set_stage(Stage.VALIDATING)
+        await self._set_stage(Stage.VALIDATING, wait=False)  # the end is acted on at once
         check = await workflow.execute_activity_method(
             BuildActivities.check_build_log,
             LogCheckInput(request_id=self._inp.request_id, job_id=job_id, cluster=self._inp.target.cluster,
@@ -401,7 +403,7 @@ class TargetBuildWorkflow:
         return check
 
     async def _capture(self, job_id: str, check: LogCheck | None) -> FailureRecord:
-        await self._set_stage(Stage.CAPTURING)
+        await self._set_stage(Stage.CAPTURING, wait=False)  # the end is acted on at once
         captured = await workflow.execute_activity_method(
             BuildActivities.capture_failure,
             CaptureInput(request_id=self._inp.request_id, job_id=job_id, cluster=self._inp.target.cluster,
@@ -568,8 +570,14 @@ class TargetBuildWorkflow:
         if workflow.patched(patches.EVIDENCE_MEMO):
             workflow.upsert_memo({"evidence": dict(self._evidence)})
 
-    async def _set_stage(self, stage: Stage, *, failure_class: str | None = None) -> None:
-        """Record a stage everywhere operators look: query, search attributes, UI details, the pipeline."""
+    async def _set_stage(self, stage: Stage, *, failure_class: str | None = None, wait: bool = True) -> None:
+        """Record a stage everywhere operators look: query, search attributes, UI details, the pipeline.
+
+        ``wait=False`` (the steps that act on a job's end): the pipeline's signal goes out in the same workflow
+        task as the step the caller schedules next, instead of that step waiting one more task for the signal's
+        round trip (issue 37, end -> act; patch ACT_BEFORE_TELLING). Briefs still reach the pipeline in order
+        (each waits for the one before), and every other call waits for any still in flight first, so none is
+        in flight when the run ends, fails or continues as new."""
         changed = stage != self._status.stage
         if changed:
             self._observe(self._status.stage, stage, failure_class)
@@ -597,8 +605,26 @@ class TargetBuildWorkflow:
         workflow.set_current_details(self._details())
         brief = self._brief()
         if brief != self._sent:
+            if not wait and workflow.info().parent is not None and workflow.patched(patches.ACT_BEFORE_TELLING):
+                self._sent = brief
+                self._telling = asyncio.create_task(self._tell_after(self._telling, brief))
+                return
+            await self._flush_pipeline()
             await self._tell_pipeline(brief)
             self._sent = brief
+        else:
+            await self._flush_pipeline()
+
+    async def _tell_after(self, before: asyncio.Task | None, brief: TargetBrief) -> None:
+        if before is not None:
+            await before
+        await self._tell_pipeline(brief)
+
+    async def _flush_pipeline(self) -> None:
+        """Wait for a brief still on its way to the pipeline (sent by ``_set_stage(wait=False)``)."""
+        if self._telling is not None:
+            telling, self._telling = self._telling, None
+            await telling
 
     def _observe(self, old: Stage, new: Stage, failure_class: str | None) -> None:
         """One log line and the domain metrics per real stage change (replay-safe, never per poll)."""

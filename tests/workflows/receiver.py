@@ -12,7 +12,7 @@ from temporalio.common import RetryPolicy
 from temporalio.converter import PayloadCodec
 
 with workflow.unsafe.imports_passed_through():
-    from domain.models import JobProgress
+    from domain.models import JobProgress, Stage, TargetBrief, TargetInput, TargetResult
     from domain.watch import (
         PageRequest,
         WatchClusterInput,
@@ -125,3 +125,23 @@ class Registrant:
             return known
         await workflow.wait_condition(lambda: self.told is not None, timeout=timedelta(minutes=3))
         return self.told
+
+
+@workflow.defn
+class BriefRecorder:
+    """Plays the pipeline: starts one TargetBuildWorkflow child and records the stages it is told
+    (``target_changed``) until ``done`` (tests/workflows/test_target_acts_first.py)."""
+
+    def __init__(self) -> None:
+        self.briefs: list[str] = []
+
+    @workflow.signal
+    def target_changed(self, brief: TargetBrief) -> None:
+        self.briefs.append(brief.stage.value)
+
+    @workflow.run
+    async def run(self, inp: TargetInput) -> list[str]:
+        await workflow.execute_child_workflow("TargetBuildWorkflow", inp, id=f"{workflow.info().workflow_id}-t",
+                                              result_type=TargetResult)
+        await workflow.wait_condition(lambda: bool(self.briefs) and self.briefs[-1] == Stage.DONE.value)
+        return self.briefs
