@@ -344,6 +344,7 @@ class Rehearsal:
     fingerprints: dict[str, tuple[str, int]] = {}  # its files: relative path -> (content hash, mtime ns)
     traces: list[tuple[int, int, str]] = []  # statements the run started: (start ns, end ns, calling lines)
     dockerignore: str = ""  # the final context's .dockerignore (kaniko leaves out what it names)
+    compared_with: str = ""  # where the run with the other placeholders ran, when not where this one did
 
     def kaniko_calls(self) -> list[StandinCall]:
         return [c for c in self.calls if c.tool == "executor"]
@@ -551,21 +552,41 @@ def _traces(d: Path, exits: Path) -> list[tuple[int, int, str]]:
 
 
 def _run_twice(plan: RehearsalPlan, bundle: Path, image: TaskImageRoot, timeout_s: float, isolation: str = "bwrap",
-               emulator: str | None = None) -> tuple[Rehearsal, list[tuple[str, str | None]]]:
+               emulator: str | None = None, native: tuple[TaskImageRoot, str, float] | None = None
+               ) -> tuple[Rehearsal, list[tuple[str, str | None]]]:
     """The run, and the files of its final kaniko context that follow the credential: two runs at once, one
     with every credential placeholder changed; a file that differs between them (content or presence) is
     run a third time with the first placeholders, and counts only when that run matches the first (a file
     that differs run to run by itself, a timestamp, cannot be judged by difference; the scan still reads it).
     The first two runs trace only what the wait check reads; the third, and a fourth with the second's
     placeholders when a differing file is in the second run only (named after the credential), trace every
-    statement, from which and the file's mtime in that same run writer_line names the line that wrote it."""
+    statement, from which and the file's mtime in that same run writer_line names the line that wrote it.
+
+    ``native`` (an emulated target: the worker's own variant of the task image, its isolation and bound): the
+    second run goes there, natively, at a fifth of the CPU. Only "no difference" is taken from it: when it
+    ends as the emulated first run did (same exit code, same context) with the same context files, no file
+    follows the credential in either userland (for one to follow it in the emulated one only, the two
+    architectures' branches would have to write, from two different placeholders, the same bytes). Any
+    difference, or another path, may be the architecture's (``dpkg --print-architecture``, a library
+    path): the second run is then made again emulated and judged as always, so what is refused or named
+    comes from emulated runs only. The verdict is always the first (emulated) run's."""
     other = plan.model_copy(update={"env": with_other_placeholders(plan.env)})
     kw = {"timeout_s": timeout_s, "isolation": isolation, "emulator": emulator}
     if other.env == plan.env:
         return run(plan, bundle, image, **kw), []
     with ThreadPoolExecutor(max_workers=2) as pool:
-        fa, fb = pool.submit(run, plan, bundle, image, **kw), pool.submit(run, other, bundle, image, **kw)
+        fa = pool.submit(run, plan, bundle, image, **kw)
+        if emulator is not None and native is not None:
+            fb = pool.submit(run, other, bundle, native[0], timeout_s=native[2], isolation=native[1])
+        else:
+            fb = pool.submit(run, other, bundle, image, **kw)
         a, b = fa.result(), fb.result()
+    if emulator is not None and native is not None:
+        if a.context_dir != b.context_dir or a.exit_code != b.exit_code or differing_files(a.fingerprints,
+                                                                                            b.fingerprints):
+            b = run(other, bundle, image, **kw)  # not the same in the worker's userland: again, emulated
+        else:
+            a.compared_with = f"{native[0].platform}, natively"
     if a.context_dir != b.context_dir or a.exit_code != b.exit_code:
         return a, []  # the runs took different paths: the verdict of the first stands, nothing to compare
     differ = differing_files(a.fingerprints, b.fingerprints)
@@ -704,7 +725,15 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
             run_backend = backend
         # an emulated run takes several times the CPU: its bound against a hang grows with it
         run_timeout = timeout_s * emulation.SLOWDOWN if emulate else timeout_s
-        r, credential_files = _run_twice(plan, bundle_path, roots[key], run_timeout, run_backend, emulate)
+        native = None
+        if emulate:  # the run with the other placeholders first goes to the worker's own variant (_run_twice)
+            own = (image, host, None)
+            if own not in roots:
+                with contextlib.suppress(TaskImageError):  # none (or not now): that run is emulated too
+                    roots[own] = images.root(image, host)
+            if own in roots and roots[own].platform == host:
+                native = (roots[own], backend, timeout_s)
+        r, credential_files = _run_twice(plan, bundle_path, roots[key], run_timeout, run_backend, emulate, native)
         df = contract.dockerfiles.get(t.dockerfile)
         t.rehearsal = evaluate(
             plan, t, exit_code=r.exit_code, stderr=r.stderr, calls=r.calls, exits=r.exits,
@@ -716,7 +745,8 @@ def rehearse_targets(contract: BuildContract, targets: list[TargetSpec], *, bund
             context=r.context, leaks=r.leaks, script_text=script_text, background=r.background,
             credential_files=credential_files, foreign_userland=roots[key].note, dockerignore_text=r.dockerignore)
         t.rehearsal.root = f"{roots[key].describe()} under {run_backend}" + (
-            f" -q {os.path.basename(emulate)} (the {t.architecture} userland, emulated)" if emulate else "")
+            f" -q {os.path.basename(emulate)} (the {t.architecture} userland, emulated)" if emulate else "") + (
+            f"; the run with other placeholders ({r.compared_with}) left the same context" if r.compared_with else "")
     failed = refusal(targets)
     if failed:
         return failed

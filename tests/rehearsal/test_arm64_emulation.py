@@ -227,3 +227,53 @@ def test_a_backgrounded_kaniko_is_refused_under_emulation(tmp_path):
     assert f"the kaniko call at {at} was still running when the script exited" in refusal, refusal
     assert "under proot -q" in targets[0].rehearsal.root
 
+
+UNSET = "unset REGISTRY_TOKEN\n"
+ON_ARM64 = 'if [ "$(dpkg --print-architecture)" = arm64 ]; then {}; fi; '
+
+
+def _before_unset(text: str):
+    def apply(s: str) -> str:
+        assert s.count(UNSET) == 1
+        return s.replace(UNSET, text + UNSET)
+    return {SCRIPT: apply}
+
+
+def test_the_second_placeholder_run_goes_native_only_when_it_changes_nothing(tmp_path):
+    """The unmodified tree: the run with the other placeholders ran in the worker's own variant, natively
+    (runner._run_twice), and left the same context as the emulated run."""
+    need_emulation()
+    contract, targets, bundle, script, harbor = planned(tmp_path, "era-c", arches=["arm64"])
+    assert rehearse(contract, targets, bundle, script, harbor) is None
+    r = targets[0].rehearsal
+    assert r.status == "passed" and "under proot -q" in r.root, r.describe()
+    assert "the run with other placeholders (linux/amd64, natively) left the same context" in r.root, r.root
+
+
+def test_a_context_file_that_differs_by_architecture_only_plans(tmp_path):
+    """`dpkg --print-architecture` written into the context: arm64 in the emulated run, amd64 in the native
+    second run. That difference is the userland's, not the credential's: the second run is made again emulated
+    and the two agree. (Judged from the native run, the file would be refused as following the credential.)"""
+    need_emulation()
+    contract, targets, bundle, script, harbor = planned(
+        tmp_path, "era-c", _before_unset('dpkg --print-architecture > "$DOCKER_CONTEXT/docker/arch"; '),
+        arches=["arm64"])
+    refusal = rehearse(contract, targets, bundle, script, harbor)
+    assert refusal is None, refusal
+    r = targets[0].rehearsal
+    assert r.status == "passed" and "natively" not in r.root, r.describe()
+
+
+def test_a_credential_written_on_arm64_only_is_found_by_difference(tmp_path):
+    """The token, base32-encoded, written into the context only where dpkg says arm64: the native second run
+    does not write it, so the second run is made again emulated, and the file is refused naming the line."""
+    need_emulation()
+    leak = ON_ARM64.format('printf "%s" "$REGISTRY_TOKEN" | base32 > "$DOCKER_CONTEXT/docker/leak"')
+    contract, targets, bundle, script, harbor = planned(tmp_path, "era-c", _before_unset(leak), arches=["arm64"])
+    refusal = rehearse(contract, targets, bundle, script, harbor)
+    at = f"{SCRIPT}:{line_in('era-c', SCRIPT, UNSET.strip())}"
+    named = "/app/docker/leak changes with the credential (rehearsed twice with different placeholder credentials)"
+    assert refusal and named in refusal, refusal
+    after = refusal.split(named, 1)[1]
+    assert not after.startswith(", written at") or after.startswith(f", written at {at}"), refusal
+    assert targets[0].rehearsal.status == "failed", targets[0].rehearsal.describe()
