@@ -719,45 +719,76 @@ class WatchActivities(ActivityGroup):
 
     async def _poll_loop(self, inp: WatchClusterInput, engine: ClusterWatch, iris: IrisClient, beat: _Watchdog,
                          me, result: WatchClusterResult) -> WatchClusterResult:
+        """Poll at the cadence, read the watch set's changes beside it (``_changes_beside``)."""
         started, empty_polls = time.monotonic(), 0
         next_poll = time.monotonic()
-        while True:
-            beat.step("poll")
-            # Poll first: the changes it finds go to the dispatcher (details, wake-ups) beside this loop.
-            await engine.poll(iris)
-            beat.step("poll")  # a completed request is progress: the read of the changes starts afresh
-            if engine.dirty:
-                beat.wake.set()
-            result.polls += 1
-            result.requests = dict(iris.requests)
-            beat.details = {**engine.details(), "polls": result.polls, "requests": result.requests,
-                            "signals": result.signals + beat.signals}
-            if time.monotonic() - started >= inp.return_after_s or activity.is_worker_shutdown():
-                break
-            empty_polls = empty_polls + 1 if not engine.jobs else 0
-            beat.step(None)
-            next_poll = engine.next_poll(next_poll)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(activity.wait_for_worker_shutdown(), max(0.0, next_poll - time.monotonic()))
-            if activity.is_worker_shutdown():
-                break
-            # The watch set is read right before each poll (not after the previous one, an interval
-            # earlier): a job registered meanwhile is in this poll, and a replaced run is noticed before
-            # it polls again.
-            beat.step("poll")
-            try:
-                page = await _read_changes(me, engine, on_page=lambda: beat.step("poll"))
-            except RPCError as e:
-                activity.logger.warning(f"watch set changes not readable, keeping the last ones: {e}")
-            else:
-                if page.continue_suggested or _replaced(page):
+        changes: asyncio.Task | None = None
+        try:
+            while True:
+                beat.step("poll")
+                # Poll first: the changes it finds go to the dispatcher (details, wake-ups) beside this loop.
+                await engine.poll(iris)
+                beat.step("poll")
+                if engine.dirty:
+                    beat.wake.set()
+                result.polls += 1
+                result.requests = dict(iris.requests)
+                beat.details = {**engine.details(), "polls": result.polls, "requests": result.requests,
+                                "signals": result.signals + beat.signals}
+                if time.monotonic() - started >= inp.return_after_s or activity.is_worker_shutdown():
                     break
-            if engine.jobs:
-                empty_polls = 0
-            if empty_polls >= 2:
-                break
+                empty_polls = empty_polls + 1 if not engine.jobs else 0
+                beat.step(None)
+                next_poll = engine.next_poll(next_poll)
+                # The watch set's changes are read CHANGES_LEAD_S before each poll, beside the wait, and the
+                # poll never waits for them: a job registered meanwhile is in this poll when the read is done
+                # by then, and a replaced run is noticed before it polls again. Before, the poll waited for the
+                # read, and under load the ``changes`` query timed out (5 s) several times a minute: each
+                # such poll came 5 s late, a 10 s gap in detection (bench/monitoring.py, issue 37).
+                if changes is None:
+                    if await _until(next_poll - CHANGES_LEAD_S):
+                        break
+                    changes = asyncio.create_task(_changes_beside(me, engine, beat))
+                if await _until(next_poll):
+                    break
+                if changes.done():
+                    page, changes = changes.result(), None
+                    if page is not None and (page.continue_suggested or _replaced(page)):
+                        break
+                if engine.jobs:
+                    empty_polls = 0
+                if empty_polls >= 2:
+                    break
+        finally:
+            if changes is not None:
+                changes.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await changes
         result.signals += beat.signals
         return result
+
+
+CHANGES_LEAD_S = 1.5  # the watch set's changes are read this long before a poll is due
+
+
+async def _until(t: float) -> bool:
+    """Wait until monotonic ``t`` or the worker's shutdown; True when the worker is shutting down."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(activity.wait_for_worker_shutdown(), max(0.0, t - time.monotonic()))
+    return activity.is_worker_shutdown()
+
+
+async def _changes_beside(me, engine: ClusterWatch, beat: _Watchdog) -> WatchPage | None:
+    """Read the watch set's changes beside the poll loop (its own watchdog step); None when not readable
+    now (the last ones are kept, read again before the next poll)."""
+    beat.step("changes", loop="changes")
+    try:
+        return await _read_changes(me, engine, on_page=lambda: beat.step("changes", loop="changes"))
+    except RPCError as e:
+        activity.logger.warning(f"watch set changes not readable, keeping the last ones: {e}")
+        return None
+    finally:
+        beat.step(None, loop="changes")
 
 
 def _replaced(page: WatchPage) -> bool:

@@ -287,3 +287,54 @@ async def test_5000_watched_jobs_stay_within_the_status_budget_listing_pages_inc
     assert status / minutes <= policy.watch_status_budget_per_min, (dict(jobs.requests), minutes)
     assert engine.window.ages() and len(engine.window.ages()) <= policy.watch_status_budget_per_min
     assert engine.regular_interval() == 5.0 and jobs.requests["GetJobState"] >= 20 * 12 - 4
+
+
+class _SlowQueryHandle:
+    """A watcher handle whose ``changes`` query answers after ``delay_s`` (a loaded worker: the real one timed
+    out at 5 s several times a minute in bench/monitoring.py)."""
+
+    def __init__(self, delay_s: float):
+        self.id, self.delay_s, self.calls = "iris-watcher/q/c", delay_s, 0
+
+    async def query(self, name, req, **kw):
+        import asyncio
+
+        from domain.watch import WatchPage
+        self.calls += 1
+        await asyncio.sleep(self.delay_s)
+        return WatchPage(next=req.since, watched=1)
+
+
+async def test_a_slow_watch_set_read_never_delays_a_poll(tmp_path):
+    """The watch set's changes are read beside the wait before each poll, and the poll goes at its time even
+    when that read has not answered yet (issue 37: the poll used to wait for it, and a query timing out under
+    load made a 10 s gap between two polls). Fails on the old loop: one poll per slow read."""
+    import datetime
+
+    from temporalio.testing import ActivityEnvironment
+
+    from activities import watch
+    from domain.config import ServiceConfig
+    from domain.watch import WatchClusterInput, WatchClusterResult
+
+    policy = PolicySettings(watch_interval_s=0.5, watch_fast_interval_s=0.5, watch_idle_interval_s=0.5,
+                            watch_status_budget_per_min=600)
+    config = ServiceConfig.model_validate({
+        "work_dir": str(tmp_path), "repos": {"marinskyrl_url": "file:///nowhere", "harbor_url": "file:///nowhere"},
+        "clusters": {"c": {"controller_url": "https://standin.invalid",
+                           "client_revision_date": datetime.date.today().isoformat()}},
+        "registry": {"image_repository": "127.0.0.1:5000/gpu-rl", "user": {"kind": "literal_public", "value": "u"},
+                     "token": {"kind": "env", "name": "X"}},
+        "policy": policy.model_dump()})
+    jobs = StandinJobs({"/u/a": "running"})
+    me = _SlowQueryHandle(2.0)
+    async with IrisClient("http://standin", client_revision_date="2026-11-20", transport=jobs) as iris:
+        engine = ClusterWatch(policy)
+        engine.sync(WatchSet(watches=[_watch("/u/a", "running")]))
+        result = await ActivityEnvironment().run(
+            watch.WatchActivities(config)._poll_loop, WatchClusterInput(cluster="c", return_after_s=4.0), engine,
+            iris, watch._Watchdog(engine), me, WatchClusterResult())
+    polls = [t for m, _, t in jobs.calls if m in ("GetJobState", "ListJobs")]
+    gaps = [b - a for a, b in itertools.pairwise(polls)]
+    assert result.polls >= 7 and me.calls >= 1, (result.polls, me.calls)
+    assert max(gaps) < 0.5 + 0.4, gaps  # one interval, whatever the read takes
