@@ -39,3 +39,30 @@ async def test_a_child_target_schedules_its_log_check_in_the_task_that_tells_the
     assert len(told_in_task) == 1, [(e.event_id, task) for e in signals]
     # Every brief arrived, in order, the last one (done) before the target ended.
     assert briefs == ["submitting", "running", "validating", "done"], briefs
+
+
+async def test_acting_before_telling_the_pipeline_is_safe_only_because_it_is_patched(temporal_client, tmp_path,
+                                                                                      monkeypatch):
+    """docs/versioning.md's rule for this change: a child target recorded by the code before it (the brief's
+    signal awaited, the log check one task later; here: a copy with the guard off) replays clean on the current
+    code, and fails replay on a copy with the guard removed (the new order unconditionally)."""
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.worker import Replayer
+
+    from tests.workflows.test_replay import _load_copy
+
+    guard = "workflow.patched(patches.ACT_BEFORE_TELLING)"
+    before = _load_copy(tmp_path, monkeypatch, "target_copy_act_before", (guard, "False"))
+    unguarded = _load_copy(tmp_path, monkeypatch, "target_copy_act_unguarded", (guard, "True"))
+    run = uuid.uuid4().hex[:8]
+    tq, wid = f"tq-acts-old-{run}", f"acts-old-{run}"
+    s = Standins()
+    async with Worker(temporal_client, task_queue=tq, workflows=[BriefRecorder, before], activities=s.all()):
+        await result(await temporal_client.start_workflow(BriefRecorder.run, target_input(wid), id=wid, task_queue=tq))
+    history = await temporal_client.get_workflow_handle(f"{wid}-t").fetch_history()
+    ok = await Replayer(workflows=[TargetBuildWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        history, raise_on_replay_failure=False)
+    assert ok.replay_failure is None, ok.replay_failure
+    bad = await Replayer(workflows=[unguarded], data_converter=pydantic_data_converter).replay_workflow(
+        history, raise_on_replay_failure=False)
+    assert bad.replay_failure is not None and "nondetermin" in repr(bad.replay_failure).lower(), bad.replay_failure
