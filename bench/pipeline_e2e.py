@@ -168,6 +168,9 @@ def analyse(workflow_id: str, history) -> HistoryStats:
         elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
             name = ev.workflow_execution_signaled_event_attributes.signal_name
             signals[name] = signals.get(name, 0) + 1
+        elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:  # counted with the signals
+            name = ev.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+            signals[name] = signals.get(name, 0) + 1
         elif ev.event_type in (EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
                                EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
                                EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
@@ -330,7 +333,8 @@ def stage_rows(r: RunResult, key: str) -> dict[str, str]:
     cluster = next((x.cluster for x in (r.report.targets if r.report else []) if x.key == key), None)
     polls = r.watcher_polls.get(cluster) if cluster else None
     rows["  Iris polls by the cluster watcher (one GetJobState each, all targets)"] = "-" if polls is None else str(polls)
-    rows["  target wake-ups (job_changed signals)"] = str(t.signals.get("job_changed", 0)) if t else "-"
+    rows["  target wake-ups (job_changed signals, wake updates)"] = (
+        str(t.signals.get("job_changed", 0) + t.signals.get("wake", 0)) if t else "-")
     rows["  target monitoring activities (watch_job)"] = str(t.activities["watch_job"].count) if t and "watch_job" in t.activities else "0"
     rows["log check (check_build_log)"] = _fmt(_span(t, "check_build_log"))
     val = t.activities.get("validate_image") if t else None

@@ -4,7 +4,8 @@ detection at 1–200 jobs on the production cadence.
 A Temporal dev server and an in-process worker running the real IrisWatcherWorkflow and watch_cluster
 activity; the Iris side is the stand-in job list of tests/iris/standin_jobs.py (what the watcher asks is
 counted there), so thousands of jobs cost no controller. Targets are tiny receiver workflows that record
-the watcher's ``job_changed``. Every payload crossing Temporal is measured by a pass-through codec.
+the watcher's wake-up (the ``wake`` update for an end, the ``job_changed`` signal). Every payload crossing
+Temporal is measured by a pass-through codec.
 
 1. scale: register N watches (one build contract of 31 marker texts, like the real one; registered the way
    ``watch_job`` does: the texts in the first registration, the key in every other), until the current run
@@ -79,6 +80,15 @@ def config(work: Path, cluster: str, policy: PolicySettings) -> ServiceConfig:
         "policy": policy.model_dump(),
     })
 
+
+
+WOKEN = (EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
+
+
+def woken_at(events) -> float:
+    """When a receiver had its wake-up (epoch s): the signal event, or the ``wake`` update accepted (the watcher
+    sends an end as the update since issue 37; accepted = written with the receiver's task)."""
+    return next(e.event_time.ToMicroseconds() / 1e6 for e in events if e.event_type in WOKEN)
 
 class Bench:
     def __init__(self, client: Client, sizes: SizeRecorder, work: Path):
@@ -259,10 +269,7 @@ async def scale(b: Bench, n: int, burst: int, bursts: int = 1, push_lead: float 
                 for j, r in group:
                     h = b.client.get_workflow_handle(r)
                     await asyncio.wait_for(h.result(), 300)
-                    for e in (await h.fetch_history()).events:
-                        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-                            mine.append(e.event_time.ToMicroseconds() / 1e6 - ended[j])
-                            break
+                    mine.append(woken_at((await h.fetch_history()).events) - ended[j])
                 lat += mine
                 per_burst.append(f"{min(mine):.2f}-{max(mine):.2f}")
             print(f"N={n}: end → signalled per burst (min-max s): {', '.join(per_burst)}", file=sys.stderr, flush=True)
@@ -315,10 +322,7 @@ async def detection(b: Bench, n: int, spread: float, push_lead: float = 0.0, set
         for i, j in enumerate(ids):
             h = b.client.get_workflow_handle(f"recv-{run}-{i}")
             await asyncio.wait_for(h.result(), 300)
-            for e in (await h.fetch_history()).events:
-                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-                    lat.append(e.event_time.ToMicroseconds() / 1e6 - ended[j])
-                    break
+            lat.append(woken_at((await h.fetch_history()).events) - ended[j])
         after, minutes = requests(iris), (time.monotonic() - t0) / 60
         with contextlib.suppress(Exception):  # the watcher ends by itself once nothing is left
             await b.client.get_workflow_handle(wid).terminate("bench over")

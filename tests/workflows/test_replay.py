@@ -135,4 +135,3 @@ async def test_a_worker_without_the_patch_cannot_take_over_a_patched_run(tmp_pat
     replayed = await Replayer(workflows=[old], data_converter=pydantic_data_converter).replay_workflow(
         _history(POST_PATCH), raise_on_replay_failure=False)
     assert replayed.replay_failure is not None
-
