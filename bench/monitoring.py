@@ -382,7 +382,11 @@ async def scale(args, client, iris: IrisClient, proxy: CountingProxy, worker: Be
                         if "stalled" in ln or "could not" in ln or "failed" in ln.lower()]
             print(f"scale N={n}: worker log warnings so far: {len(warnings)}; last: {warnings[-5:]}",
                   file=sys.stderr, flush=True)
+        # Every status request of the step, registrations included (issue 37: they were outside the window).
+        status_at = sorted(t for t, m in proxy.log if m in STATUS_METHODS and t0 <= t <= t_end)
+        most_in_60 = max((sum(1 for u in status_at if t - 60 < u <= t) for t in status_at), default=0)
         row = {"n": n, "p50": pct(latencies, 50), "p95": pct(latencies, 95), "max": max(latencies, default=None),
+               "most_status_in_60s": most_in_60,
                "failed": failed, "worker_cpu_cores": cpu / wall, "worker_rss_mib": rss_peak / 1024,
                "controller_cpu_cores": ctl / wall, "server_cpu_cores": srv / wall,
                "load": f"{load0:.1f}-{os.getloadavg()[0]:.1f}", "window_s": None,
@@ -515,6 +519,8 @@ def print_tables(args, policy: PolicySettings, sc, hist, res, rej) -> None:
                   f"{fmt(r.get('logs_per_min_target'), 3)} | "
                   f"{fmt(r['worker_cpu_cores'], 2)} | {fmt(r['worker_rss_mib'], 0)} | {fmt(r['controller_cpu_cores'], 2)} | "
                   f"{fmt(r.get('server_cpu_cores'), 2)} | {fmt(r['window_s'], 0)} | {r['failed']} | {r.get('load', '-')} |")
+        print("\nMost status requests in any 60 s of the whole step (registrations included): " + "; ".join(
+            f"N={r['n']}: {r['most_status_in_60s']}" for r in sc))
         print("\nRequests by method in the steady window: " + "; ".join(
             f"N={r['n']}: " + ", ".join(f"{k} {v}" for k, v in sorted(r.get('by_method', {}).items())) for r in sc))
     if hist:
