@@ -342,10 +342,14 @@ def _table(chars: str) -> bytes:
     return bytes(97 if chr(c) in chars else 32 for c in range(256))
 
 
-def _extend(text: str, a: int, b: int, form: str, i: int, j: int) -> tuple[int, int, int, int]:
+def _extend(text: str, a: int, b: int, form: str, i: int, j: int) -> tuple[int, int, int, int, list, list]:
     """Grow ``text[a:b] == form[i:j]`` both ways while the text agrees with the form, crossing line
-    breaks (a token cut across lines, a wrapped base64 stream)."""
+    breaks (a token cut across lines, a wrapped base64 stream). Also where each crossing began, latest
+    last: ``(b, j)`` before each forward crossing and ``(a, i)`` before each backward one (the text after a
+    break may agree with the form by chance, such as the next hex dump line's offset ``0000…``)."""
     n = len(text)
+    ends: list[tuple[int, int]] = []
+    starts: list[tuple[int, int]] = []
     while j < len(form):
         if b < n and text[b] == form[j]:
             b, j = b + 1, j + 1
@@ -353,6 +357,7 @@ def _extend(text: str, a: int, b: int, form: str, i: int, j: int) -> tuple[int, 
         m = _BREAK.match(text, b)
         if m is None or m.end() >= n or text[m.end()] != form[j]:
             break
+        ends.append((b, j))
         b = m.end()
     if 0 < a < b - 1 and text[a] in "nr" and text[a - 1] == "\\":  # the hit began on an escaped newline's
         a, i = a + 1, i + 1                                          # letter: it is the break, not the form
@@ -362,13 +367,14 @@ def _extend(text: str, a: int, b: int, form: str, i: int, j: int) -> tuple[int, 
         if a > 0 and text[a - 1] in _BREAK_LAST:
             m = _BREAK_BEFORE.search(text, max(0, a - 160), a)
             if m is not None and m.start() > 0 and text[m.start() - 1] == form[i - 1]:
+                starts.append((a, i))
                 a = m.start()
                 continue
         if a > 0 and text[a - 1] == form[i - 1]:
             a, i = a - 1, i - 1
             continue
         break
-    return a, b, i, j
+    return a, b, i, j, starts, ends
 
 
 def _hits(text: str, m: _Matcher) -> list[tuple[int, int]]:
@@ -383,12 +389,17 @@ def _hits(text: str, m: _Matcher) -> list[tuple[int, int]]:
             if (k, start - i) in done:
                 continue
             form = m.forms[k]
-            a, b, i0, j0 = _extend(text, start, end, form, i, i + length)
+            a, b, i0, j0, starts, ends = _extend(text, start, end, form, i, i + length)
             done.add((k, start - i))
-            whole = i0 == 0 and j0 == len(form)
-            if whole or (j0 - i0 >= MIN_PART and (a == 0 or not text[a - 1].isalnum())
-                         and (b == len(text) or not text[b].isalnum())):
+            if i0 == 0 and j0 == len(form):
                 spans.append((a, b))
+                continue
+            # A part: it must stand alone. Where it does not only because a crossing went on into text that
+            # agreed by chance (a letter or digit after it), the part up to that crossing is what stands alone.
+            head = next(((x, y) for x, y in [(a, i0), *reversed(starts)] if x == 0 or not text[x - 1].isalnum()), None)
+            tail = next(((x, y) for x, y in [(b, j0), *reversed(ends)] if x == len(text) or not text[x].isalnum()), None)
+            if head is not None and tail is not None and tail[1] - head[1] >= MIN_PART:
+                spans.append((head[0], tail[0]))
     return spans
 
 
@@ -500,14 +511,16 @@ def _plausible(data: bytes) -> bool:
 
 
 def _runs(text: str, pattern: re.Pattern, gap: re.Pattern, areas: Iterable[tuple[int, int]] | None = None,
-          first: frozenset = frozenset("\\=\r\n"), lo: int = 0, hi: int | None = None) -> list[list[tuple[int, int]]]:
+          first: frozenset = frozenset("\\=\r\n"), lo: int = 0, hi: int | None = None,
+          joins=None) -> list[list[tuple[int, int]]]:
     """Runs of ``pattern`` in ``text[lo:hi]`` (inside ``areas``, when given), consecutive ones joined when
-    only ``gap`` separates them (a wrapped stream, a dump's lines)."""
+    only ``gap`` separates them (a wrapped stream, a dump's lines) and ``joins(previous, gap)`` agrees."""
     out: list[list[tuple[int, int]]] = []
     found = ((r.span() for r in pattern.finditer(text, lo, len(text) if hi is None else hi)) if areas is None else
              (r.span() for a, b in areas for r in pattern.finditer(text, a, b)))
     for a, b in found:
-        if out and text[out[-1][-1][1]:out[-1][-1][1] + 1] in first and gap.fullmatch(text, out[-1][-1][1], a):
+        if out and text[out[-1][-1][1]:out[-1][-1][1] + 1] in first and (g := gap.fullmatch(text, out[-1][-1][1], a)) \
+                and (joins is None or joins(text, out[-1][-1], g)):
             out[-1].append((a, b))
         else:
             out.append([(a, b)])
@@ -681,11 +694,19 @@ def _decoded_spans(text: str, m: _Matcher, depth: int, budget: _Budget) -> list[
 
             out += [(at(x), at(y - 1) + 1) for x, y in found if y > x]
     areas = _hex_areas(data)
-    for pieces in _runs(text, _HEX_RUN, _HEX_GAP, areas, _HEX_FIRST) if areas else ():
+    for pieces in _runs(text, _HEX_RUN, _HEX_GAP, areas, _HEX_FIRST, joins=_hex_joins) if areas else ():
         if budget.left <= 0:
             return out
         out += _hex_spans(text, pieces, m, depth, budget)
     return out
+
+
+def _hex_joins(text: str, previous: tuple[int, int], gap: re.Match) -> bool:
+    """Whether a dump line's run goes on after ``gap``: across a line break, yes; across the two spaces of
+    hexdump -C's middle gap only after its first half (8 bytes). Two spaces after a longer run (``xxd -g1``'s
+    16 bytes) lead to the ASCII column, which is a hex run only by chance (a token of hex digits): joined, it
+    would be decoded as bytes and hide where the column is (issue: github.token's xxd -g1 column leaked)."""
+    return gap.group() != "  " or sum(c in string.hexdigits for c in text[previous[0]:previous[1]]) == 16
 
 
 _ASCII_COLUMN = re.compile(r"[ \t]{2,}\|?")  # xxd and hexdump -C: two spaces (and a bar) before it
