@@ -26,13 +26,14 @@ from pydantic import BaseModel
 
 from clients.iris import CompleteLog
 from domain.log_evidence import LogIntegrity
-from domain.redact import redact
+from domain.redact import redact_lines
 
 MAX_AGE_S = 6 * 3600.0
 # Logs held in memory at once by one worker (read, judged, written as evidence): a 3,000-line log is ~7 MiB of
 # entries, JSON and text while it is judged, and 200 targets ending together took a worker to 990 MiB RSS
 # (bench/end_phase.py); the others wait here, heartbeating, for a slot (seconds each).
 LOG_SLOTS = 16
+CONTEXT_LINES = 16  # saved lines redacted again with a retry's new ones (a form across lines)
 
 
 class SavedLog(BaseModel):
@@ -109,7 +110,12 @@ class LogReads:
         if log.reads == 0 and saved is not None:
             return saved
         known = len(start.entries) if start is not None else 0
-        entries = log.entries[:known] + [e.model_copy(update={"data": redact(e.data)}) for e in log.entries[known:]]
+        # Redacted together, with the last saved lines again (a token wrapped or dumped across lines is found
+        # only whole; a retry's first new line may go on from the last saved one).
+        lo = max(0, known - CONTEXT_LINES)
+        fresh = redact_lines([e.data for e in log.entries[lo:]])
+        entries = log.entries[:lo] + [e.model_copy(update={"data": d}) if d != e.data else e
+                                      for e, d in zip(log.entries[lo:], fresh, strict=True)]
         out = SavedLog(job_id=job_id, log=log.model_copy(update={"entries": entries}),
                        integrity=saved.integrity if saved is not None and known == len(entries) else None,
                        requests=(saved.requests if saved is not None else 0) + log.reads)

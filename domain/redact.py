@@ -816,24 +816,55 @@ def _snap(text: str, a: int, b: int) -> tuple[int, int]:
     return a, min(b, len(text))
 
 
+def _text_spans(text: str) -> list[tuple[int, int]]:
+    """The spans of ``text`` that ``redact`` replaces with ``REDACTED`` (before the shape patterns)."""
+    m = _current()
+    if m is None:
+        return []
+    spans = _secret_spans(text, m)
+    if spans and "\\" in text:
+        spans = [_snap(text, a, b) for a, b in spans]
+    return spans
+
+
+def _replaced(text: str, spans: list[tuple[int, int]]) -> str:
+    out, pos = [], 0
+    for a, b in sorted(spans):
+        if b <= pos:
+            continue
+        if a >= pos:
+            out += [text[pos:a], REDACTED]
+        pos = b
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def redact(text: str) -> str:
     if not text:
         return text
-    m = _current()
-    if m is not None:
-        spans = _secret_spans(text, m)
-        if spans:
-            if "\\" in text:
-                spans = [_snap(text, a, b) for a, b in spans]
-            out, pos = [], 0
-            for a, b in sorted(spans):
-                if b <= pos:
-                    continue
-                if a >= pos:
-                    out += [text[pos:a], REDACTED]
-                pos = b
-            out.append(text[pos:])
-            text = "".join(out)
+    spans = _text_spans(text)
+    if spans:
+        text = _replaced(text, spans)
+    return _shapes_redacted(text)
+
+
+def redact_lines(lines: list[str]) -> list[str]:
+    """Each of ``lines`` redacted as a part of the text they make together, each kept in its place: a log
+    kept line by line (activities/log_reads.py) where a token wrapped or hex-dumped across lines is found
+    only whole (redacted line by line, a wrapped token's 7-9 character head on the first line is kept)."""
+    text = "\n".join(lines)
+    spans = _text_spans(text) if text else []
+    out, start = [], 0
+    for line in lines:
+        end = start + len(line)
+        mine = [(max(a, start) - start, min(b, end) - start) for a, b in spans if a < end and b > start]
+        out.append(_shapes_redacted(_replaced(line, mine) if mine else line) if line else line)
+        start = end + 1
+    return out
+
+
+def _shapes_redacted(text: str) -> str:
+    """``text`` with the credential shapes (token prefixes, secret assignments, auth headers) redacted."""
     data = _latin(text)
     if _holds(data, _TOKEN_PREFIXES_B, _TOKEN_PREFIX):
         text = _TOKEN_SHAPES.sub(REDACTED, text)
