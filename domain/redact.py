@@ -65,7 +65,12 @@ from urllib.parse import quote, quote_plus
 
 import ahocorasick_rs
 
-_lock = threading.Lock()
+# Re-entrant: ``redact`` runs inside logging, and logging can run inside ``_current``'s rebuild. An
+# allocation there may start the garbage collector, whose finalizers log (asyncio's "Task was destroyed but
+# it is pending" goes through ``call_exception_handler`` -> logging -> ``redact``). With a plain Lock that
+# nested call waited for the lock its own thread held: a CI run hung for good in a workflow test's
+# activity log line (``_build`` -> GC -> ``loop.call_exception_handler`` -> ``redact`` -> ``_current``).
+_lock = threading.RLock()
 _secrets: dict[str, tuple[str, ...]] = {}  # secret -> every literal form searched for, longest first
 REDACTED = "[REDACTED]"
 # A base64 core shorter than this is not searched for (it would match ordinary text by chance).
@@ -187,7 +192,7 @@ def _anchors(form: str) -> set[int]:
 
 
 def _build() -> _Matcher | None:
-    forms = sorted({f for fs in _secrets.values() for f in fs})
+    forms = sorted({f for fs in list(_secrets.values()) for f in fs})  # a snapshot: a nested call may register
     words: dict[str, list[tuple[int, int]]] = {}
     for k, form in enumerate(forms):
         for i in _anchors(form):
