@@ -148,7 +148,11 @@ class Follower:
     async def finish(self, timeout: float = 240.0) -> int:
         """Wait for the exit and the end of both streams; returns the exit code."""
         try:
-            await asyncio.wait_for(asyncio.gather(self.proc.wait(), *self._pumps), timeout)
+            # the pumps are shielded: a timeout here must not cancel them, or the output read after the kill
+            # below is lost and the CancelledError of the cancelled pumps hides this assertion (a clean-clone
+            # CI run failed with a bare CancelledError where "follow did not end" and the stacks were due)
+            await asyncio.wait_for(asyncio.gather(self.proc.wait(), *(asyncio.shield(p) for p in self._pumps)),
+                                   timeout)
         except TimeoutError:
             signals = _signal_state(self.proc.pid)
             await _abort(self.proc)  # faulthandler prints every thread's stack on SIGABRT
