@@ -10,6 +10,7 @@ Every call is recorded in ``calls`` (activity name, input) for assertions.
 from __future__ import annotations
 
 import asyncio
+import datetime
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
@@ -21,7 +22,7 @@ from temporalio.worker import Worker
 
 from activities.merge_gate import caller_identity
 from domain.buildset import BuildRequest, CompatibilityRequest, TargetSpec, plan_targets
-from domain.config import OperatorSettings, PolicySettings
+from domain.config import OperatorSettings, PolicySettings, ServiceConfig
 from domain.failures import Evidence, classify
 from domain.jobs import submission_name
 from domain.models import (
@@ -75,6 +76,20 @@ PREEMPTED = Evidence(job_state="worker_failed", k8s_event_reasons=["EvictedDueTo
 MANIFEST_MISMATCH = Evidence(job_state="failed", error="exit code 1",
                              log_tail=["ERROR: wheelhouse MANIFEST differs from expected-wheel-manifest.txt"])
 UNKNOWN = Evidence(job_state="failed", error="exit code 3")
+
+
+def watcher_config(tmp_path, cluster: str, policy: PolicySettings | None = None) -> ServiceConfig:
+    """A worker config with one stand-in cluster, for the watcher tests (their controller is a stand-in
+    transport; the URL is never dialled)."""
+    return ServiceConfig.model_validate({
+        "work_dir": str(tmp_path),
+        "repos": {"marinskyrl_url": "file:///nowhere", "harbor_url": "file:///nowhere"},
+        "clusters": {cluster: {"controller_url": "https://standin.invalid",
+                               "client_revision_date": datetime.date.today().isoformat()}},
+        "registry": {"image_repository": "127.0.0.1:5000/gpu-rl", "user": {"kind": "literal_public", "value": "u"},
+                     "token": {"kind": "env", "name": "X"}},
+        **({"policy": policy.model_dump()} if policy is not None else {}),
+    })
 
 
 def request(archs=("amd64",), variants=("standard",)) -> BuildRequest:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 import uuid
 from datetime import timedelta
 
@@ -33,7 +32,7 @@ from domain.watch import PageRequest, WatchJobInput, WatchPage, watcher_id, watc
 from tests.activities.test_watch_status_cap import STATUS, most_in_a_minute
 from tests.iris.standin_jobs import StandinJobs
 from tests.workflows.receiver import Registrant
-from tests.workflows.standins import eventually
+from tests.workflows.standins import eventually, watcher_config
 from worker import polling
 from workflows.watcher import IrisWatcherWorkflow
 
@@ -42,14 +41,7 @@ MARKERS = ["=== [build 01/02] start ===", "=== [build 02/02] pushed ==="]
 
 
 def _config(tmp_path, cluster: str) -> ServiceConfig:
-    return ServiceConfig.model_validate({
-        "work_dir": str(tmp_path),
-        "repos": {"marinskyrl_url": "file:///nowhere", "harbor_url": "file:///nowhere"},
-        "clusters": {cluster: {"controller_url": "https://standin.invalid",
-                               "client_revision_date": datetime.date.today().isoformat()}},
-        "registry": {"image_repository": "127.0.0.1:5000/gpu-rl", "user": {"kind": "literal_public", "value": "u"},
-                     "token": {"kind": "env", "name": "X"}},
-    })
+    return watcher_config(tmp_path, cluster)
 
 
 async def test_200_targets_starting_together_register_without_a_timeout(temporal_client, tmp_path):

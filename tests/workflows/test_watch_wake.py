@@ -9,7 +9,6 @@ Iris side; what each receiver got is read back from its history."""
 
 from __future__ import annotations
 
-import datetime
 import uuid
 
 from temporalio.api.enums.v1 import EventType
@@ -21,6 +20,7 @@ from domain.models import JobProgress
 from domain.watch import WatcherInput, WatchRequest, watcher_id, watcher_task_queue
 from tests.iris.standin_jobs import StandinJobs
 from tests.workflows.receiver import EndReceiver, SignalOnlyReceiver
+from tests.workflows.standins import watcher_config
 from workflows.watcher import IrisWatcherWorkflow
 
 POLICY = PolicySettings(watch_interval_s=0.5, watch_fast_interval_s=0.5, watch_idle_interval_s=0.5,
@@ -28,15 +28,7 @@ POLICY = PolicySettings(watch_interval_s=0.5, watch_fast_interval_s=0.5, watch_i
 
 
 def _config(tmp_path, cluster: str) -> ServiceConfig:
-    return ServiceConfig.model_validate({
-        "work_dir": str(tmp_path),
-        "repos": {"marinskyrl_url": "file:///nowhere", "harbor_url": "file:///nowhere"},
-        "clusters": {cluster: {"controller_url": "https://standin.invalid",
-                               "client_revision_date": datetime.date.today().isoformat()}},
-        "registry": {"image_repository": "127.0.0.1:5000/gpu-rl", "user": {"kind": "literal_public", "value": "u"},
-                     "token": {"kind": "env", "name": "X"}},
-        "policy": POLICY.model_dump(),
-    })
+    return watcher_config(tmp_path, cluster, POLICY)
 
 
 async def _received(client, wid: str) -> list[tuple[str, str, bool]]:

@@ -13,7 +13,6 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
-import datetime
 import time
 import uuid
 
@@ -42,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from tests.iris.standin_jobs import StandinJobs
     from tests.workflows.receiver import EndReceiver
+    from tests.workflows.standins import watcher_config
     from workflows.watcher import IrisWatcherWorkflow
 
 CONTRACT_A = [f"=== [build {i:02d}/31] contract A step {i}: a marker line of realistic length ===" for i in range(31)]
@@ -52,15 +52,7 @@ POLICY = PolicySettings(watch_interval_s=0.5, watch_fast_interval_s=0.5, watch_i
 
 
 def _config(tmp_path, cluster: str) -> ServiceConfig:
-    return ServiceConfig.model_validate({
-        "work_dir": str(tmp_path),
-        "repos": {"marinskyrl_url": "file:///nowhere", "harbor_url": "file:///nowhere"},
-        "clusters": {cluster: {"controller_url": "https://standin.invalid",
-                               "client_revision_date": datetime.date.today().isoformat()}},
-        "registry": {"image_repository": "127.0.0.1:5000/gpu-rl", "user": {"kind": "literal_public", "value": "u"},
-                     "token": {"kind": "env", "name": "X"}},
-        "policy": POLICY.model_dump(),
-    })
+    return watcher_config(tmp_path, cluster, POLICY)
 
 
 async def _signals(client, wid: str, run_id: str) -> list[tuple[str, object]]:

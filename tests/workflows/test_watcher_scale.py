@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 import uuid
 
 from temporalio import activity, workflow
@@ -32,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from tests.iris.standin_jobs import StandinJobs
     from tests.workflows.receiver import EndReceiver, SizeRecorder, SupersededWatcher
+    from tests.workflows.standins import watcher_config
     from workflows.watcher import IrisWatcherWorkflow
 
 N_WATCHES = 1500
@@ -43,14 +43,7 @@ POLICY = PolicySettings(watch_interval_s=0.5, watch_fast_interval_s=0.5, watch_i
 
 
 def _config(tmp_path, cluster: str) -> ServiceConfig:
-    return ServiceConfig.model_validate({
-        "work_dir": str(tmp_path),
-        "repos": {"marinskyrl_url": "file:///nowhere", "harbor_url": "file:///nowhere"},
-        "clusters": {cluster: {"controller_url": "https://standin.invalid",
-                               "client_revision_date": datetime.date.today().isoformat()}},
-        "registry": {"image_repository": "127.0.0.1:5000/gpu-rl", "user": {"kind": "literal_public", "value": "u"}, "token": {"kind": "env", "name": "X"}},
-        "policy": POLICY.model_dump(),
-    })
+    return watcher_config(tmp_path, cluster, POLICY)
 
 
 async def test_1500_watches_keep_every_payload_under_512kb_and_an_end_is_delivered(temporal_client, tmp_path):
