@@ -111,7 +111,7 @@ def alice(github_standin):
 async def _force_pushed(gh, handle, pr, branch, pin) -> tuple[str, dict]:
     """Green on the pin commit, then alice force-pushes her own commit and CI turns green on it."""
     gh.handle.set_check(STANDIN_REPO, pin, "ci", conclusion="success")
-    await _until(lambda: _waiting(handle, "merge_authorization"), "green on the pin commit")
+    await _until(lambda: _waiting(handle, "merge_authorization"), "green on the pin commit", handle=handle)
     theirs = _commit_table(gh, f"side-{uuid.uuid4().hex[:6]}", "origin/feature", THEIRS, "alice's own pins")
     pushed = gh.handle.push_as(STANDIN_REPO, branch, theirs, "alice")
     assert pushed["activity_type"] == "force_push"
@@ -129,7 +129,7 @@ async def test_a_force_pushed_branch_holds_the_merge_naming_who_and_the_restore_
         handle, pr, branch, pin = await _start(temporal_client, config, github_standin)
         theirs, pushed = await _force_pushed(github_standin, handle, pr, branch, pin)
 
-        rep = await _until(lambda: _waiting(handle, "head_moved"), "the moved head noticed")
+        rep = await _until(lambda: _waiting(handle, "head_moved"), "the moved head noticed", handle=handle)
         held = rep.waiting[0]
         assert f"the PR head is {theirs[:12]}, not the pin commit {pin[:12]} this build pushed" in held.detail
         assert f"force_push by alice at {pushed['timestamp']}" in held.detail
@@ -152,7 +152,7 @@ async def test_a_force_pushed_branch_holds_the_merge_naming_who_and_the_restore_
         subprocess.run(["bash", "-c", held.command], cwd=scratch, check=True, capture_output=True)
         assert github_standin.branch_sha(branch) == pin
         gh.set_check(STANDIN_REPO, pin, "ci", conclusion="success")  # CI reports again: the webhook wakes it
-        rep = await _until(lambda: _waiting(handle, "merge_authorization"), "the restored head noticed")
+        rep = await _until(lambda: _waiting(handle, "merge_authorization"), "the restored head noticed", handle=handle)
         assert rep.merge_authorization is None  # given for alice's head: it does not carry over
         await handle.execute_update(BuildPipelineWorkflow.approve_merge, MergeAuthorization(by="tester"))
         final: PipelineReport = await asyncio.wait_for(handle.result(), HANG_GUARD_S)
@@ -172,7 +172,7 @@ async def test_a_hand_merge_of_someone_elses_head_is_reported_from_the_pin_table
         gh.set_webhook(f"http://127.0.0.1:{receiver.port}{config.github.webhook.path}", SECRET)
         handle, pr, branch, pin = await _start(temporal_client, config, github_standin)
         theirs, _ = await _force_pushed(github_standin, handle, pr, branch, pin)
-        await _until(lambda: _waiting(handle, "head_moved"), "the moved head noticed")
+        await _until(lambda: _waiting(handle, "head_moved"), "the moved head noticed", handle=handle)
         status, merged = gh.api("PUT", f"/repos/{STANDIN_REPO}/pulls/{pr.number}/merge", {}, token=alice)
         assert status == 200 and merged["merged"]
         with pytest.raises(WorkflowFailureError):
@@ -205,7 +205,7 @@ async def test_a_hand_merge_where_the_pr_body_carries_the_digests_claims_nothing
         gh.set_webhook(f"http://127.0.0.1:{receiver.port}{config.github.webhook.path}", SECRET)
         handle, pr, _, _ = await _start(temporal_client, config, github_standin, source=source)
         gh.set_check(STANDIN_REPO, pr.head_sha, "ci", conclusion="success")
-        await _until(lambda: _waiting(handle, "merge_authorization"), "green")
+        await _until(lambda: _waiting(handle, "merge_authorization"), "green", handle=handle)
         status, merged = gh.api("PUT", f"/repos/{STANDIN_REPO}/pulls/{pr.number}/merge", {}, token=alice)
         assert status == 200
         final: PipelineReport = await asyncio.wait_for(handle.result(), HANG_GUARD_S)

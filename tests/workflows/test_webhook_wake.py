@@ -38,6 +38,7 @@ from domain.redact import REDACTED, redact
 from runtime import search_attributes as sa
 from runtime.logging import configure_logging
 from tests.fixtures_github import STANDIN_REPO
+from tests.workflows.history_digest import history_digest
 from worker import _webhooks, build_worker
 from workflows.pipeline import BuildPipelineWorkflow
 
@@ -75,12 +76,15 @@ def _config(tmp_path, temporal, gh) -> ServiceConfig:
     })
 
 
-async def _until(pred, what: str, attempts: int = 600):
+async def _until(pred, what: str, attempts: int = 600, handle=None):
+    """Poll ``pred`` (bounded); on timeout, with ``handle``, the message carries the build's history digest:
+    a wait that never came is diagnosed from what the workflow did, not guessed at."""
     for _ in range(attempts):
         if value := await pred():
             return value
         await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    digest = f"\n{await history_digest(handle)}" if handle is not None else ""
+    raise AssertionError(f"timed out waiting for {what}{digest}")
 
 
 class Build:
