@@ -525,7 +525,7 @@ async def _follow(client: Client, wid: str, task_queue: str, interval: float, as
     view = (progress.LiveView() if stream.isatty() and not as_json
             else progress.PlainView(lambda line: click.echo(line, err=as_json)))
     live = WatchedProgress(client, task_queue)  # running jobs: live progress from the cluster watcher, fast log reads
-    view.note(f"following {wid} (task queue {task_queue}); Ctrl-C stops following, not the build")
+    view.note(f"following {wid} (task queue {task_queue}); {_how_to_stop()}")
     lost_since: float | None = None  # Temporal stopped answering at (monotonic)
     no_worker: str | None = None  # the "no worker" line last shown
     ticker = progress.Ticker()
@@ -575,8 +575,23 @@ async def _follow(client: Client, wid: str, task_queue: str, interval: float, as
             # Wake in time for the next line that is due (plain mode prints at least every HEARTBEAT_S).
             due = getattr(view, "due_in", None)
             await asyncio.sleep(max(0.5, min(interval, due() if due else interval)))
+    except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels the command's task wherever it waits
+        view.note(f"stopped following {wid}; the build goes on without this terminal — "
+                  f"`python starter.py follow {wid}` watches it again")
+        raise
     finally:
         view.close()
+
+
+def _how_to_stop() -> str:
+    """What stops following, truthfully: a process started as a background job of a non-interactive shell
+    inherits SIGINT ignored (POSIX), and Python keeps it so; Ctrl-C then does nothing, a plain ``kill`` does."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return (f"SIGINT is ignored in this process (started in the background?): `kill {os.getpid()}` stops "
+                "following, not the build")
+    return "Ctrl-C stops following, not the build"
 
 
 RECONNECT_S = 120.0  # follow keeps trying a silent Temporal this long, then exits 3

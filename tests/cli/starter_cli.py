@@ -39,9 +39,19 @@ def _kill_leftovers() -> None:
         kill_group(proc)
 
 
+# An operator's command runs as a terminal's foreground job, where SIGINT has its default action. A suite started as a
+# background job of a non-interactive shell (`scripts/test > log &`, `bash .ci/run &`, a runner doing the same)
+# ignores SIGINT, and an ignored signal stays ignored across fork and exec: Python then installs no
+# KeyboardInterrupt handler, asyncio.run none either, and the Ctrl-C of ``Follower.interrupt`` is dropped (the
+# test_cli_operate flake: "follow did not end within 30s", SigIgn 0x6 = SIGINT + SIGQUIT). coreutils' ``env
+# --default-signal`` gives the command the terminal's disposition back, for it alone (preexec_fn is unsafe in a
+# process with threads, and this one runs the SDK core's).
+TERMINAL_SIGNALS = ("env", "--default-signal=INT")
+
+
 async def _spawn(config_path: Path, *args: str):
     proc = await asyncio.create_subprocess_exec(
-        *argv(config_path, *args), cwd=ROOT, env=_env(), start_new_session=True,
+        *TERMINAL_SIGNALS, *argv(config_path, *args), cwd=ROOT, env=_env(), start_new_session=True,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     _LIVE.add(proc)
     return proc
