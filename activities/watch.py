@@ -21,6 +21,13 @@ it before it is reported missing. Queued jobs are polled like running ones. Logs
 ``watch_log_interval_s`` (``watch_follow_interval_s`` while someone follows) for the common prefix of
 every running job, from the log store's global cursor (``seq``), routed to jobs by key.
 
+The controller's audit lines (``/system/controller``, domain/controller_feed.py) are read once a second beside the
+polls (``_read_feed``: log requests, counted apart as ``feed.requests``): a line that a watched job ended (or a task
+of it, or a worker failed) brings the next poll forward, inside the same window (``feed_due``); while that feed is
+proven and healthy the regular polls are a backstop every FEED_BACKSTOP_S, which leaves most slots to such polls.
+The verdict is always the poll's. A feed that fails, has shown no audit line yet, or missed an end a poll found,
+leaves the regular cadence as it was (``feed.state`` in the heartbeat says which).
+
 Guarantees kept from per-target polling: an unreachable controller is never terminal (the job keeps
 its last known state, marked unreachable); a job absent from ``GetJobState`` is confirmed with
 ``GetJobStatus`` before it is reported missing, and missing is never success (the target lets the
@@ -52,6 +59,14 @@ from activities.common import HEARTBEAT_EVERY_S, ActivityGroup, Heartbeater, iri
 from activities.errors import Transient
 from clients.iris import LIST_JOBS_MAX_OFFSET, LIST_JOBS_PAGE, IrisClient, JobState, NotFound, Unavailable
 from domain.config import PolicySettings, ServiceConfig
+from domain.controller_feed import (
+    AUDIT_SUBSTRING,
+    CONTROLLER_LOG_KEY,
+    JOB_END_ACTIONS,
+    WORKER_ACTIONS,
+    AuditEvent,
+    parse_audit_line,
+)
 from domain.models import JobProgress
 from domain.redact import redact_obj, redact_value
 from domain.watch import (
@@ -90,6 +105,24 @@ LOG_LOOKBACK_MS = 120_000  # a fresh cursor reads only lines newer than the watc
 PAGED_LISTING_EVERY_S = 300.0
 FOLLOW_VIEW_MAX = 200  # live progress in the heartbeat: followed jobs only, at most this many
 STATUS_METHODS = ("GetJobState", "ListJobs", "GetJobStatus")
+# The controller's audit lines as a change feed (domain/controller_feed.py): one FetchLogs of /system/controller
+# per FEED_EVERY_S while jobs are watched (log requests, never status requests: at most 60 a minute per cluster,
+# plus a page more only when a page came back full).
+FEED_EVERY_S = 1.0
+FEED_PAGE = 2000  # audit lines per feed request
+FEED_PAGES_PER_READ = 3
+FEED_DEADLINE_S = 5.0  # one feed read's bound (the client's own retries included)
+FEED_LOOKBACK_MS = 60_000  # a fresh cursor starts this far back (controller/worker clock skew; a line only wakes a read)
+FEED_STALE_S = 5.0  # a feed with no successful read for this long is not trusted: the regular cadence is back
+# While the feed is healthy, the regular polls are only the backstop for what it cannot see (a transition without
+# an audit line): one per FEED_BACKSTOP_S, so most of the window's slots are free for reads the feed asks for.
+FEED_BACKSTOP_S = 15.0
+FEED_MIN_GAP_S = 1.0  # the shortest gap between two status requests a feed line may bring
+# A poll that finds an end the feed has not reported within FEED_CONFIRM_S is a feed that misses ends (lagging, or
+# a transition without a line): the regular cadence is used for FEED_PENALTY_S, visibly (``feed.state``).
+FEED_CONFIRM_S = 10.0
+FEED_PENALTY_S = 300.0
+FEED_RECENT = 20  # job ids kept in the heartbeat's record of what the feed woke
 # Watcher id -> (the run this worker last registered with, the marker set keys that run was given): a
 # registration carries the marker texts only the first time a key goes to a run (see WatchRequest).
 _MARKERS_SENT: dict[str, tuple[str, set[str]]] = {}
@@ -173,6 +206,12 @@ class StatusWindow:
             await sleep(wait)
         return self.take()
 
+    def free(self) -> int:
+        """Requests that may be sent now without waiting."""
+        now = self.clock()
+        self._trim(now)
+        return max(0, self.limit - len(self.sent))
+
     def ages(self) -> list[float]:
         """Seconds since each request in the window (heartbeat: another attempt starts from them)."""
         now = self.clock()
@@ -197,6 +236,10 @@ def status_limit(policy: PolicySettings) -> int:
 _WINDOWS: dict[str, StatusWindow] = {}
 
 
+def _terminal(state: str) -> bool:
+    return JobState.parse(state).is_terminal
+
+
 def common_prefix(job_ids: list[str]) -> str:
     """The longest common prefix of ``job_ids`` (one job: ``<job>/``): the FetchLogs/ListJobs prefix
     that covers all of them and as few other jobs as possible."""
@@ -205,6 +248,39 @@ def common_prefix(job_ids: list[str]) -> str:
     if len(job_ids) == 1:
         return f"{job_ids[0]}/"
     return os.path.commonprefix(job_ids) or "/"
+
+
+@dataclass
+class FeedState:
+    """What the controller's audit feed told the watcher, and whether it is trusted (heartbeat: ``feed``).
+
+    ``state``: ``off`` (not read yet), ``unproven`` (reads succeed but no audit line has come yet: a controller
+    logging below INFO writes none, and a silent feed must not look like a quiet one), ``ok``, ``failing`` (the
+    last read failed: ``error``), ``missed`` (a poll found an end the feed never reported: the regular cadence
+    until ``degraded_until``). Anything but a fresh ``ok`` means the watcher polls at the regular cadence, as
+    without a feed."""
+
+    state: str = "off"
+    audit_lines: int = 0  # every audit line read (any action, any job): the proof the feed is live
+    error: str = ""
+    ok_at: float = float("-inf")  # clock of the last successful read
+    degraded_until: float = float("-inf")
+    requests: int = 0  # FetchLogs of the feed (log requests, counted apart from status requests)
+    lines: int = 0  # audit lines about watched jobs (or failed workers)
+    pending: dict[str, str] = field(default_factory=dict)  # job -> action: read its state at the next poll
+    flagged: dict[str, float] = field(default_factory=dict)  # job -> clock when the feed last named it
+    unconfirmed: dict[str, float] = field(default_factory=dict)  # ends a poll found, not (yet) in the feed
+    early_polls: int = 0  # polls run before the regular cadence because of a feed line
+    seen_early: int = 0  # ends such a poll found
+    woke: list[str] = field(default_factory=list)  # the latest jobs whose end a feed-woken poll found
+    misses: int = 0
+    disagreements: int = 0  # an end line, then a status read (after it) that says the job is not terminal
+
+    def view(self) -> dict:
+        return {"state": self.state, "error": self.error, "requests": self.requests, "lines": self.lines,
+                "audit_lines": self.audit_lines,
+                "early_polls": self.early_polls, "seen_early": self.seen_early, "woke": list(self.woke),
+                "misses": self.misses, "disagreements": self.disagreements}
 
 
 @dataclass
@@ -232,12 +308,19 @@ class ClusterWatch:
     listing_at: tuple[int, int] = (0, 0)  # the paged listing's next (pair, offset)
     overflow_prefix: str | None = None  # a common prefix whose listing took more than one page
     stamp: int = 0  # orders status requests and detail reads by when they were sent (see ``_stale``)
+    feed: FeedState = field(default_factory=FeedState)
+    feed_cursor: int = 0  # the log store's cursor (seq) after the last audit line read
+    feed_since_ms: int = 0  # a fresh feed cursor reads lines newer than this only
+    feed_event: asyncio.Event = field(default_factory=asyncio.Event)  # a feed line asks for a poll
+    polled_at: float = float("-inf")  # clock of the latest poll's start
 
     def __post_init__(self) -> None:
         if self.window is None:
             self.window = StatusWindow(status_limit(self.policy), clock=self.clock)
         if not self.log_since_ms:
             self.log_since_ms = int(time.time() * 1000) - LOG_LOOKBACK_MS
+        if not self.feed_since_ms:
+            self.feed_since_ms = int(time.time() * 1000) - FEED_LOOKBACK_MS
 
     def _next_stamp(self) -> int:
         self.stamp += 1
@@ -306,7 +389,8 @@ class ClusterWatch:
         read) takes a slot and so makes one gap twice as long. Queued jobs are polled like running ones: a
         job that starts is seen at the next poll."""
         pol = self.policy
-        return max(pol.watch_fast_interval_s, 60.0 / status_limit(pol))
+        regular = max(pol.watch_fast_interval_s, 60.0 / status_limit(pol))
+        return max(regular, FEED_BACKSTOP_S) if self.feed_healthy() else regular
 
     def regular_interval(self) -> float:
         return self.interval()
@@ -331,6 +415,32 @@ class ClusterWatch:
         return [j for j, t in self.jobs.items() if not t.told.terminal]
 
     async def poll(self, iris: IrisClient) -> None:
+        """One poll (``_poll``), and what it says about the feed: an end found after a feed line is the feed's
+        (``seen_early``); an end the feed has not reported waits FEED_CONFIRM_S for its line (``feed_misses``);
+        a job end line followed by a poll that still sees the job running is a disagreement, logged loudly."""
+        woken, self.feed.pending = self.feed.pending, {}
+        self.feed_event.clear()
+        now = self.polled_at = self.clock()
+        before = {j: t.seen for j, t in self.jobs.items() if not t.told.terminal}
+        await self._poll(iris)
+        for j, was in before.items():
+            t = self.jobs.get(j)
+            if t is None or not t.seen or t.seen == was:
+                if t is not None and woken.get(j) in JOB_END_ACTIONS and t.seen and not _terminal(t.seen) \
+                        and t.now.controller_reachable:
+                    self.feed.disagreements += 1
+                    activity.logger.warning(f"the controller's audit line says {j} ended ({woken[j]}), but a status "
+                                            f"read after it says {t.seen}; keeping the status read")
+                continue
+            if not _terminal(t.seen):
+                continue
+            if j in woken or j in self.feed.flagged:
+                self.feed.seen_early += j in woken
+                self.feed.woke = [*self.feed.woke, j][-FEED_RECENT:]
+            else:
+                self.feed.unconfirmed.setdefault(j, now)
+
+    async def _poll(self, iris: IrisClient) -> None:
         """One status request for every watched job: ``GetJobState`` with all ids, or — when the details
         are due and one ``ListJobs`` page covers every watched job — that page, which also brings pending
         reasons and preemption counts. With more jobs (or states) than one page, the listing is read one page
@@ -529,6 +639,97 @@ class ClusterWatch:
         t.now = t.now.model_copy(update=dict(controller_reachable=False,
                                              error=f"controller unreachable: {err or type(err).__name__}"))
 
+    # ---------------------------------------------------------------- the controller's audit feed
+    def feed_healthy(self) -> bool:
+        """The feed is trusted: its last read succeeded within FEED_STALE_S and it has not missed an end lately."""
+        now = self.clock()
+        f = self.feed
+        return f.state == "ok" and now - f.ok_at <= FEED_STALE_S and now >= f.degraded_until
+
+    def feed_due(self) -> float:
+        """When a poll may run for the jobs the feed named (inf: none named, or the feed is not trusted): when the
+        window has a slot, never sooner than FEED_MIN_GAP_S after the last poll, and the fewer slots the window has
+        left, the longer the gap: (60 / limit) x used / limit, so a stream of ends spends the free slots fast at
+        first and then ever closer to the evenly spaced cadence (at 12 a minute with 9 slots free: gaps of
+        1.25 s growing to 4.6 s, ~26 s for all 9; a longer stream then waits for the window)."""
+        if not self.feed.pending or not self.feed_healthy():
+            return float("inf")
+        limit = self.window.limit
+        gap = max(FEED_MIN_GAP_S, 60.0 / limit * (limit - self.window.free()) / limit)
+        return self.window.free_at(self.polled_at + gap)
+
+    async def read_feed(self, iris: IrisClient) -> int:
+        """New audit lines of the controller (``/system/controller``, from the feed cursor; domain/controller_feed.py):
+        a line about a watched job, a task of one, or a failed worker marks the job(s) for the next poll
+        (``feed.pending``) and sets ``feed_event``. Returns the requests made. Raises what the read raised."""
+        if not self._active():
+            return 0
+        requests = 0
+        try:
+            for _ in range(FEED_PAGES_PER_READ):
+                requests += 1
+                self.feed.requests += 1
+                page = await asyncio.wait_for(iris.fetch_logs(
+                    CONTROLLER_LOG_KEY, "exact", cursor=self.feed_cursor or None, since_ms=self.feed_since_ms,
+                    max_lines=FEED_PAGE, substring=AUDIT_SUBSTRING), FEED_DEADLINE_S)
+                for e in page.entries:
+                    ev = parse_audit_line(e.data, source=e.source)
+                    if ev is not None:
+                        self._feed_event(ev)
+                advanced = bool(page.entries) and page.cursor > self.feed_cursor
+                if advanced:
+                    self.feed_cursor = page.cursor
+                if not advanced or len(page.entries) < FEED_PAGE:
+                    break
+        except Exception as e:
+            self.feed_failed(e)
+            raise
+        now = self.clock()
+        if not self.feed.audit_lines:
+            self.feed.state, self.feed.error = "unproven", ""
+        elif self.feed.state != "ok" and now >= self.feed.degraded_until:
+            if self.feed.state not in ("off", "unproven"):
+                activity.logger.info("the controller's audit feed is read again; polls follow it")
+            self.feed.state, self.feed.error = "ok", ""
+        self.feed.ok_at = now
+        late = [j for j, at in self.feed.unconfirmed.items() if now - at > FEED_CONFIRM_S]
+        if late:
+            for j in late:
+                del self.feed.unconfirmed[j]
+            self.feed.misses += len(late)
+            self.feed.degraded_until = now + FEED_PENALTY_S
+            if self.feed.state == "ok":
+                self.feed.error = (f"{len(late)} end(s) found by a poll were not in the controller's audit feed within "
+                                   f"{FEED_CONFIRM_S:.0f} s (e.g. {late[0]})")
+                activity.logger.warning(f"{self.feed.error}; polling at the regular cadence for {FEED_PENALTY_S:.0f} s")
+            self.feed.state = "missed"
+        self.feed.flagged = {j: at for j, at in self.feed.flagged.items() if now - at <= FEED_PENALTY_S}
+        if self.feed.pending:
+            self.feed_event.set()
+        return requests
+
+    def _feed_event(self, ev: AuditEvent) -> None:
+        now = self.clock()
+        self.feed.audit_lines += 1
+        if ev.action in WORKER_ACTIONS:
+            named = self._active()
+        else:
+            job = ev.job_id()
+            self.feed.unconfirmed.pop(job or "", None)
+            named = [job] if job in self.jobs and not self.jobs[job].told.terminal else []
+        for j in named:
+            self.feed.pending[j] = ev.action
+            self.feed.flagged[j] = now
+        self.feed.lines += bool(named)
+
+    def feed_failed(self, err: BaseException) -> None:
+        """A failed feed read: logged once per failing stretch, the regular cadence until a read succeeds."""
+        why = f"{type(err).__name__}: {err}"[:300]
+        if self.feed.state != "failing":
+            activity.logger.warning(f"the controller's audit feed is not readable ({why}); polling at the regular "
+                                    "cadence until it is")
+        self.feed.state, self.feed.error = "failing", why
+
     # ---------------------------------------------------------------- logs: one prefix read per cluster
     def logs_due(self) -> bool:
         running = [j for j in self._active() if self.jobs[j].now.state == JobState.RUNNING.value
@@ -617,13 +818,17 @@ class ClusterWatch:
             states[t.now.state] = states.get(t.now.state, 0) + 1
         return {"jobs": live, "watched": len(self.jobs), "states": states, "rev": self.rev,
                 "log_cursor": self.log_cursor, "log_since_ms": self.log_since_ms,
-                "status_sent_ago": self.window.ages()}
+                "status_sent_ago": self.window.ages(), "feed_cursor": self.feed_cursor,
+                "feed_since_ms": self.feed_since_ms, "feed": self.feed.view()}
 
     def resume(self, details: dict | None) -> None:
         """Start from the last heartbeat of a crashed attempt: the log is not re-read from the start."""
         d = details or {}
         self.log_cursor = int(d.get("log_cursor") or 0)
         self.log_since_ms = int(d.get("log_since_ms") or self.log_since_ms)
+        # The feed goes on after the last audit line the crashed attempt read (a line read twice only wakes a poll).
+        self.feed_cursor = int(d.get("feed_cursor") or 0)
+        self.feed_since_ms = int(d.get("feed_since_ms") or self.feed_since_ms)
         # The status requests the crashed attempt sent in its last minute still count (on another worker too).
         self.window.restore(d.get("status_sent_ago") or [])
 
@@ -705,7 +910,8 @@ class WatchActivities(ActivityGroup):
                 iris_client(self.config, inp.cluster, transport=self._transport) as iris:
             beat.details = {**engine.details(), "polls": 0, "requests": {}}
             tasks = [asyncio.create_task(_read_logs(engine, iris, beat)),
-                     asyncio.create_task(_dispatcher(engine, iris, client, me, beat))]
+                     asyncio.create_task(_dispatcher(engine, iris, client, me, beat)),
+                     asyncio.create_task(_read_feed(engine, iris))]
             try:
                 return await self._poll_loop(inp, engine, iris, beat, me, result)
             finally:
@@ -739,19 +945,35 @@ class WatchActivities(ActivityGroup):
                     break
                 empty_polls = empty_polls + 1 if not engine.jobs else 0
                 beat.step(None)
-                next_poll = engine.next_poll(next_poll)
-                # The watch set's changes are read CHANGES_LEAD_S before each poll, beside the wait, and the
-                # poll never waits for them: a job registered meanwhile is in this poll when the read is done
+                # The watch set's changes are read CHANGES_LEAD_S before each regular poll, beside the wait, and
+                # the poll never waits for them: a job registered meanwhile is in this poll when the read is done
                 # by then, and a replaced run is noticed before it polls again. Before, the poll waited for the
                 # read, and under load the ``changes`` query timed out (5 s) several times a minute: each
                 # such poll came 5 s late, a 10 s gap in detection (bench/monitoring.py, issue 37).
-                if changes is None:
-                    if await _until(next_poll - CHANGES_LEAD_S):
+                # A line of the controller's audit feed about a watched job brings the poll forward
+                # (``feed_due``, inside the same window); the regular poll is then one interval after it.
+                stop = False
+                while True:
+                    regular = engine.next_poll(next_poll)
+                    at = min(regular, engine.feed_due())
+                    now = time.monotonic()
+                    if changes is None and now >= regular - CHANGES_LEAD_S:
+                        changes = asyncio.create_task(_changes_beside(me, engine, beat))
+                    if now >= at:
                         break
-                    changes = asyncio.create_task(_changes_beside(me, engine, beat))
-                if await _until(next_poll):
+                    stop = await _until(at if changes is not None else min(at, regular - CHANGES_LEAD_S),
+                                        engine.feed_event)
+                    if stop:
+                        break
+                    engine.feed_event.clear()
+                if stop:
                     break
-                if changes.done():
+                if at < regular:
+                    engine.feed.early_polls += 1
+                    next_poll = time.monotonic()
+                else:
+                    next_poll = regular
+                if changes is not None and changes.done():
                     page, changes = changes.result(), None
                     if page is not None and (page.continue_suggested or _replaced(page)):
                         break
@@ -771,10 +993,17 @@ class WatchActivities(ActivityGroup):
 CHANGES_LEAD_S = 1.5  # the watch set's changes are read this long before a poll is due
 
 
-async def _until(t: float) -> bool:
-    """Wait until monotonic ``t`` or the worker's shutdown; True when the worker is shutting down."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(activity.wait_for_worker_shutdown(), max(0.0, t - time.monotonic()))
+async def _until(t: float, event: asyncio.Event | None = None) -> bool:
+    """Wait until monotonic ``t``, the worker's shutdown or ``event`` (when given); True when the worker is
+    shutting down."""
+    waits = [asyncio.ensure_future(activity.wait_for_worker_shutdown())]
+    if event is not None:
+        waits.append(asyncio.ensure_future(event.wait()))
+    try:
+        await asyncio.wait(waits, timeout=max(0.0, t - time.monotonic()), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
     return activity.is_worker_shutdown()
 
 
@@ -1080,6 +1309,16 @@ async def _read_logs(engine: ClusterWatch, iris: IrisClient, beat: _Watchdog) ->
             if engine.wakeups():
                 beat.wake.set()
         await asyncio.sleep(1.0)
+
+
+async def _read_feed(engine: ClusterWatch, iris: IrisClient) -> None:
+    """Beside the poll loop: the controller's audit lines, one read per FEED_EVERY_S while jobs are watched. A
+    line about a watched job sets ``engine.feed_event``, which the poll loop waits on beside its timer. A failing
+    read is the engine's ``feed_failed`` (logged once; the regular cadence meanwhile), never the watcher's end."""
+    while True:
+        with contextlib.suppress(Exception):  # recorded by read_feed (feed.state/error)
+            await engine.read_feed(iris)
+        await asyncio.sleep(FEED_EVERY_S)
 
 
 async def _wake(client: Client, engine: ClusterWatch) -> int:

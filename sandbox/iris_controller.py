@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import logging
 import os
 import signal
 import socket
@@ -260,6 +261,13 @@ def _serve(state_dir: Path, port: int, timeout_scan_interval_s: float | None = N
 
     from iris.cluster.config import load_config, make_local_config
     from iris.cluster.local_cluster import LocalCluster
+    from rigging.log_setup import configure_logging
+
+    # As the controller's own entry points do (iris/cluster/controller/main.py:419 ``serve``, iris/cli/main.py:73
+    # for ``iris cluster start --local``): without it the root logger stays at WARNING, and the controller's INFO
+    # lines (its audit lines of job transitions, iris/cluster/controller/audit_logging.py) never reach the log
+    # server's /system/controller key (controller.py:492-496), unlike on a real cluster.
+    configure_logging(level=logging.INFO)
 
     config = make_local_config(load_config(str(files("iris") / "config" / "examples" / "local.yaml")))
     config.controller.local.port = port
