@@ -414,10 +414,13 @@ class ClusterWatch:
     def _active(self) -> list[str]:
         return [j for j, t in self.jobs.items() if not t.told.terminal]
 
-    async def poll(self, iris: IrisClient) -> None:
-        """One poll (``_poll``), and what it says about the feed: an end found after a feed line is the feed's
-        (``seen_early``); an end the feed has not reported waits FEED_CONFIRM_S for its line (``feed_misses``);
-        a job end line followed by a poll that still sees the job running is a disagreement, logged loudly."""
+    async def poll(self, iris: IrisClient, *, early: bool = False) -> None:
+        """One poll (``_poll``), and what it says about the feed. ``early``: the poll runs before the regular
+        cadence because the feed named a job (``feed_due``); an end it finds for such a job is the feed's
+        (``seen_early``, ``woke``). An end the feed has not reported waits FEED_CONFIRM_S for its line
+        (``misses``); a job end line followed by a poll that still sees the job running is a disagreement,
+        logged loudly (the poll's state is kept)."""
+        self.feed.early_polls += early
         woken, self.feed.pending = self.feed.pending, {}
         self.feed_event.clear()
         now = self.polled_at = self.clock()
@@ -434,10 +437,10 @@ class ClusterWatch:
                 continue
             if not _terminal(t.seen):
                 continue
-            if j in woken or j in self.feed.flagged:
-                self.feed.seen_early += j in woken
+            if early and j in woken:
+                self.feed.seen_early += 1
                 self.feed.woke = [*self.feed.woke, j][-FEED_RECENT:]
-            else:
+            elif j not in woken and j not in self.feed.flagged:
                 self.feed.unconfirmed.setdefault(j, now)
 
     async def _poll(self, iris: IrisClient) -> None:
@@ -928,12 +931,13 @@ class WatchActivities(ActivityGroup):
         """Poll at the cadence, read the watch set's changes beside it (``_changes_beside``)."""
         started, empty_polls = time.monotonic(), 0
         next_poll = time.monotonic()
+        early = False  # this poll runs before the regular cadence because the feed named a job
         changes: asyncio.Task | None = None
         try:
             while True:
                 beat.step("poll")
                 # Poll first: the changes it finds go to the dispatcher (details, wake-ups) beside this loop.
-                await engine.poll(iris)
+                await engine.poll(iris, early=early)
                 beat.step("poll")
                 if engine.dirty:
                     beat.wake.set()
@@ -968,11 +972,8 @@ class WatchActivities(ActivityGroup):
                     engine.feed_event.clear()
                 if stop:
                     break
-                if at < regular:
-                    engine.feed.early_polls += 1
-                    next_poll = time.monotonic()
-                else:
-                    next_poll = regular
+                early = at < regular
+                next_poll = time.monotonic() if early else regular
                 if changes is not None and changes.done():
                     page, changes = changes.result(), None
                     if page is not None and (page.continue_suggested or _replaced(page)):

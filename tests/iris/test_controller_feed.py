@@ -78,7 +78,7 @@ async def test_an_end_without_warning_is_read_when_the_feed_names_it_not_at_the_
             await engine.read_feed(iris)
             due = engine.feed_due()  # (now or later: read before the clock it is compared with)
             if time.monotonic() >= due:
-                await engine.poll(iris)
+                await engine.poll(iris, early=True)
                 await engine.dispatch(iris)
                 if _terminal_wakeup(engine, job_id) is not None:
                     seen_at = time.monotonic()

@@ -175,3 +175,74 @@ async def test_follow_shows_the_watchers_live_progress_and_leases_the_fast_log_c
     assert own.last_marker != marker  # the target itself was not woken for it (history stays small)
     assert list(ws.following) == [seen.progress.job_id]
     assert res.status == "validated"
+
+
+class FailingJobs(GatedJobs):
+    """The job prints its build marker, runs until the gate file exists, then fails (no marker announces it)."""
+
+    @activity.defn(name="submit_job")
+    async def submit_job(self, inp: SubmitInput) -> SubmittedJob:
+        await self._enter("submit_job", inp)
+        job_id = f"/tester/{inp.request_id}-{inp.round}"
+        self._jobs[job_id] = (inp.target.key, inp.round)
+        await self.iris.submit_idempotent(bash_spec(
+            job_id, f"echo started; while [ ! -e {self.gate} ]; do sleep 0.2; done; exit 3"))
+        return SubmittedJob(job_id=job_id, cluster=inp.target.cluster, attached=False, submitted_at_ms=1)
+
+
+async def test_the_watcher_polls_when_the_controllers_audit_line_names_an_end_not_at_its_regular_cadence(
+        temporal_client, iris_controller, tmp_path):
+    """The whole loop (``watch_cluster``): at 3 status requests a minute the regular poll comes every 20 s; a
+    job that fails mid-run is read as soon as the controller's audit line names it, and the watcher's own
+    record (its heartbeat's ``feed``) says that poll was the feed's."""
+    from activities.watch import watcher_view
+
+    run = uuid.uuid4().hex[:8]
+    cluster, tq, gate = f"feed-{run}", f"tq-feed-{run}", str(tmp_path / "gate")
+    policy = POLICY.model_copy(update={"watch_status_budget_per_min": 3, "watch_progress_interval_s": 3600.0,
+                                       "watch_signal_progress_s": 3600.0})
+    recorder = RecordingTransport()
+    iris = IrisClient(iris_controller.url, client_revision_date=datetime.date.today().isoformat())
+    s = FailingJobs(iris, gate)
+    target = plan()[0].model_copy(update={"cluster": cluster})
+    config = _config(tmp_path, cluster, iris_controller.url).model_copy(update={"policy": policy})
+    activities = [a for a in s.all() if getattr(a, "__temporal_activity_definition").name != "watch_job"]
+    job_id = f"/tester/e{run}-0"
+    try:
+        watch = WatchActivities(config, transport=recorder)
+        async with Worker(temporal_client, task_queue=tq, workflows=[TargetBuildWorkflow, IrisWatcherWorkflow],
+                          activities=[*activities, *watch.all()]), \
+                Worker(temporal_client, task_queue=watcher_task_queue(tq), workflows=[IrisWatcherWorkflow],
+                       activities=[watch.watch_cluster]):
+            h = await temporal_client.start_workflow(TargetBuildWorkflow.run, target_input(f"e{run}", target),
+                                                     id=f"e{run}", task_queue=tq)
+
+            async def feed_proven():
+                view = await watcher_view(temporal_client, cluster, tq)
+                feed = (view or {}).get("feed") or {}
+                return view if feed.get("state") == "ok" and view.get("polls", 0) >= 1 else None
+            before = await eventually(feed_proven, what="the watcher polling with a proven feed", attempts=1200)
+            open(gate, "w").close()  # the job fails now
+
+            last: list = [None]
+
+            async def end_seen():
+                view = last[0] = await watcher_view(temporal_client, cluster, tq)
+                return view if job_id in ((view or {}).get("feed") or {}).get("woke", []) else None
+            try:
+                after = await eventually(end_seen, what="the end read through the feed", attempts=1200)
+            except AssertionError:
+                raise AssertionError(f"the end of {job_id} was not read through the feed; the watcher's last "
+                                     f"heartbeat: {last[0]}; jobs submitted: {list(s._jobs)}") from None
+            await h.terminate("test over")
+    finally:
+        open(gate, "w").close()
+        await iris.aclose()
+        await recorder.aclose()
+
+    feed = after["feed"]
+    assert feed["seen_early"] >= 1 and feed["early_polls"] >= 1, feed
+    assert feed["misses"] == 0 and feed["disagreements"] == 0, feed
+    # ``woke`` lists only ends found by a poll the feed brought forward (before the regular one was due).
+    assert before["feed"]["woke"] == [] and after["feed"]["woke"] == [job_id], (before["feed"], feed)
+    assert feed["requests"] >= 1 and recorder.requests["FetchLogs(feed)"] >= feed["requests"]
