@@ -264,6 +264,16 @@ def _out(line: str, as_json: bool) -> None:
 async def _until_planned(client: Client, config: ServiceConfig, wid: str, as_json: bool,
                          timeout_s: float = 600.0) -> int:
     """Wait until the pipeline has passed planning, so a refused request exits 2 (not 0) without --follow."""
+    try:
+        return await _wait_for_plan(client, config, wid, as_json, timeout_s)
+    except asyncio.CancelledError:  # Ctrl-C: the pipeline is started and plans on without this terminal
+        _out(f"stopped waiting for the plan of {wid}; the build goes on without this terminal — "
+             f"`python starter.py follow {wid}` follows it", as_json)
+        raise
+
+
+async def _wait_for_plan(client: Client, config: ServiceConfig, wid: str, as_json: bool, timeout_s: float) -> int:
+    """``_until_planned`` without its Ctrl-C line."""
     from temporalio.client import WorkflowExecutionStatus
 
     from domain.models import Stage

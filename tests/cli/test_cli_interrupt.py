@@ -14,13 +14,17 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
+from temporalio import workflow
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from tests.cli.starter_cli import Follower, _env, argv, minimal_config
-from tests.cli.test_cli_follow_truth import _running, _start, _worker
+from tests.cli.test_cli_follow_truth import REQUEST, _running, _start, _worker
 
 # Ctrl-C to exit, measured in this process under a loaded 2-core machine (the work after the signal is a task
 # cancellation and a print; observed 0.1-0.5 s)
@@ -131,3 +135,66 @@ async def test_a_follow_that_runs_with_sigint_ignored_says_how_to_stop_it(tempor
         status = (await temporal_client.get_workflow_handle(wid).describe()).status.name
         await temporal_client.get_workflow_handle(wid).terminate()
     assert code == -signal.SIGTERM and status == "RUNNING", (code, status, follower.output)
+
+
+@workflow.defn(name="BuildPipelineWorkflow")
+class PlanningPipeline:
+    """A pipeline that stays in planning: ``build`` waits for its plan, ``build --follow`` follows it."""
+
+    @workflow.run
+    async def run(self, inp: dict) -> None:
+        from runtime import search_attributes as sa
+
+        workflow.upsert_search_attributes([sa.STAGE.value_set("planning")])
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.query
+    def report(self) -> dict:
+        return {"workflow_id": workflow.info().workflow_id, "status": "running", "request": REQUEST}
+
+
+def _repo(path: Path) -> str:
+    """A one-commit repository of its own: a pipeline id no other test's build shares."""
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", uuid.uuid4().hex], check=True)
+    return path.resolve().as_uri()
+
+
+async def test_ctrl_c_of_build_and_build_follow_says_the_build_goes_on(temporal_dev_server, temporal_client,
+                                                                       tmp_path):
+    """``build`` waits for the plan, ``build --follow`` follows (here: a plan that never ends); Ctrl-C of
+    either stops this terminal only, at once, and says so."""
+    queue = f"build-int-{uuid.uuid4().hex[:6]}"
+    cfg = minimal_config(tmp_path, temporal_dev_server.address, queue)
+    text = cfg.read_text().replace("file:///nonexistent/m.git", _repo(tmp_path / "m")).replace(
+        "file:///nonexistent/h.git", _repo(tmp_path / "h"))
+    cfg.write_text(text + '[clusters.c]\ncontroller_url = "http://127.0.0.1:9"\narchitecture = "amd64"\n')
+    build = ("build", "--arch", "amd64", "--variant", "standard", "--requested-by", "t", "--reason", "ctrl-c test")
+    results = {}
+    async with Worker(temporal_client, task_queue=queue, workflows=[PlanningPipeline],
+                      workflow_runner=UnsandboxedWorkflowRunner()):
+        for args, waiting in ((build, "waits for the plan"), ((*build, "--follow"), "follows")):
+            follower = await Follower.start(cfg, *args)
+            try:
+                first = await follower.read_until(lambda x: x.startswith("workflow: "), timeout=60)
+                wid = first.removeprefix("workflow: ").split()[0]
+                await temporal_client.get_workflow_handle(wid).describe()  # started
+                if "--follow" in args:
+                    head = f"[planning] {wid}"
+                    await follower.read_until(lambda x, head=head: x.startswith(head), timeout=60)
+                else:
+                    await asyncio.sleep(1.0)  # waiting for the plan (no line until it is done)
+                started = time.monotonic()
+                code = await follower.interrupt(timeout=20)
+                results[waiting] = (code, time.monotonic() - started, follower.output + "\n" + follower.err)
+            finally:
+                follower.stop()
+        status = (await temporal_client.get_workflow_handle(wid).describe()).status.name
+        await temporal_client.get_workflow_handle(wid).terminate()
+    (c1, t1, out1), (c2, t2, out2) = results["waits for the plan"], results["follows"]
+    assert c1 == 130 and t1 < EXIT_BOUND_S, (c1, t1, out1)
+    assert f"stopped waiting for the plan of {wid}; the build goes on without this terminal" in out1, out1
+    assert c2 == 130 and t2 < EXIT_BOUND_S and "(attached to the running pipeline)" in out2, (c2, t2, out2)
+    assert f"stopped following {wid}; the build goes on without this terminal" in out2, out2
+    assert status == "RUNNING"
