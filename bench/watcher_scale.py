@@ -191,7 +191,7 @@ def most_in_a_minute(iris: StandinJobs, since: float) -> int:
 
 
 def requests(iris: StandinJobs) -> dict[str, int]:
-    return {m: iris.requests[m] for m in (*STATUS, "FetchLogs")}
+    return {m: iris.requests[m] for m in (*STATUS, "FetchLogs", "FetchLogs(feed)")}
 
 
 def push(iris: StandinJobs, job_ids) -> None:
@@ -203,12 +203,13 @@ def push(iris: StandinJobs, job_ids) -> None:
 
 
 async def scale(b: Bench, n: int, burst: int, bursts: int = 1, push_lead: float = 0.0,
-                steady: float = 60.0, burst_spread: float = 0.0) -> tuple[dict, dict | None]:
+                steady: float = 60.0, burst_spread: float = 0.0, audit_lag: float | None = None
+                ) -> tuple[dict, dict | None]:
     run = uuid.uuid4().hex[:6]
     cluster, tq = f"scale-{run}", f"bench-scale-{run}"
     policy = PolicySettings()
     ids = [f"/runner/gpu-rl-{run}-{i:05d}-amd64-standard-r0" for i in range(n)]
-    iris = StandinJobs({j: "running" for j in ids})
+    iris = StandinJobs({j: "running" for j in ids}, audit_lag_s=audit_lag)
     ends = burst * bursts
     receivers = {ids[i * (n // ends)]: f"recv-{run}-{i}" for i in range(ends)} if burst else {}
     key = marker_set_key(MARKERS)
@@ -278,19 +279,20 @@ async def scale(b: Bench, n: int, burst: int, bursts: int = 1, push_lead: float 
             burst_row = {"n": n, "ends": ends_label + (f" over {burst_spread:g} s" if burst_spread else ""),
                          "p50": pct(lat, 50), "p95": pct(lat, 95), "max": max(lat),
                          "status_requests": sum(after[m] - before[m] for m in STATUS),
-                         "by_method": {m: after[m] - before[m] for m in STATUS if after[m] - before[m]},
+                         "by_method": {m: after[m] - before[m] for m in (*STATUS, "FetchLogs(feed)") if after[m] - before[m]},
                          "most_per_min": most_in_a_minute(iris, loop0),
                          "largest_kb": b.sizes.largest / 1024, "lag_s": lag.stop()}
         await b.client.get_workflow_handle(wid).terminate("bench over")
     return row, burst_row
 
 
-async def detection(b: Bench, n: int, spread: float, push_lead: float = 0.0, settle: float = 10.0) -> dict:
+async def detection(b: Bench, n: int, spread: float, push_lead: float = 0.0, settle: float = 10.0,
+                    audit_lag: float | None = None) -> dict:
     run = uuid.uuid4().hex[:6]
     cluster, tq = f"det-{run}", f"bench-det-{run}"
     policy = PolicySettings()
     ids = [f"/runner/gpu-rl-{run}-{i:04d}-amd64-standard-r0" for i in range(n)]
-    iris = StandinJobs({j: "running" for j in ids})
+    iris = StandinJobs({j: "running" for j in ids}, audit_lag_s=audit_lag)
     reqs = [WatchRequest(job_id=j, workflow_id=f"recv-{run}-{i}", markers=[] if i else MARKERS,
                          marker_set=marker_set_key(MARKERS), registered_at="2026-12-01T00:00:00+00:00",
                          known=JobProgress(job_id=j, state="running", terminal=False)) for i, j in enumerate(ids)]
@@ -344,13 +346,13 @@ async def main_async(args) -> int:
         for n in args.sizes:
             print(f"scale N={n}", file=sys.stderr, flush=True)
             row, burst = await scale(b, n, args.burst if n >= args.burst * args.bursts else 0, args.bursts,
-                                     args.push_lead, args.steady, args.burst_spread)
+                                     args.push_lead, args.steady, args.burst_spread, args.audit_lag)
             scale_rows.append(row)
             if burst:
                 burst_rows.append(burst)
         for n in args.detect:
             print(f"detection N={n}", file=sys.stderr, flush=True)
-            det_rows.append(await detection(b, n, args.spread, args.push_lead, min(10.0, args.steady)))
+            det_rows.append(await detection(b, n, args.spread, args.push_lead, min(10.0, args.steady), args.audit_lag))
         if scale_rows:
             print("\n### Watcher at scale (stand-in job list, real Temporal watcher)\n")
             print("| watched jobs | register s | held by the current run after s | runs (continue-as-new) | "
@@ -368,7 +370,9 @@ async def main_async(args) -> int:
         if burst_rows:
             lead = f"; final markers {args.push_lead:g} s before" if args.push_lead else "; no final markers"
             when = f"spread over {args.burst_spread:g} s" if args.burst_spread else "all in the same second"
-            print(f"\n### A burst of job ends ({when}{lead})\n")
+            feed = (f"; the controller's audit feed stood in, lines readable {args.audit_lag:g} s after the change"
+                    if args.audit_lag is not None else "; no audit feed (the stand-in writes no controller lines)")
+            print(f"\n### A burst of job ends ({when}{lead}{feed})\n")
             print("| watched jobs | ends | end → target signalled p50 s | p95 s | max s | status requests | by method | "
                   "most status req in any 60 s | longest event-loop stall s |")
             print("|---:|---:|---:|---:|---:|---:|---|---:|---:|")
@@ -404,6 +408,9 @@ def main() -> None:
     ap.add_argument("--steady", type=float, default=60.0, help="seconds of idle polling measured at each scale step")
     ap.add_argument("--burst-spread", type=float, default=0.0,
                     help="the burst's jobs end at random moments over this many seconds (0: all in the same second)")
+    ap.add_argument("--audit-lag", type=float, default=None,
+                    help="the stand-in writes the controller's audit lines (domain/controller_feed.py), readable this "
+                         "many seconds after each change (1.6: measured on the real local controller); unset: none")
     ap.add_argument("--smoke", action="store_true", help="the smallest run that still prints every table, in seconds (tests/bench/test_bench_smoke.py): 50 watched, a burst of 5, "
                     "5 s idle, detection of 2 jobs over 5 s")
     args = ap.parse_args()

@@ -10,12 +10,20 @@ from collections import Counter
 
 import httpx
 
+AUDIT_KEY = "/system/controller"
+
 
 class StandinJobs(httpx.AsyncBaseTransport):
-    """``jobs``: job id -> short state (``running``, ``succeeded``, ...); ``lines``: log entries."""
+    """``jobs``: job id -> short state (``running``, ``succeeded``, ...); ``lines``: log entries.
 
-    def __init__(self, jobs: dict[str, str] | None = None) -> None:
+    ``audit_lag_s`` (None: off): the controller's audit feed as marin-iris 0.2.227 writes it (domain/controller_feed.py):
+    a ``job_submitted`` line per initial job and a ``job_terminated`` line per end under ``/system/controller``, each
+    readable ``audit_lag_s`` after it happened (1.5-1.7 s measured on the real local controller: its log client
+    flushes once a second)."""
+
+    def __init__(self, jobs: dict[str, str] | None = None, *, audit_lag_s: float | None = None) -> None:
         self.jobs: dict[str, str] = dict(jobs or {})
+        self.audit_lag_s = audit_lag_s
         self.finished_ms: dict[str, int] = {}
         self.requests: Counter[str] = Counter()
         # (method, the calling activity's "run-id-prefix/attempt" or "", loop time): who asked what, when
@@ -24,11 +32,25 @@ class StandinJobs(httpx.AsyncBaseTransport):
         self.stall_s = 0.0  # answer every request this late (a stalled controller)
         self.stall_once: dict[str, float] = {}  # method -> hang its next request this long (then answer)
         self.block_once: dict[str, float] = {}  # method -> block the whole event loop this long (a starved worker)
+        for j in self.jobs:
+            self._audit("job_submitted", j, "-", "num_tasks=1")
 
     def set_state(self, job_id: str, state: str) -> None:
         self.jobs[job_id] = state
         if state not in ("pending", "running"):
             self.finished_ms[job_id] = int(time.time() * 1000)
+            self._audit("job_terminated", job_id, "task_updates_applied",
+                        "reason=Job completed successfully" if state == "succeeded" else "reason=Exit code: 1")
+
+    def _audit(self, action: str, entity: str, trigger: str, extra: str) -> None:
+        if self.audit_lag_s is None:
+            return
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now * 1000) % 1000:03d}"
+        self.lines.append({"key": AUDIT_KEY, "source": "process", "level": "LOG_LEVEL_INFO",
+                           "data": f"{stamp} iris.cluster.controller.audit_logging event={action} entity={entity} "
+                                   f"trigger={trigger} {extra}",
+                           "seq": len(self.lines) + 1, "visible_at": now + self.audit_lag_s})
 
     def log(self, job_id: str, text: str) -> None:
         self.lines.append({"key": f"{job_id}/0:0", "data": text, "seq": len(self.lines) + 1})
@@ -48,6 +70,8 @@ class StandinJobs(httpx.AsyncBaseTransport):
         from temporalio import activity
 
         method = request.url.path.rsplit("/", 1)[-1]
+        if method == "FetchLogs" and b'"/system/controller"' in request.content:
+            method = "FetchLogs(feed)"  # the watcher's audit feed: log requests, counted apart
         self.requests[method] += 1
         caller = ""
         if activity.in_activity():
@@ -74,11 +98,17 @@ class StandinJobs(httpx.AsyncBaseTransport):
             rows = [j for j, s in self.jobs.items() if j.startswith(prefix) and (not state or s == state)]
             reply = {"jobs": [self._status(j) for j in rows[offset:offset + limit]],
                      "hasMore": offset + limit < len(rows), "totalCount": len(rows)}
-        elif method == "FetchLogs":
+        elif method in ("FetchLogs", "FetchLogs(feed)"):
             source, cursor = body.get("source", ""), int(body.get("cursor") or 0)
             limit = int(body.get("maxLines") or 1000)
-            rows = [e for e in self.lines if e["key"].startswith(source) and e["seq"] > cursor][:limit]
-            reply = {"entries": rows, "cursor": str(rows[-1]["seq"] if rows else cursor)}
+            now = time.time()
+            rows = [e for e in self.lines if e["key"].startswith(source) and e["seq"] > cursor
+                    and e.get("visible_at", 0) <= now][:limit]
+            if any("visible_at" in e for e in rows):  # the controller's lines: the same seq order, shown later
+                rows = [e for e in rows if e["seq"] < min((x["seq"] for x in self.lines if x.get("visible_at", 0) > now),
+                                                          default=float("inf"))]
+            reply = {"entries": [{k: v for k, v in e.items() if k != "visible_at"} for e in rows],
+                     "cursor": str(rows[-1]["seq"] if rows else cursor)}
         else:
             return httpx.Response(404, json={"code": "unimplemented", "message": method})
         return httpx.Response(200, json=reply)
