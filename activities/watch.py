@@ -390,7 +390,11 @@ class ClusterWatch:
         job that starts is seen at the next poll."""
         pol = self.policy
         regular = max(pol.watch_fast_interval_s, 60.0 / status_limit(pol))
-        return max(regular, FEED_BACKSTOP_S) if self.feed_healthy() else regular
+        # The feed names ends, not starts (a job's start writes no audit line of its own): while a watched job
+        # has not been seen running, the regular cadence stays, so a start is seen at the next poll (with a
+        # 15 s backstop a rebuild was cancelled 15 s into its job instead of ~5 s, after more kaniko steps).
+        started = all(t.state == "running" for t in self.jobs.values() if not t.told.terminal)
+        return max(regular, FEED_BACKSTOP_S) if started and self.feed_healthy() else regular
 
     def regular_interval(self) -> float:
         return self.interval()

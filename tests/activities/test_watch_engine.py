@@ -338,3 +338,29 @@ async def test_a_slow_watch_set_read_never_delays_a_poll(tmp_path):
     gaps = [b - a for a, b in itertools.pairwise(polls)]
     assert result.polls >= 7 and me.calls >= 1, (result.polls, me.calls)
     assert max(gaps) < 0.5 + 0.4, gaps  # one interval, whatever the read takes
+
+
+async def test_a_trusted_feed_slows_the_regular_polls_only_once_every_watched_job_has_started():
+    """The controller's audit feed names ends, not starts: while a watched job is still queued the regular
+    cadence stays (a start is seen at the next poll); once all have started, the regular polls become the
+    feed's backstop. Before, a trusted feed slowed the polls at once, so a rebuild's job was seen running
+    15 s after its start (test_rerun_e2e cancelled it only after more kaniko steps had run and been cached)."""
+    from activities.watch import FEED_BACKSTOP_S
+
+    policy = PolicySettings()
+    jobs = StandinJobs({"/u/a": "pending"})
+    clock = FakeClock()
+    async with IrisClient("http://standin", client_revision_date="2026-11-20", transport=jobs) as iris:
+        engine = ClusterWatch(policy, clock=clock)
+        engine.sync(WatchSet(watches=[_watch("/u/a", "pending")]))
+        engine.feed.state, engine.feed.ok_at = "ok", clock()  # a feed that has shown its lines and reads fine
+        assert engine.feed_healthy()
+        await engine.poll(iris)
+        assert engine.interval() <= policy.watch_interval_s  # queued: the regular cadence
+
+        jobs.set_state("/u/a", "running")
+        clock.t += 1.0
+        engine.feed.ok_at = clock()
+        await engine.poll(iris)
+        assert engine.jobs["/u/a"].state == "running"
+        assert engine.interval() == FEED_BACKSTOP_S  # all started: the feed watches for the ends
