@@ -63,3 +63,20 @@ def _children(pid: int) -> list[int]:
         if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
             found.append(int(entry.name))
     return found
+
+
+# A retried test (@pytest.mark.flaky) that passes on its rerun shows only "R" and its name; its first failure is
+# the evidence of the flake, so the summary prints it (the report reaches this controller from xdist workers too).
+_RERUNS: list[tuple[str, str]] = []
+RERUN_SHOWN_CHARS = 6000
+
+
+def pytest_runtest_logreport(report):
+    if report.outcome == "rerun":
+        _RERUNS.append((report.nodeid, str(report.longrepr)[-RERUN_SHOWN_CHARS:]))
+
+
+def pytest_terminal_summary(terminalreporter):
+    for nodeid, text in _RERUNS:
+        terminalreporter.write_sep("-", f"first failure of {nodeid} (retried once: a known flake)")
+        terminalreporter.write_line(text)
