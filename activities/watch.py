@@ -94,6 +94,7 @@ from domain.watch import (
 JOB_CHANGED_SIGNAL = "job_changed"  # TargetBuildWorkflow.job_changed
 DETAIL_CONCURRENCY = 8  # GetJobStatus of changed jobs not found by a batched ListJobs
 SIGNAL_CONCURRENCY = 32  # wake-ups sent at once
+WAKE_RETRY_MAX_S = 30.0  # the longest wait before a failed wake-up of a target is tried again
 LOG_PAGE = 5000  # lines per prefix FetchLogs
 # Work over every watched job yields to the event loop this often: the worker's event loop also runs the
 # workflow activations' deadlock timers (2 s), which a loop blocked by one long stretch would trip.
@@ -1281,25 +1282,29 @@ async def _report_told(me, engine: ClusterWatch) -> None:
 
 
 async def _dispatcher(engine: ClusterWatch, iris: IrisClient, client: Client, me, beat: _Watchdog) -> None:
-    """Beside the poll loop: read the details of changed jobs (batched), wake their targets
-    concurrently, report what they were told and drop finished watches. Every completed request counts as
-    progress for the watchdog: a round of hundreds of bounded requests is long, not stalled."""
+    """Beside the poll loop: read the details of changed jobs (batched), start the wake-ups of their targets
+    (``_Waker``: each on its own, never waiting for an earlier round), report what they were told and drop
+    finished watches. Every completed request counts as progress for the watchdog."""
     engine.on_progress = lambda: beat.step("dispatch", loop="dispatch")
-    while True:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(beat.wake.wait(), 1.0)
-        beat.wake.clear()
-        beat.step("dispatch", loop="dispatch")
-        try:
-            await engine.dispatch(iris)
-            beat.signals += await _wake(client, engine)
-            finished = engine.finished()
-            await _report_told(me, engine)
-            engine.forget(finished)
-        except RPCError as e:
-            activity.logger.warning(f"could not report to the watcher workflow: {e}")
-        finally:
-            beat.step(None, loop="dispatch")
+    waker = _Waker(client, engine, beat)
+    try:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(beat.wake.wait(), 1.0)
+            beat.wake.clear()
+            beat.step("dispatch", loop="dispatch")
+            try:
+                await engine.dispatch(iris)
+                waker.start()
+                finished = engine.finished()
+                await _report_told(me, engine)
+                engine.forget(finished)
+            except RPCError as e:
+                activity.logger.warning(f"could not report to the watcher workflow: {e}")
+            finally:
+                beat.step(None, loop="dispatch")
+    finally:
+        await waker.close()
 
 
 async def _read_logs(engine: ClusterWatch, iris: IrisClient, beat: _Watchdog) -> None:
@@ -1326,36 +1331,79 @@ async def _read_feed(engine: ClusterWatch, iris: IrisClient) -> None:
         await asyncio.sleep(FEED_EVERY_S)
 
 
-async def _wake(client: Client, engine: ClusterWatch) -> int:
-    """Wake each target with something new, all at once (up to SIGNAL_CONCURRENCY in flight): a state change
-    (an end above all) with the target's ``wake`` update, progress with the ``job_changed`` signal (see
-    ``_wake_now``). A target that no longer runs is dropped, a transient failure is retried on the next round
-    (the target is not marked as told)."""
-    sem = asyncio.Semaphore(SIGNAL_CONCURRENCY)
+class _Waker:
+    """The wake-ups in flight, one task per target (at most SIGNAL_CONCURRENCY sending at once): a state change
+    (an end above all) goes as the target's ``wake`` update, progress as the ``job_changed`` signal (see
+    ``_wake_now``). A target that no longer runs is dropped; a transient failure is retried on the next round
+    (the target is not marked as told).
 
-    async def one(workflow_id: str, progress: JobProgress, state_change: bool) -> int:
-        async with sem:
+    Why not rounds: a round (``gather`` of every wake-up due) ended with its slowest wake-up (an update waits for
+    the target's workflow task, bounded by RPC_DEADLINE_S, then the signal), and an end seen meanwhile waited
+    behind it. With the audit feed ends are seen a few at a time, so that wait repeated: seen → signal p95
+    9-25 s at 200 targets under load (issue 37, docs/benchmarks.md). Now a wake-up starts as soon as its end is
+    seen. A target's next wake-up waits for its previous one (a later state never overtakes an earlier one);
+    each completion wakes the dispatcher (``beat.wake``) to report it and start what is due."""
+
+    def __init__(self, client: Client, engine: ClusterWatch, beat: _Watchdog):
+        self.client, self.engine, self.beat = client, engine, beat
+        self.sem = asyncio.Semaphore(SIGNAL_CONCURRENCY)
+        self.inflight: dict[str, asyncio.Task] = {}
+        # job -> (failed tries, not before): a wake-up that failed (not NOT_FOUND) is tried again after 1, 2, 4 ...
+        # up to WAKE_RETRY_MAX_S, so a target that cannot be reached never makes the dispatcher spin.
+        self.retry: dict[str, tuple[int, float]] = {}
+
+    def start(self) -> int:
+        """Start a wake-up for every target with something new and none in flight; how many were started."""
+        started = 0
+        now = time.monotonic()
+        self.retry = {j: r for j, r in self.retry.items() if j in self.engine.jobs}
+        for workflow_id, progress in self.engine.wakeups():
+            if progress.job_id in self.inflight or self.retry.get(progress.job_id, (0, 0.0))[1] > now:
+                continue
+            t = self.engine.jobs.get(progress.job_id)
+            task = asyncio.create_task(self._one(workflow_id, progress, t is None or is_state_change(t.told, progress)))
+            self.inflight[progress.job_id] = task
+            task.add_done_callback(lambda _t, j=progress.job_id: self._done(j))
+            started += 1
+        return started
+
+    def _done(self, job_id: str) -> None:
+        self.inflight.pop(job_id, None)
+        self.beat.wake.set()
+
+    async def _one(self, workflow_id: str, progress: JobProgress, state_change: bool) -> None:
+        async with self.sem:
             payload = redact_value(progress)
             try:
                 if state_change:
-                    await _wake_now(client, workflow_id, payload)
+                    await _wake_now(self.client, workflow_id, payload)
                 else:
-                    await client.get_workflow_handle(workflow_id).signal(JOB_CHANGED_SIGNAL, payload,
-                                                                         rpc_timeout=timedelta(seconds=RPC_DEADLINE_S))
+                    await self.client.get_workflow_handle(workflow_id).signal(
+                        JOB_CHANGED_SIGNAL, payload, rpc_timeout=timedelta(seconds=RPC_DEADLINE_S))
             except RPCError as e:
                 if e.status == RPCStatusCode.NOT_FOUND:  # closed target: nobody to tell any more
-                    engine.told(progress.job_id, progress.model_copy(update={"terminal": True}))
+                    self.engine.told(progress.job_id, progress.model_copy(update={"terminal": True}))
                 else:
-                    activity.logger.warning(f"could not wake {workflow_id} about {progress.job_id}: {e}")
-                return 0
-        engine.told(progress.job_id, progress)
-        engine.on_progress()
-        return 1
+                    tries = self.retry.get(progress.job_id, (0, 0.0))[0] + 1
+                    wait_s = min(WAKE_RETRY_MAX_S, 2.0 ** (tries - 1))
+                    self.retry[progress.job_id] = (tries, time.monotonic() + wait_s)
+                    activity.logger.warning(f"could not wake {workflow_id} about {progress.job_id} "
+                                            f"(try {tries}; again in {wait_s:.0f}s): {e}")
+                return
+        self.retry.pop(progress.job_id, None)
+        self.engine.told(progress.job_id, progress)
+        self.engine.on_progress()
+        self.beat.signals += 1
 
-    def changed(p: JobProgress) -> bool:
-        t = engine.jobs.get(p.job_id)
-        return t is None or is_state_change(t.told, p)
-    return sum(await asyncio.gather(*(one(w, p, changed(p)) for w, p in engine.wakeups())))
+    async def close(self) -> None:
+        """Cancel what is in flight (the activity ends): not marked as told, so the next attempt sends it again
+        (an update's id makes a repeat harmless)."""
+        tasks = list(self.inflight.values())
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
 
 
 WAKE_UPDATE = "wake"  # TargetBuildWorkflow.wake

@@ -76,3 +76,51 @@ async def test_an_end_wakes_the_target_with_its_update_and_a_previous_release_ta
     assert (got_new.state, got_old.state) == ("succeeded", "failed")
     assert await _received(temporal_client, new.id) == [("update", "succeeded", True)]
     assert await _received(temporal_client, old.id) == [("signal", "failed", True)]
+
+
+async def test_an_end_is_woken_at_once_while_another_targets_wake_up_is_still_waiting(
+        temporal_client, tmp_path, monkeypatch):
+    """A target slow to take its update (here: no worker on its queue, so the update waits its whole bound before
+    the signal) does not hold back the wake-up of another target whose job ends meanwhile. Before, the wake-ups
+    went in rounds and an end seen during a round waited for the round's slowest wake-up: here ~8 s."""
+    import asyncio
+    import time
+
+    import activities.watch as watch_mod
+
+    monkeypatch.setattr(watch_mod, "RPC_DEADLINE_S", 10.0)
+    run = uuid.uuid4().hex[:8]
+    cluster, tq = f"wake-slow-{run}", f"tq-wake-slow-{run}"
+    slow_job, quick_job = f"/runner/wake-{run}-slow", f"/runner/wake-{run}-quick"
+    iris = StandinJobs({slow_job: "running", quick_job: "running"})
+    watch = WatchActivities(_config(tmp_path, cluster), transport=iris)
+    async with Worker(temporal_client, task_queue=tq, workflows=[EndReceiver]), \
+            Worker(temporal_client, task_queue=watcher_task_queue(tq), workflows=[IrisWatcherWorkflow],
+                   activities=[watch.watch_cluster]):
+        quick = await temporal_client.start_workflow(EndReceiver.run, id=f"quick-{run}", task_queue=tq)
+        slow = await temporal_client.start_workflow(EndReceiver.run, id=f"slow-{run}", task_queue=f"{tq}-nobody")
+        running = {j: JobProgress(job_id=j, state="running", terminal=False) for j in (slow_job, quick_job)}
+        await temporal_client.start_workflow(
+            IrisWatcherWorkflow.run, WatcherInput(cluster=cluster), id=watcher_id(cluster, tq),
+            task_queue=watcher_task_queue(tq), start_signal="watch_many", start_signal_args=[[
+                WatchRequest(job_id=j, workflow_id=h.id, known=running[j], registered_at="2026-12-01T00:00:00+00:00")
+                for j, h in ((slow_job, slow), (quick_job, quick))]])
+        iris.set_state(slow_job, "failed")
+        # A poll after the end has seen it, so the slow target's wake-up is in flight: its update waits up to 10 s.
+        mark = len(iris.calls)
+        for _ in range(600):
+            if any(m in ("GetJobState", "ListJobs") for m, _c, _at in iris.calls[mark:]):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError(f"the watcher did not poll within 30 s: {iris.requests}")
+        await asyncio.sleep(1.0)
+        iris.set_state(quick_job, "succeeded")
+        began = time.monotonic()
+        got = await asyncio.wait_for(quick.result(), 30)
+        took = time.monotonic() - began
+        await temporal_client.get_workflow_handle(watcher_id(cluster, tq)).terminate("test over")
+        await slow.terminate("test over")
+    assert got.state == "succeeded"
+    assert await _received(temporal_client, slow.id) == []  # its wake-up was still waiting for a worker
+    assert took < 5.0, f"the quick target was woken {took:.1f}s after its end, behind the slow one's wake-up"
