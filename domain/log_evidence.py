@@ -38,7 +38,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from domain.markers import Marker, MarkerCheck, own_output
+from domain.markers import Marker, MarkerCheck, cache_unproven_reason, normal_step, own_output
 
 # How many seq gaps the activity asks the store about; more are reported as not verified (no claim).
 MAX_GAPS_VERIFIED = 20
@@ -123,19 +123,24 @@ def cached_values_confirmed(markers: list[Marker], check: MarkerCheck, image: Im
     step printed that value, not the planned one. The final image's Env holds every ENV in force at any step of its
     chain (ENV is inherited, never removed). Anything unread or not ours: the marker is missing again."""
     by_name = {m.name: m for m in markers}
-    moved: list[str] = []
+    moved: dict[str, str] = {}
     for name in check.cached:
         m = by_name.get(name)
         if m is None or not m.cache_proof:
             continue
         if image is None or image.built_by_job is not True or not image.env_present:
-            moved.append(name)
-        elif any(v in image.env_keys for v in m.values):
-            moved.append(name)
+            why = (image.not_ours_reason or image.built_why or "its config was not read") if image else \
+                "the image was not inspected"
+            moved[name] = cache_unproven_reason(m, None, f"its value is proven only where the image this job "
+                                                         f"pushed sets none of {', '.join(m.values)} in its Env: {why}")
+        elif set_by := [v for v in m.values if v in image.env_keys]:
+            moved[name] = cache_unproven_reason(m, None, f"the image's config Env sets {', '.join(set_by)} (its "
+                                                         "base image's ENV wins over the build arg the plan reads)")
     if not moved:
         return check
     return check.model_copy(update={"cached": [n for n in check.cached if n not in moved],
-                                    "missing": [*check.missing, *moved]})
+                                    "missing": [*check.missing, *moved],
+                                    "cache_unproven": {**check.cache_unproven, **moved}})
 
 
 def built_by_job(*, digest: str | None, platform_digest: str | None, pushed: str | None, before: dict | None,
@@ -186,6 +191,17 @@ class LogJudgement(BaseModel):
     reasons: list[str] = Field(default_factory=list)  # for log_lost: why, and what the image could not prove
     contradicted: list[str] = Field(default_factory=list)  # own-output lines against the plan (assertion_failure)
     unproven: dict[str, str] = Field(default_factory=dict)  # marker -> why neither the log nor the image proves it
+    # Markers whose step kaniko took from its cache and that hit cannot prove (MarkerCheck.cache_unproven).
+    from_cache: list[str] = Field(default_factory=list)
+
+    @property
+    def cause(self) -> Literal["log", "cache"]:
+        """Why a ``log_lost`` verdict: "cache" where every unproven marker is one whose step kaniko took from its
+        cache (this build never printed it, the store lost nothing of it: a `resume` reusing the cache proves
+        nothing more), else "log"."""
+        if self.verdict == "log_lost" and self.unproven and all(n in self.from_cache for n in self.unproven):
+            return "cache"
+        return "log"
 
 
 def needs_image(check: MarkerCheck, integrity: LogIntegrity) -> bool:
@@ -197,14 +213,7 @@ def needs_image(check: MarkerCheck, integrity: LogIntegrity) -> bool:
     return bool(check.missing) or not check.final_push_seen or integrity.empty
 
 
-def _normal_step(text: str) -> str:
-    """A RUN instruction as kaniko's history records it (`created_by` = the instruction as written, continuation
-    lines joined), whitespace collapsed, with the forms other builders write (`/bin/sh -c`, `|N ARG=..`) removed."""
-    t = " ".join(text.split())
-    t = re.sub(r"^RUN ", "", t)
-    t = re.sub(r"^\|\d+ (?:\S+=\S* )*", "", t)
-    t = re.sub(r"^/bin/sh -c ", "", t)
-    return re.sub(r" # buildkit$", "", t)
+_normal_step = normal_step  # kaniko's history `created_by` is the instruction as written, like its cache lines
 
 
 def _history_step(m: Marker, history: list[str]) -> bool:
@@ -239,7 +248,8 @@ def judge(markers: list[Marker], check: MarkerCheck, integrity: LogIntegrity,
     IS its RUN instruction, when the echo is fixed text, unguarded, and in the step's final `&&` chain (a zero
     exit ran it). A marker that carries a value (`megatron=1`, a commit, a platform) or is printed on a branch
     is proven only by its own line. "Our image" = the tag resolves and its revision/Harbor labels are ours."""
-    base = dict(found=list(check.found), cached=list(check.cached), pushed_digest=check.pushed_digest)
+    base = dict(found=list(check.found), cached=list(check.cached), pushed_digest=check.pushed_digest,
+                from_cache=[n for n in check.missing if n in check.cache_unproven])
     if check.contradicted:
         return LogJudgement(verdict="contradicted", missing=list(check.missing),
                             final_push_seen=check.final_push_seen, incomplete=integrity.reasons(),
@@ -248,14 +258,22 @@ def judge(markers: list[Marker], check: MarkerCheck, integrity: LogIntegrity,
         return LogJudgement(verdict="log", missing=[], final_push_seen=True, incomplete=integrity.reasons(), **base)
     incomplete = integrity.reasons()
     absent = [m for m in markers if m.name in check.missing]
-    if absent and not integrity.empty:
-        incomplete.append(f"{len(absent)} marker(s) absent from the log of a succeeded job; the store drops a "
+    from_cache = [m for m in absent if m.name in check.cache_unproven]
+    lost = [m for m in absent if m.name not in check.cache_unproven]
+    if from_cache:
+        incomplete.append(f"kaniko took the steps of {len(from_cache)} marker(s) from its cache (`Using caching "
+                          "version of cmd`): this build never printed their lines, an earlier build did")
+    if lost and not integrity.empty:
+        incomplete.append(f"{len(lost)} marker(s) absent from the log of a succeeded job; the store drops a "
                           "worker's oldest unsent lines (finelog client, 10,000 rows) without leaving a seq gap, "
                           "so absence is not proof")
+    cached_why = {m.name: check.cache_unproven[m.name] for m in from_cache}
     if image is None or not image.ours:
         why = image.not_ours_reason if image else "the image was not inspected"
         return LogJudgement(verdict="log_lost", missing=[m.name for m in absent], final_push_seen=check.final_push_seen,
                             incomplete=incomplete, **base,
+                            unproven={m.name: cached_why.get(m.name, f"the image cannot stand in: {why}")
+                                      for m in absent},
                             reasons=[f"the image cannot stand in for the lost log: {why}", *incomplete])
     adopted = ""
     if image.built_by_job is not True:
@@ -265,7 +283,8 @@ def judge(markers: list[Marker], check: MarkerCheck, integrity: LogIntegrity,
             why = (f"adopted, not built by this job: {image.built_why} (policy.allow_adopted_image is false)"
                    if image.built_by_job is False else f"cannot tell whether this job pushed it: {image.built_why}")
             return LogJudgement(verdict="log_lost", missing=[m.name for m in absent],
-                                final_push_seen=check.final_push_seen, incomplete=incomplete, **base,
+                                final_push_seen=check.final_push_seen, incomplete=incomplete,
+                                **{**base, "from_cache": []},  # the policy decides here, not the cache
                                 unproven={m.name: why for m in absent},
                                 reasons=[f"the image {image.ref}@{image.digest} cannot stand in for the lost log: "
                                          f"{why}", *incomplete])
@@ -294,16 +313,27 @@ def judge(markers: list[Marker], check: MarkerCheck, integrity: LogIntegrity,
         else:
             unproven[m.name] = (f"a {m.source} line the image does not record" if m.source != "script" else
                                 "a script line errexit does not cover: the script can reach its push without it")
+        if m.name in unproven and m.name in cached_why:  # the cause is the cache, not the store: say so
+            unproven[m.name] = f"{cached_why[m.name]}; the image cannot stand in: {unproven[m.name]}"
     found = [*check.found, *stood_in]
     common = dict(found=found, cached=list(check.cached), pushed_digest=check.pushed_digest, incomplete=incomplete,
-                  stood_in=stood_in, final_push_seen=True)
+                  stood_in=stood_in, final_push_seen=True, from_cache=base["from_cache"])
     if unproven:
-        return LogJudgement(verdict="log_lost", missing=list(unproven), unproven=unproven, **common,
-                            reasons=[f"neither the log nor the image {image.ref}@{image.digest} proves "
-                                     f"{len(unproven)} marker(s): " + "; ".join(
-                                         f"`{n}` ({why})" for n, why in list(unproven.items())[:3])
-                                     + (" ..." if len(unproven) > 3 else ""), *incomplete])
+        j = LogJudgement(verdict="log_lost", missing=list(unproven), unproven=unproven, **common)
+        return j.model_copy(update={"reasons": unproven_reasons(j, f"{image.ref}@{image.digest}")})
     return LogJudgement(verdict="image", missing=[], **common)
+
+
+def unproven_reasons(j: LogJudgement, ref: str) -> list[str]:
+    """The reasons of a ``log_lost`` judgement: what stays unproven and why, cached steps named as such."""
+    items = "; ".join(f"`{n}` ({why})" for n, why in list(j.unproven.items())[:3]) + (
+        " ..." if len(j.unproven) > 3 else "")
+    if j.cause == "cache":
+        head = (f"kaniko took the steps of {len(j.unproven)} marker(s) from its cache, so this build never printed "
+                f"them, and neither that cache hit nor the image {ref} proves them: {items}")
+    else:
+        head = f"neither the log nor the image {ref} proves {len(j.unproven)} marker(s): {items}"
+    return [head, *j.incomplete]
 
 
 # ---------------------------------------------------------------------------------------------- run the image
@@ -420,9 +450,7 @@ def with_image_run(j: LogJudgement, run: ImageRun) -> LogJudgement:
     if not unproven:
         return j.model_copy(update={"verdict": "image", "missing": [], "unproven": {}, "stood_in": stood_in,
                                     "found": found, "reasons": [], "final_push_seen": True})
-    reasons = [f"neither the log nor the image {run.ref} proves {len(unproven)} marker(s): " + "; ".join(
-        f"`{n}` ({why})" for n, why in list(unproven.items())[:3]) + (" ..." if len(unproven) > 3 else ""),
-        *j.incomplete]
-    return j.model_copy(update={"missing": list(unproven), "unproven": unproven, "stood_in": stood_in,
-                                "found": found, "reasons": reasons})
+    out = j.model_copy(update={"missing": list(unproven), "unproven": unproven, "stood_in": stood_in,
+                               "found": found})
+    return out.model_copy(update={"reasons": unproven_reasons(out, run.ref)})
 

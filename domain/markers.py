@@ -9,6 +9,7 @@ except kaniko's push lines.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import re
 from typing import Literal
 
@@ -52,6 +53,9 @@ class Marker(BaseModel):
     # A value marker a kaniko cache hit of its step proves (domain/markers.py _cache_proves): its values are ARGs
     # in the step's cache key with the planned values.
     cache_proof: bool = False
+    # A Dockerfile echo: ``step_key(step)`` of its RUN instruction (a short digest, so every marker carries it at a
+    # few bytes): a kaniko cache-hit line counts for the marker only where it quotes exactly this step.
+    step_key: str | None = None
 
     @property
     def carries_value(self) -> bool:
@@ -68,6 +72,9 @@ class MarkerCheck(BaseModel):
     found: list[str]
     missing: list[str]
     cached: list[str] = []  # satisfied by kaniko reusing the cached layer of the step that prints them
+    # Missing markers whose very step kaniko took from its cache (so this build never printed them) and which that
+    # cache hit cannot prove: marker -> "unproven (kaniko took its step from the cache: <file:line>, `RUN …`): why".
+    cache_unproven: dict[str, str] = {}
     final_push_seen: bool
     pushed_digest: str | None  # "sha256:<64 hex>" of the final push
     # Lines of the build's own output that contradict the plan (another value, the excluded branch): each names
@@ -270,6 +277,7 @@ def _echo_markers(echoes: list[EchoLine], cond_env: dict[str, str], values: dict
             continue
         m = _to_marker(e.template, values, source, e.source_text)
         m.line, m.conditional, m.step, m.must_run = e.line, bool(e.guards), e.step, e.must_run
+        m.step_key = step_key(e.step) if e.step else None
         if e.step and e.check_step and not m.values:  # a planned value it prints would come from us, not the image
             m.check_step = True
             m.step_env = {v: cond_env[v] for v in dict.fromkeys(template_vars(e.step)) if v in cond_env}
@@ -312,30 +320,33 @@ def own_output(log_text: str) -> tuple[str, list[int]]:
 
 def check_log(markers: list[Marker], log_text: str) -> MarkerCheck:
     """Which markers the build's own output shows; the final push counts only as `Pushing image to` then
-    `Pushed` (kaniko's lines). A kaniko cache hit of the printing step stands in only for a marker with a fixed
-    text printed unconditionally (kaniko's cache key holds the step and its env values, but the line does not
-    show which value or branch the step took), or for a value marker whose values are ARGs in that key with the
-    planned values (``Marker.cache_proof``). Lines that show a marker's text with another value, or a branch
-    the plan excludes, are ``contradicted``."""
+    `Pushed` (kaniko's lines). A marker whose step kaniko took from its cache (``cache_hit_of``) was never printed
+    by this build: the hit stands in for it only where it proves the line (``cache_proves_line``), else the
+    marker is missing with that reason in ``cache_unproven``. Lines that show a marker's text with another value,
+    or a branch the plan excludes, are ``contradicted``."""
     found: list[str] = []
     missing: list[str] = []
     push_end: int | None = None
     digest: str | None = None
     own, numbers = own_output(log_text)
-    cache_hits = [line for line in log_text.splitlines() if CACHE_HIT in line]
+    hits = cache_hits(log_text)
     cached: list[str] = []
+    unproven: dict[str, str] = {}
     for m in markers:
         if m.role == "assert":
             if m.search(own):
                 found.append(m.name)
-            elif (m.template and (m.cache_proof or (not m.carries_value and not m.conditional))
-                  and any(m.template in line for line in cache_hits)):
+                continue
+            hit = cache_hit_of(m, hits)
+            why = cache_proves_line(m) if hit is not None else None
+            if hit is not None and why is None:
                 # kaniko skipped the step: its layer, built earlier from identical inputs (same cache key: the
-                # step and the build args and ENV in force), already printed this line; a value only where
-                # those args are the planned values (cache_proof); the log proves the reuse.
+                # step, its parent layers, the build args and ENV in force), already printed this line.
                 cached.append(m.name)
-            else:
-                missing.append(m.name)
+                continue
+            missing.append(m.name)
+            if hit is not None:
+                unproven[m.name] = cache_unproven_reason(m, hit, why or "")
         elif m.role == "push":
             hit = m.search(log_text)
             if hit:
@@ -350,8 +361,86 @@ def check_log(markers: list[Marker], log_text: str) -> MarkerCheck:
                 digest = "sha256:" + hit.group(1)
             else:
                 missing.append(m.name)
-    return MarkerCheck(found=found, missing=missing, cached=cached, final_push_seen=digest is not None,
-                       pushed_digest=digest, contradicted=_contradictions(markers, own, numbers))
+    return MarkerCheck(found=found, missing=missing, cached=cached, cache_unproven=unproven,
+                       final_push_seen=digest is not None, pushed_digest=digest,
+                       contradicted=_contradictions(markers, own, numbers))
+
+
+# ------------------------------------------------------------------------------------------- kaniko's cache
+# What a cache hit is (kaniko, pkg/executor/build.go optimize + populateCompositeKey): before running a RUN step,
+# kaniko hashes a composite key of the base image digest, every earlier instruction of the stage chain (COPY'd
+# files by content), the build args and ENV values in force (args.ReplacementEnvs) and the step's own text; a layer
+# pushed to --cache-repo under that key is reused instead of running the step, and kaniko logs
+# `Using caching version of cmd: RUN <the instruction as written>`. A layer is pushed only after its step exited 0.
+# So a hit proves: this very step ran once, on exactly these inputs, and exited 0, in an earlier build whose log
+# is not this one. It proves a line that step prints whenever it exits 0 (an unguarded fixed echo of its final
+# `&&` chain), and a planned value only where that value is an input of the key (``Marker.cache_proof``). It does
+# not prove a branch (the service does not decide from the key which branch ran), a value the step computes (a
+# `$(...)`, a shell local: only a line showing it proves it), or a line its step can skip and still exit 0.
+
+
+def normal_step(text: str) -> str:
+    """A RUN instruction as kaniko's history and cache lines quote it (the instruction as written, continuation
+    lines joined), whitespace collapsed, with the forms other builders write (`/bin/sh -c`, `|N ARG=..`)
+    removed: the form two quotes of one step are compared in."""
+    t = " ".join(text.split())
+    t = re.sub(r"^RUN ", "", t)
+    t = re.sub(r"^\|\d+ (?:\S+=\S* )*", "", t)
+    t = re.sub(r"^/bin/sh -c ", "", t)
+    return re.sub(r" # buildkit$", "", t)
+
+
+def step_key(step: str) -> str:
+    """A short, exact key of a RUN step (``Marker.step_key``): sha256 of ``normal_step``, 16 hex digits."""
+    return hashlib.sha256(normal_step(step).encode()).hexdigest()[:16]
+
+
+_CACHE_CMD = re.compile(re.escape("Using caching version of cmd: ") + r"(RUN .*?)(?:\x1b\[[0-9;]*m)*\s*$")
+
+
+def cache_hits(log_text: str) -> dict[str, str]:
+    """The RUN steps kaniko took from its cache, from its own lines: step key -> the step as quoted."""
+    out: dict[str, str] = {}
+    for line in log_text.splitlines():
+        if CACHE_HIT in line and (hit := _CACHE_CMD.search(line)):
+            out.setdefault(step_key(hit.group(1)), hit.group(1).strip())
+    return out
+
+
+def cache_hit_of(m: Marker, hits: dict[str, str]) -> str | None:
+    """The cache line of ``m``'s own step (exactly its RUN instruction, by ``step_key``), or None. A hit of any
+    other step (another variant's text, a step that merely holds the echo) is not this marker's."""
+    if m.role != "assert" or not m.step_key or m.source in ("script", "kaniko"):
+        return None
+    return hits.get(m.step_key)
+
+
+def cache_proves_line(m: Marker) -> str | None:
+    """None where a cache hit of ``m``'s step proves its line was printed (see the section comment above), else
+    why not. Proven: an unguarded echo of the step's final `&&` chain (``must_run``: the step exited 0, so it
+    printed), with fixed text, or with values that are ARGs of the step's cache key with the planned values
+    (``cache_proof``: the same key cannot hold other values)."""
+    if m.conditional:
+        return ("it is printed on a branch of its step: the hit shows the step ran on the same inputs, not which "
+                "branch printed")
+    if m.pattern is not None:
+        vals = ", ".join(f"{k}={v}" for k, v in m.values.items())
+        return ("its text holds a value the step computes (a `$(...)` or shell variable)"
+                + (f" besides {vals}" if vals else "") + ": only a line showing it proves it")
+    if not m.must_run:
+        return ("its step can exit 0 without printing it (not an unguarded `echo` of the step's final `&&` "
+                "chain)")
+    if m.values and not m.cache_proof:
+        vals = ", ".join(f"{k}={v}" for k, v in m.values.items())
+        return (f"it carries a value ({vals}) that is not a build arg of the step's cache key with the planned "
+                "value")
+    return None
+
+
+def cache_unproven_reason(m: Marker, step: str | None, why: str) -> str:
+    """The reason a target shows for a marker its cached step cannot prove: where the step is, and why."""
+    quoted = "" if not step else f", `{step if len(step) <= 160 else step[:157] + '...'}`"
+    return f"unproven (kaniko took its step from the cache: {m.source}:{m.line}{quoted}): {why}"
 
 
 def _contradictions(markers: list[Marker], own: str, numbers: list[int]) -> list[str]:

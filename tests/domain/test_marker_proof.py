@@ -46,16 +46,36 @@ def test_kaniko_echo_and_cache_lines_are_not_the_build_output():
 
 
 def test_a_cache_hit_proves_only_a_fixed_unconditional_line():
-    fixed = Marker(name="uv sync layer 1 done", text="uv sync layer 1 done", source=DF_AMD,
-                   template='echo "uv sync layer 1 done"')
-    value = Marker(name=FINAL1, text=FINAL1, source=DF_AMD, values={"INSTALL_MEGATRON": "1"},
-                   template='echo "uv sync FINAL (vllm, cufft, triton, nvshmem, nvrtc + closure verify) done '
-                            '(megatron=${INSTALL_MEGATRON})"')
-    branch = Marker(name=MEG, text=MEG, source=DF_AMD, conditional=True, template=f'echo "{MEG}"')
-    log = "".join(f"INFO[0003] Using caching version of cmd: RUN if x; then {m.template}; fi\n"
-                  for m in (fixed, value, branch))
-    check = check_log([fixed, value, branch], log)
+    """Only a hit of the marker's own step counts (old code: any cache line holding the echo text, so
+    `RUN if x; then echo "uv sync layer 1 done"; fi` proved the unguarded marker); a hit of its own step proves a
+    fixed echo its step always prints, never a branch or a line its step may skip."""
+    markers = _megatron()
+    fixed = next(m for m in markers if m.name == "uv sync layer 1 (ray, hydra, datasets stack) done")
+    value = next(m for m in markers if m.name == FINAL1)
+    branch = next(m for m in markers if m.name == MEG)
+    wrapped = "".join(f"INFO[0003] Using caching version of cmd: RUN if x; then echo \"{m.template}\"; fi\n"
+                      for m in (fixed, value, branch))
+    check = check_log([fixed, value, branch], wrapped)
+    assert check.cached == [] and check.missing == [fixed.name, value.name, branch.name]
+    own = "".join(f"INFO[0003] Using caching version of cmd: {c.original}\n" for c in _runs(contract_files()))
+    check = check_log([fixed, value, branch], own)
     assert check.cached == [fixed.name] and check.missing == [value.name, branch.name]
+    assert "printed on a branch of its step" in check.cache_unproven[branch.name]
+    assert check.cache_unproven[value.name].startswith(
+        f"unproven (kaniko took its step from the cache: {DF_AMD}:{value.line}, `RUN if ")
+    assert "its step can exit 0 without printing it" in check.cache_unproven[value.name]
+
+
+def contract_files():
+    from tests.contract.helpers import fixture_files
+
+    return fixture_files()
+
+
+def _runs(files):
+    import dockerfile
+
+    return [c for c in dockerfile.parse_string(files[DF_AMD]) if c.cmd.upper() == "RUN"]
 
 
 def test_a_complete_log_with_another_value_or_the_excluded_branch_is_an_assertion_failure():
