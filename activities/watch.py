@@ -24,7 +24,8 @@ every running job, from the log store's global cursor (``seq``), routed to jobs 
 The controller's audit lines (``/system/controller``, domain/controller_feed.py) are read once a second beside the
 polls (``_read_feed``: log requests, counted apart as ``feed.requests``): a line that a watched job ended (or a task
 of it, or a worker failed) brings the next poll forward, inside the same window (``feed_due``); while that feed is
-proven and healthy the regular polls are a backstop every FEED_BACKSTOP_S, which leaves most slots to such polls.
+proven and healthy the regular polls are a backstop every ``watch_feed_backstop_s``, which leaves most slots to
+such polls.
 The verdict is always the poll's. A feed that fails, has shown no audit line yet, or missed an end a poll found,
 leaves the regular cadence as it was (``feed.state`` in the heartbeat says which).
 
@@ -107,22 +108,19 @@ PAGED_LISTING_EVERY_S = 300.0
 FOLLOW_VIEW_MAX = 200  # live progress in the heartbeat: followed jobs only, at most this many
 STATUS_METHODS = ("GetJobState", "ListJobs", "GetJobStatus")
 # The controller's audit lines as a change feed (domain/controller_feed.py): one FetchLogs of /system/controller
-# per FEED_EVERY_S while jobs are watched (log requests, never status requests: at most 60 a minute per cluster,
-# plus a page more only when a page came back full).
-FEED_EVERY_S = 1.0
+# per ``watch_feed_interval_s`` while jobs are watched (log requests, never status requests: at most 60 a minute per
+# cluster at 1 s, plus a page more only when a page came back full). While the feed is healthy the regular polls
+# are only the backstop for what it cannot see (a transition without an audit line): one per
+# ``watch_feed_backstop_s``, so most of the window's slots are free for reads the feed asks for. A poll that finds
+# an end the feed has not reported within ``watch_feed_confirm_s`` is a feed that misses ends (lagging, or a
+# transition without a line): the regular cadence is used for ``watch_feed_penalty_s``, visibly (``feed.state``).
 FEED_PAGE = 2000  # audit lines per feed request
 FEED_PAGES_PER_READ = 3
 FEED_DEADLINE_S = 5.0  # one feed read's bound (the client's own retries included)
 FEED_LOOKBACK_MS = 60_000  # a fresh cursor starts this far back (controller/worker clock skew; a line only wakes a read)
-FEED_STALE_S = 5.0  # a feed with no successful read for this long is not trusted: the regular cadence is back
-# While the feed is healthy, the regular polls are only the backstop for what it cannot see (a transition without
-# an audit line): one per FEED_BACKSTOP_S, so most of the window's slots are free for reads the feed asks for.
-FEED_BACKSTOP_S = 15.0
+# A feed with no successful read for this long (plus one read interval) is not trusted: the regular cadence is back.
+FEED_STALE_S = 5.0
 FEED_MIN_GAP_S = 1.0  # the shortest gap between two status requests a feed line may bring
-# A poll that finds an end the feed has not reported within FEED_CONFIRM_S is a feed that misses ends (lagging, or
-# a transition without a line): the regular cadence is used for FEED_PENALTY_S, visibly (``feed.state``).
-FEED_CONFIRM_S = 10.0
-FEED_PENALTY_S = 300.0
 FEED_RECENT = 20  # job ids kept in the heartbeat's record of what the feed woke
 # Watcher id -> (the run this worker last registered with, the marker set keys that run was given): a
 # registration carries the marker texts only the first time a key goes to a run (see WatchRequest).
@@ -275,13 +273,14 @@ class FeedState:
     seen_early: int = 0  # ends such a poll found
     woke: list[str] = field(default_factory=list)  # the latest jobs whose end a feed-woken poll found
     misses: int = 0
+    failures: int = 0  # failed reads in a row (the next read backs off)
     disagreements: int = 0  # an end line, then a status read (after it) that says the job is not terminal
 
     def view(self) -> dict:
         return {"state": self.state, "error": self.error, "requests": self.requests, "lines": self.lines,
                 "audit_lines": self.audit_lines,
                 "early_polls": self.early_polls, "seen_early": self.seen_early, "woke": list(self.woke),
-                "misses": self.misses, "disagreements": self.disagreements}
+                "misses": self.misses, "failures": self.failures, "disagreements": self.disagreements}
 
 
 @dataclass
@@ -395,7 +394,7 @@ class ClusterWatch:
         # has not been seen running, the regular cadence stays, so a start is seen at the next poll (with a
         # 15 s backstop a rebuild was cancelled 15 s into its job instead of ~5 s, after more kaniko steps).
         started = all(t.state == "running" for t in self.jobs.values() if not t.told.terminal)
-        return max(regular, FEED_BACKSTOP_S) if started and self.feed_healthy() else regular
+        return max(regular, pol.watch_feed_backstop_s) if started and self.feed_healthy() else regular
 
     def regular_interval(self) -> float:
         return self.interval()
@@ -422,7 +421,7 @@ class ClusterWatch:
     async def poll(self, iris: IrisClient, *, early: bool = False) -> None:
         """One poll (``_poll``), and what it says about the feed. ``early``: the poll runs before the regular
         cadence because the feed named a job (``feed_due``); an end it finds for such a job is the feed's
-        (``seen_early``, ``woke``). An end the feed has not reported waits FEED_CONFIRM_S for its line
+        (``seen_early``, ``woke``). An end the feed has not reported waits ``watch_feed_confirm_s`` for its line
         (``misses``); a job end line followed by a poll that still sees the job running is a disagreement,
         logged loudly (the poll's state is kept)."""
         self.feed.early_polls += early
@@ -652,7 +651,8 @@ class ClusterWatch:
         """The feed is trusted: its last read succeeded within FEED_STALE_S and it has not missed an end lately."""
         now = self.clock()
         f = self.feed
-        return f.state == "ok" and now - f.ok_at <= FEED_STALE_S and now >= f.degraded_until
+        return (f.state == "ok" and now - f.ok_at <= FEED_STALE_S + self.policy.watch_feed_interval_s
+                and now >= f.degraded_until)
 
     def feed_due(self) -> float:
         """When a poll may run for the jobs the feed named (inf: none named, or the feed is not trusted): when the
@@ -669,8 +669,9 @@ class ClusterWatch:
     async def read_feed(self, iris: IrisClient) -> int:
         """New audit lines of the controller (``/system/controller``, from the feed cursor; domain/controller_feed.py):
         a line about a watched job, a task of one, or a failed worker marks the job(s) for the next poll
-        (``feed.pending``) and sets ``feed_event``. Returns the requests made. Raises what the read raised."""
-        if not self._active():
+        (``feed.pending``) and sets ``feed_event``. Returns the requests made. Raises what the read raised.
+        Reads nothing where ``policy.watch_feed`` is false (the feed stays ``off``: polls only)."""
+        if not self._active() or not self.policy.watch_feed:
             return 0
         requests = 0
         try:
@@ -693,6 +694,7 @@ class ClusterWatch:
             self.feed_failed(e)
             raise
         now = self.clock()
+        self.feed.failures = 0
         if not self.feed.audit_lines:
             self.feed.state, self.feed.error = "unproven", ""
         elif self.feed.state != "ok" and now >= self.feed.degraded_until:
@@ -700,18 +702,20 @@ class ClusterWatch:
                 activity.logger.info("the controller's audit feed is read again; polls follow it")
             self.feed.state, self.feed.error = "ok", ""
         self.feed.ok_at = now
-        late = [j for j, at in self.feed.unconfirmed.items() if now - at > FEED_CONFIRM_S]
+        pol = self.policy
+        late = [j for j, at in self.feed.unconfirmed.items() if now - at > pol.watch_feed_confirm_s]
         if late:
             for j in late:
                 del self.feed.unconfirmed[j]
             self.feed.misses += len(late)
-            self.feed.degraded_until = now + FEED_PENALTY_S
+            self.feed.degraded_until = now + pol.watch_feed_penalty_s
             if self.feed.state == "ok":
                 self.feed.error = (f"{len(late)} end(s) found by a poll were not in the controller's audit feed within "
-                                   f"{FEED_CONFIRM_S:.0f} s (e.g. {late[0]})")
-                activity.logger.warning(f"{self.feed.error}; polling at the regular cadence for {FEED_PENALTY_S:.0f} s")
+                                   f"{pol.watch_feed_confirm_s:.0f} s (e.g. {late[0]})")
+                activity.logger.warning(f"{self.feed.error}; polling at the regular cadence for "
+                                        f"{pol.watch_feed_penalty_s:.0f} s")
             self.feed.state = "missed"
-        self.feed.flagged = {j: at for j, at in self.feed.flagged.items() if now - at <= FEED_PENALTY_S}
+        self.feed.flagged = {j: at for j, at in self.feed.flagged.items() if now - at <= pol.watch_feed_penalty_s}
         if self.feed.pending:
             self.feed_event.set()
         return requests
@@ -731,12 +735,23 @@ class ClusterWatch:
         self.feed.lines += bool(named)
 
     def feed_failed(self, err: BaseException) -> None:
-        """A failed feed read: logged once per failing stretch, the regular cadence until a read succeeds."""
+        """A failed feed read: logged once per failing stretch, the regular cadence until a read succeeds, which is
+        tried again after ``feed_retry_in`` (growing: a controller whose log store fails is not asked every second)."""
         why = f"{type(err).__name__}: {err}"[:300]
         if self.feed.state != "failing":
             activity.logger.warning(f"the controller's audit feed is not readable ({why}); polling at the regular "
-                                    "cadence until it is")
+                                    "cadence until it is, and reading it again after 1, 2, 4 ... s (at most "
+                                    f"{self.policy.watch_feed_retry_max_s:g} s)")
         self.feed.state, self.feed.error = "failing", why
+        self.feed.failures += 1
+
+    def feed_retry_in(self) -> float:
+        """Seconds until the next feed read: the interval, or after failures 1, 2, 4 ... intervals (at most
+        ``watch_feed_retry_max_s``)."""
+        pol = self.policy
+        if not self.feed.failures:
+            return pol.watch_feed_interval_s
+        return min(pol.watch_feed_retry_max_s, pol.watch_feed_interval_s * 2.0 ** (self.feed.failures - 1))
 
     # ---------------------------------------------------------------- logs: one prefix read per cluster
     def logs_due(self) -> bool:
@@ -1322,13 +1337,14 @@ async def _read_logs(engine: ClusterWatch, iris: IrisClient, beat: _Watchdog) ->
 
 
 async def _read_feed(engine: ClusterWatch, iris: IrisClient) -> None:
-    """Beside the poll loop: the controller's audit lines, one read per FEED_EVERY_S while jobs are watched. A
+    """Beside the poll loop: the controller's audit lines, one read per ``watch_feed_interval_s`` while jobs are
+    watched (backing off while reads fail: ``feed_retry_in``). A
     line about a watched job sets ``engine.feed_event``, which the poll loop waits on beside its timer. A failing
     read is the engine's ``feed_failed`` (logged once; the regular cadence meanwhile), never the watcher's end."""
     while True:
         with contextlib.suppress(Exception):  # recorded by read_feed (feed.state/error)
             await engine.read_feed(iris)
-        await asyncio.sleep(FEED_EVERY_S)
+        await asyncio.sleep(engine.feed_retry_in())
 
 
 class _Waker:

@@ -480,6 +480,25 @@ class PolicySettings(_Model):
     watch_log_interval_s: float = Field(default=30.0, gt=0, description="One log request per cluster (every "
                                                                         "running job's markers) this often.")
     watch_follow_interval_s: float = Field(10.0, description="The log cadence while someone follows a job.")
+    # The controller's audit feed (activities/watch.py, domain/controller_feed.py): its `job_terminated` lines are
+    # read beside the polls (log requests, not status requests) and bring a watched job's next status read
+    # forward; the verdict is always the status read's. While the feed is trusted and every watched job has
+    # started, the regular polls are a backstop.
+    watch_feed: bool = Field(True, description="Read the controller's audit feed (`/system/controller`) to see job "
+                                               "ends within seconds; false: status polls only (5 s at 12 a minute).")
+    watch_feed_interval_s: float = Field(default=1.0, gt=0, description="One audit feed read per cluster this often "
+                                                                        "while jobs are watched.")
+    watch_feed_backstop_s: float = Field(default=15.0, gt=0, description="The regular status poll's interval while "
+                                                                         "the feed is trusted and every watched "
+                                                                         "job has started.")
+    watch_feed_confirm_s: float = Field(default=10.0, gt=0, description="An end a poll found that the feed has "
+                                                                        "not named within this long is a miss: the "
+                                                                        "feed is distrusted for "
+                                                                        "watch_feed_penalty_s.")
+    watch_feed_penalty_s: float = Field(default=300.0, ge=0, description="How long a feed that missed an end is "
+                                                                         "not trusted (the regular cadence).")
+    watch_feed_retry_max_s: float = Field(default=30.0, gt=0, description="A failing feed read is tried again "
+                                                                          "after 1, 2, 4 ... s, at most this long.")
     watch_signal_progress_s: float = Field(900.0, description="Progress-only wake-ups of a target (history "
                                                               "events) at most this often.")
     monitor_safety_interval_s: float = Field(1200.0, description="A target re-checks its watch when not woken "

@@ -345,9 +345,7 @@ async def test_a_trusted_feed_slows_the_regular_polls_only_once_every_watched_jo
     cadence stays (a start is seen at the next poll); once all have started, the regular polls become the
     feed's backstop. Before, a trusted feed slowed the polls at once, so a rebuild's job was seen running
     15 s after its start (test_rerun_e2e cancelled it only after more kaniko steps had run and been cached)."""
-    from activities.watch import FEED_BACKSTOP_S
-
-    policy = PolicySettings()
+    policy = PolicySettings(watch_feed_backstop_s=20.0)
     jobs = StandinJobs({"/u/a": "pending"})
     clock = FakeClock()
     async with IrisClient("http://standin", client_revision_date="2026-11-20", transport=jobs) as iris:
@@ -363,4 +361,59 @@ async def test_a_trusted_feed_slows_the_regular_polls_only_once_every_watched_jo
         engine.feed.ok_at = clock()
         await engine.poll(iris)
         assert engine.jobs["/u/a"].state == "running"
-        assert engine.interval() == FEED_BACKSTOP_S  # all started: the feed watches for the ends
+        assert engine.interval() == 20.0  # all started: the feed watches for the ends (policy.watch_feed_backstop_s)
+
+
+class _FailingLogs(StandinJobs):
+    """The job list answers; the controller's log store does not (FetchLogs of the audit feed fails)."""
+
+    def __init__(self, jobs: dict[str, str]) -> None:
+        super().__init__(jobs, audit_lag_s=0.0)
+        self.fail_feed = True
+
+    async def handle_async_request(self, request):
+        import httpx
+
+        if self.fail_feed and request.url.path.endswith("FetchLogs") and b'"/system/controller"' in request.content:
+            self.requests["FetchLogs(feed)"] += 1
+            return httpx.Response(500, json={"code": "internal", "message": "log store down"})
+        return await super().handle_async_request(request)
+
+
+async def test_a_failing_feed_is_read_again_after_a_growing_wait_and_at_once_again_when_it_answers():
+    """A feed read that fails is tried again after 1, 2, 4 ... read intervals (at most
+    ``policy.watch_feed_retry_max_s``), visibly (``feed.failures``, ``feed.state``), and the regular cadence holds
+    meanwhile; the first read that succeeds goes back to one per interval. Before, a failing log store was asked
+    every second for as long as it failed."""
+    import pytest
+
+    policy = PolicySettings(watch_feed_interval_s=1.0, watch_feed_retry_max_s=8.0)
+    jobs = _FailingLogs({"/u/a": "running"})
+    async with IrisClient("http://standin", client_revision_date="2026-11-20", transport=jobs) as iris:
+        engine = ClusterWatch(policy, clock=FakeClock())
+        engine.sync(WatchSet(watches=[_watch("/u/a", "running")]))
+        waits = []
+        for _ in range(6):
+            with pytest.raises(Exception):
+                await engine.read_feed(iris)
+            waits.append(engine.feed_retry_in())
+        assert waits == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+        assert engine.feed.view()["state"] == "failing" and engine.feed.view()["failures"] == 6
+        assert not engine.feed_healthy() and engine.interval() == 60.0 / 12  # the regular cadence meanwhile
+        jobs.fail_feed = False
+        await engine.read_feed(iris)
+        assert engine.feed_retry_in() == 1.0 and engine.feed.failures == 0
+        assert engine.feed.state in ("ok", "unproven")
+
+
+async def test_with_the_feed_turned_off_nothing_is_read_and_the_polls_keep_the_regular_cadence():
+    """``policy.watch_feed = false``: no audit-feed request at all, the feed stays ``off``, polls every 5 s."""
+    policy = PolicySettings(watch_feed=False)
+    jobs = StandinJobs({"/u/a": "running"}, audit_lag_s=0.0)
+    async with IrisClient("http://standin", client_revision_date="2026-11-20", transport=jobs) as iris:
+        engine = ClusterWatch(policy, clock=FakeClock())
+        engine.sync(WatchSet(watches=[_watch("/u/a", "running")]))
+        await engine.poll(iris)
+        assert await engine.read_feed(iris) == 0
+    assert jobs.requests["FetchLogs(feed)"] == 0 and engine.feed.state == "off"
+    assert engine.interval() == 60.0 / 12
