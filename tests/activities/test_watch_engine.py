@@ -387,6 +387,8 @@ async def test_a_failing_feed_is_read_again_after_a_growing_wait_and_at_once_aga
     every second for as long as it failed."""
     import pytest
 
+    from clients.iris import IrisError
+
     policy = PolicySettings(watch_feed_interval_s=1.0, watch_feed_retry_max_s=8.0)
     jobs = _FailingLogs({"/u/a": "running"})
     async with IrisClient("http://standin", client_revision_date="2026-11-20", transport=jobs) as iris:
@@ -394,7 +396,7 @@ async def test_a_failing_feed_is_read_again_after_a_growing_wait_and_at_once_aga
         engine.sync(WatchSet(watches=[_watch("/u/a", "running")]))
         waits = []
         for _ in range(6):
-            with pytest.raises(Exception):
+            with pytest.raises(IrisError, match="log store down"):
                 await engine.read_feed(iris)
             waits.append(engine.feed_retry_in())
         assert waits == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
