@@ -95,7 +95,7 @@ from domain.watch import (
 JOB_CHANGED_SIGNAL = "job_changed"  # TargetBuildWorkflow.job_changed
 DETAIL_CONCURRENCY = 8  # GetJobStatus of changed jobs not found by a batched ListJobs
 SIGNAL_CONCURRENCY = 32  # wake-ups sent at once
-WAKE_RETRY_MAX_S = 30.0  # the longest wait before a failed wake-up of a target is tried again
+WAKE_RETRY_MAX_S = 10.0  # the longest wait before a failed wake-up of a target is tried again (1, 2, 4, 8, 10 s)
 LOG_PAGE = 5000  # lines per prefix FetchLogs
 # Work over every watched job yields to the event loop this often: the worker's event loop also runs the
 # workflow activations' deadlock timers (2 s), which a loop blocked by one long stretch would trip.

@@ -419,3 +419,55 @@ async def test_with_the_feed_turned_off_nothing_is_read_and_the_polls_keep_the_r
         assert await engine.read_feed(iris) == 0
     assert jobs.requests["FetchLogs(feed)"] == 0 and engine.feed.state == "off"
     assert engine.interval() == 60.0 / 12
+
+
+class _Unreachable:
+    """A Temporal client whose every call to a target fails as UNAVAILABLE (the frontend is down)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def get_workflow_handle(self, workflow_id: str):
+        from temporalio.service import RPCError, RPCStatusCode
+
+        outer = self
+
+        class _Handle:
+            async def execute_update(self, *a, **kw):
+                outer.calls += 1
+                raise RPCError("frontend unavailable", RPCStatusCode.UNAVAILABLE, b"")
+
+            async def signal(self, *a, **kw):
+                outer.calls += 1
+                raise RPCError("frontend unavailable", RPCStatusCode.UNAVAILABLE, b"")
+        return _Handle()
+
+
+async def test_a_wake_up_that_fails_is_tried_again_after_a_growing_wait_not_on_every_round():
+    """Wake-ups are tasks of their own (``_Waker``); one that fails (not NOT_FOUND) is not marked as told and is
+    tried again after 1, 2, 4 ... s (at most WAKE_RETRY_MAX_S), so a dispatcher woken by every completion never
+    spins on a target it cannot reach."""
+    import asyncio
+
+    from temporalio.testing import ActivityEnvironment
+
+    from activities import watch
+
+    engine = ClusterWatch(PolicySettings())
+    engine.sync(WatchSet(watches=[_watch("/u/a", "running")]))
+    engine.jobs["/u/a"].now = JobProgress(job_id="/u/a", state="succeeded", terminal=True)
+    client = _Unreachable()
+
+    async def run() -> list[int]:
+        beat = watch._Watchdog(engine)
+        waker = watch._Waker(client, engine, beat)
+        started = []
+        for _ in range(5):  # five dispatcher rounds in quick succession
+            started.append(waker.start())
+            await asyncio.sleep(0.05)
+        await waker.close()
+        return started
+
+    started = await ActivityEnvironment().run(run)
+    assert started == [1, 0, 0, 0, 0] and client.calls == 2  # the update, then the signal; not again within 1 s
+    assert not engine.jobs["/u/a"].told.terminal  # not told: the next try sends it
