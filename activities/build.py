@@ -315,6 +315,7 @@ class BuildActivities(ActivityGroup):
         return LogCheck(log=ref, found=j.found, missing=j.missing, cached=j.cached, final_push_seen=j.final_push_seen,
                         pushed_digest=j.pushed_digest, incomplete=j.incomplete, stood_in=j.stood_in,
                         lost=j.reasons if j.verdict == "log_lost" else [], contradicted=j.contradicted,
+                        unproven=j.unproven if j.verdict == "log_lost" else {}, lost_cause=j.cause,
                         image_digest=image.digest if image is not None and j.stood_in else None)
 
     async def _run_image_checks(self, inp: LogCheckInput, image: ImageFacts, markers, steps: list[str],
@@ -434,7 +435,8 @@ class BuildActivities(ActivityGroup):
         # Classification reasons reach history: they are built from the redacted log only.
         await asyncio.to_thread(self.learn_secrets)
         text = redact(text)
-        evidence = _evidence(info, attempts, facts, text, inp.missing_markers, inp.log_lost, inp.contradicted)
+        evidence = _evidence(info, attempts, facts, text, inp.missing_markers, inp.log_lost, inp.contradicted,
+                             inp.log_lost_cause)
         c = classify(evidence)
         c = c.model_copy(update={"reasons": [redact(r) for r in c.reasons]})  # Iris errors carry stderr too
         quoted = failing_line(text) if text else None
@@ -642,7 +644,8 @@ def _log_text(log: CompleteLog) -> str:
 
 
 def _evidence(info: JobInfo | None, attempts: list, facts: list[PodFacts], log_text: str,
-              missing_markers: list[str], log_lost: list[str] = (), contradicted: list[str] = ()) -> Evidence:
+              missing_markers: list[str], log_lost: list[str] = (), contradicted: list[str] = (),
+              log_lost_cause: str = "log") -> Evidence:
     """Fold Iris state, attempts, pod facts and the log tail into the classifier's input."""
     last_pod = facts[-1] if facts else None
     return Evidence(
@@ -658,5 +661,6 @@ def _evidence(info: JobInfo | None, attempts: list, facts: list[PodFacts], log_t
         log_tail=[line.split("] ", 1)[-1] for line in log_text.splitlines()[-200:]],
         missing_markers=missing_markers,
         log_lost=list(log_lost),
+        log_lost_cause="cache" if log_lost_cause == "cache" else "log",
         contradicted=list(contradicted),
     )

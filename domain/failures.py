@@ -30,6 +30,9 @@ class FailureClass(StrEnum):
     UNSCHEDULABLE = "unschedulable"
     CONTROLLER_BLIP = "controller_blip"  # not terminal: keep polling
     LOG_LOST = "log_lost"  # the job succeeded; its log lost lines the image could not stand in for
+    # The job succeeded; kaniko took marker steps from its layer cache, so this build never printed their lines,
+    # and neither the cache hit nor the image proves them (domain/markers.py cache_proves_line).
+    CACHE_UNPROVEN = "cache_unproven"
     UNKNOWN = "unknown"
 
 
@@ -59,6 +62,7 @@ class Evidence(_Model):
     missing_markers: list[str] = Field(default_factory=list)  # success markers absent from the log
     # The job succeeded, its log lost lines and the image could not stand in (domain/log_evidence.py): why.
     log_lost: list[str] = Field(default_factory=list)
+    log_lost_cause: Literal["log", "cache"] = "log"  # "cache": every unproven marker's step was a cache hit
     # The job succeeded and its own output contradicts the plan (check_build_log): the line and the expectation.
     contradicted: list[str] = Field(default_factory=list)
     controller_unreachable: bool = False  # the last poll failed with Unavailable/transport
@@ -94,6 +98,14 @@ HINTS = {
                             f"`{RESUME_HINT}` (kaniko reuses its cache). If it recurs, tell the "
                             "cluster operators: an Iris worker's log client keeps at most 10,000 unsent lines and "
                             "drops the oldest beyond that."),
+    FailureClass.CACHE_UNPROVEN: (
+        "The job succeeded and pushed our image, but kaniko took the marker steps named above from its layer cache "
+        "(`Using caching version of cmd`): an earlier build printed their lines, not this one, and a cache hit "
+        "proves only a fixed line its step always prints (not a branch, a computed value, or a line the step can "
+        "skip). A resume that reuses the cache proves nothing more. To prove them by running, rebuild with "
+        "kaniko's cache off: the build script reads KANIKO_CACHE=0 (MarinSkyRL docker/build_gpu_rl_kaniko.sh); set "
+        "it in `clusters.<name>.job_env` of the worker's configuration for the target's cluster, restart the "
+        f"worker, run `{RESUME_HINT}`, then remove it (the service has no per-target switch)."),
     FailureClass.UNKNOWN: "Unrecognised failure; an operator must look at the logs and events.",
 }
 
@@ -141,7 +153,8 @@ def classify(evidence: Evidence) -> Classification:
     if ev.contradicted:  # the build's own line against the plan: a shown line is proven, the image is wrong
         return out(FailureClass.ASSERTION_FAILURE, *ev.contradicted)
     if ev.log_lost:
-        return out(FailureClass.LOG_LOST, *ev.log_lost)
+        return out(FailureClass.CACHE_UNPROVEN if ev.log_lost_cause == "cache" else FailureClass.LOG_LOST,
+                   *ev.log_lost)
     # 1. Deterministic input errors first: a retry would fail identically.
     for cls, pattern, label in _LOG_SIGNATURES:
         if cls is not FailureClass.INPUT_ERROR:
@@ -221,6 +234,8 @@ def decide_retry(classification: Classification, attempts_so_far: dict[str, int]
         return "ask_operator"
     if cls is FailureClass.LOG_LOST and str(cls) not in budget:
         return "fail"  # a rebuild prints the same burst; the hint says what to check first
+    if cls is FailureClass.CACHE_UNPROVEN:
+        return "fail"  # a resubmission takes the same steps from the same cache; the hint says how to bypass it
     key = str(cls)
     if key not in budget:  # retryable without a budget means budget 0; the rest need a changed request
         return "fail" if classification.retryable_by_default else "ask_operator"

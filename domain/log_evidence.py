@@ -28,6 +28,16 @@ in (the report says the log was incomplete and which evidence stood in), ``log_l
 prove it, or ``contradicted`` when the build's own output shows a marker with another value or a branch the
 plan excludes (an ``assertion_failure`` naming the line: a shown line is proven whatever else was lost). A
 missing line alone is never an assertion failure: the log that would say so is the one in doubt.
+
+A marker whose own RUN step kaniko took from its layer cache was never printed by this build, whatever the store
+kept (domain/markers.py, the kaniko cache section: a hit proves only a line its step always prints). Where it stays
+unproven its reason names the cached step, and where every unproven marker is such a one the judgement's
+``cause`` is "cache": the target ends ``cache_unproven`` (domain/failures.py), whose next step bypasses the cache,
+since a resume would take the same steps from it again. Not used as evidence: an earlier build's log of the
+same layer. kaniko names the cache key both where it pushes a layer and where it reuses it, but a cancelled job's
+log is not stored (only terminated), and a failed job's (capture_failure) is one file per request and job with no
+index by cache key: finding the build that pushed a layer would mean reading every stored log, and that build's
+plan (variant, values) would have to be matched too.
 """
 
 from __future__ import annotations
@@ -314,7 +324,7 @@ def judge(markers: list[Marker], check: MarkerCheck, integrity: LogIntegrity,
             unproven[m.name] = (f"a {m.source} line the image does not record" if m.source != "script" else
                                 "a script line errexit does not cover: the script can reach its push without it")
         if m.name in unproven and m.name in cached_why:  # the cause is the cache, not the store: say so
-            unproven[m.name] = f"{cached_why[m.name]}; the image cannot stand in: {unproven[m.name]}"
+            unproven[m.name] = cached_why[m.name]
     found = [*check.found, *stood_in]
     common = dict(found=found, cached=list(check.cached), pushed_digest=check.pushed_digest, incomplete=incomplete,
                   stood_in=stood_in, final_push_seen=True, from_cache=base["from_cache"])

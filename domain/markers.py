@@ -428,8 +428,8 @@ def cache_proves_line(m: Marker) -> str | None:
         return ("its text holds a value the step computes (a `$(...)` or shell variable)"
                 + (f" besides {vals}" if vals else "") + ": only a line showing it proves it")
     if not m.must_run:
-        return ("its step can exit 0 without printing it (not an unguarded `echo` of the step's final `&&` "
-                "chain)")
+        return ("its step can exit 0 without printing it, as far as the service reads the step (it is not an "
+                "unguarded `echo` of the step's final `&&` chain)")
     if m.values and not m.cache_proof:
         vals = ", ".join(f"{k}={v}" for k, v in m.values.items())
         return (f"it carries a value ({vals}) that is not a build arg of the step's cache key with the planned "
@@ -439,7 +439,8 @@ def cache_proves_line(m: Marker) -> str | None:
 
 def cache_unproven_reason(m: Marker, step: str | None, why: str) -> str:
     """The reason a target shows for a marker its cached step cannot prove: where the step is, and why."""
-    quoted = "" if not step else f", `{step if len(step) <= 160 else step[:157] + '...'}`"
+    step = " ".join(step.split()) if step else ""
+    quoted = "" if not step else f", `{step if len(step) <= 100 else step[:97] + '...'}`"
     return f"unproven (kaniko took its step from the cache: {m.source}:{m.line}{quoted}): {why}"
 
 

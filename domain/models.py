@@ -311,6 +311,10 @@ class LogCheck(BaseModel):
     incomplete: list[str] = Field(default_factory=list)
     stood_in: dict[str, str] = Field(default_factory=dict)  # marker -> the image evidence that proved it
     lost: list[str] = Field(default_factory=list)  # log_lost: why neither the log nor the image proves ``missing``
+    unproven: dict[str, str] = Field(default_factory=dict)  # log_lost: marker -> why nothing proves it
+    # Why log_lost: "cache" where every unproven marker's step was a kaniko cache hit (domain/log_evidence.py
+    # LogJudgement.cause): the class is then cache_unproven, whose next step bypasses the cache.
+    lost_cause: Literal["log", "cache"] = "log"
     # Lines of the build's own output against the plan (another value, an excluded branch): assertion_failure.
     contradicted: list[str] = Field(default_factory=list)
     # The registry digest the judgement relied on where the image stood in for the log (no `Pushed` line): the
@@ -325,6 +329,7 @@ class CaptureInput(BaseModel):
     target_key: str
     missing_markers: list[str] = Field(default_factory=list)
     log_lost: list[str] = Field(default_factory=list)  # LogCheck.lost: classify as log_lost with these reasons
+    log_lost_cause: Literal["log", "cache"] = "log"  # LogCheck.lost_cause: "cache" classifies as cache_unproven
     contradicted: list[str] = Field(default_factory=list)  # LogCheck.contradicted: an assertion_failure
 
 

@@ -241,7 +241,7 @@ def targets_failure(messages: list[str], failure_classes: list[str], request: Bu
     (same commits, same workflow id) adopts the targets that did validate and rebuilds only the rest. A lost
     log offers the same command its target does (``resume``), so the report never names two."""
     again = build_command(request)
-    if workflow_id and failure_classes and all(c == "log_lost" for c in failure_classes):
+    if workflow_id and failure_classes and all(c in ("log_lost", "cache_unproven") for c in failure_classes):
         again = resume_command(workflow_id)
     return FailureInfo(
         failure_class=failure_classes[0] if failure_classes else "unknown", error_type="BuildFailed",

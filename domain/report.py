@@ -45,7 +45,8 @@ def log_evidence_lines(key: str, check, inert=inert_markdown) -> list[str]:
         return []
     out = [f"- {key} build log incomplete: {'; '.join(check.incomplete)}"]
     out += [f"  - {inert(m)}: proven by {how}" for m, how in check.stood_in.items()]
-    out += [f"  - {inert(m)}: proven by nothing (log_lost)" for m in check.missing if check.lost]
+    out += [f"  - {inert(m)}: " + (inert(check.unproven[m]) if m in check.unproven else "proven by nothing (log_lost)")
+            for m in check.missing if check.lost]
     return out
 
 
@@ -176,7 +177,7 @@ def report_markdown(rep: PipelineReport, *, inert=inert_markdown) -> str:
             for f in t.failures:
                 out.append(f"- {t.key}: `{f.job_id}` {f.failure_class} → {f.decision}"
                            + (f": `{f.failing_line}`" if f.failing_line else "")
-                           + (f" — {f.reasons[0]}" if f.reasons and f.failure_class in ("unknown", "log_lost")
+                           + (f" — {f.reasons[0]}" if f.reasons and f.failure_class in ("unknown", "log_lost", "cache_unproven")
                               else "")
                            + (f" (evidence {evidence_ref(f.diagnostics)})" if f.diagnostics else ""))
         out += [f"- {t.key} build log: {evidence_ref(t.log_check.log)}" for t in rep.targets if t.log_check]

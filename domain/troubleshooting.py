@@ -88,6 +88,11 @@ _TARGET_NEXT = {
                                     f"could not prove. An image that is not ours or not there: nothing was pushed, "
                                     f"run {RESUME}. Otherwise check the image by hand, then {RESUME} (kaniko reuses "
                                     f"its cache); if logs keep losing lines, tell the cluster operators",
+    failures.FailureClass.CACHE_UNPROVEN: f"read the reasons ({REPORT}): each names a marker's cached step "
+                                          f"(`file:line`) and why the hit cannot prove it. A {RESUME} reusing the "
+                                          f"cache proves nothing more: set `KANIKO_CACHE = \"0\"` (the build "
+                                          f"script's cache switch) in `clusters.<name>.job_env` for the target's "
+                                          f"cluster, restart the worker, run {RESUME}, then remove it",
     failures.FailureClass.UNKNOWN: f"read the log and the evidence ({LOGS}, "
                                    f"`{outcome.STARTER} evidence <workflow-id>`), then {DECIDE_RETRY} or "
                                    f"{DECIDE_ABORT}",
@@ -100,6 +105,15 @@ _TARGET_MEANING = {
                                     "own line proves those, or no history step that is its RUN instruction). A "
                                     "missing line alone is never an `assertion_failure`; a line of the build's own "
                                     "output against the plan is.",
+    failures.FailureClass.CACHE_UNPROVEN: "The job succeeded and pushed our image, but kaniko took marker steps "
+                                          "from its layer cache (`Using caching version of cmd: RUN …`), so this "
+                                          "build never printed their lines. A cache hit means the very step ran "
+                                          "before on the same inputs and exited 0 (kaniko's cache key holds the "
+                                          "step, its parent layers and the build args and ENV in force): that "
+                                          "proves a fixed line the step always prints, and a value that is a "
+                                          "keyed build arg, never a branch, a value the step computes, or a line "
+                                          "the step can skip. Those stay unproven; the class says the cache, not "
+                                          "the log store, is why (a rebuild after a cancel or a late failure).",
     failures.FailureClass.TIMEOUT: "The job's per-task timeout expired (Iris: `Execution timeout exceeded`); "
                                    "also the class of a service step that exceeded its Temporal timeout.",
 }

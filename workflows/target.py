@@ -409,6 +409,7 @@ class TargetBuildWorkflow:
             CaptureInput(request_id=self._inp.request_id, job_id=job_id, cluster=self._inp.target.cluster,
                          target_key=self._inp.target.key, missing_markers=list(check.missing) if check else [],
                          log_lost=list(check.lost) if check else [],
+                         log_lost_cause=check.lost_cause if check else "log",
                          contradicted=list(check.contradicted) if check else []),
             **options.CAPTURE, summary=f"capture summary, logs, pod reason and events for {job_id}")
         c = self._classification = captured.classification

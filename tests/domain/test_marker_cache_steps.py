@@ -58,8 +58,8 @@ def test_a_rebuild_of_the_real_era_c_dockerfile_from_the_cache_names_each_cached
     line = line_in("era-c", DF_AMD, "RUN uv pip install --python ${RL_ENV_DIR}/bin/python cloudpickle")
     assert memray.startswith(f"unproven (kaniko took its step from the cache: {DF_AMD}:{line + 3}, `RUN uv pip "
                              "install --python ${RL_ENV_DIR}/bin/python cloudpickle"), memray
-    assert memray.endswith("its step can exit 0 without printing it (not an unguarded `echo` of the step's final "
-                           "`&&` chain)")
+    assert memray.endswith("its step can exit 0 without printing it, as far as the service reads the step (it "
+                           "is not an unguarded `echo` of the step's final `&&` chain)")
     branch = "Megatron native imports OK" if variant == "megatron" else "megatron backend not installed " \
                                                                         "(INSTALL_MEGATRON=0)"
     assert "printed on a branch of its step" in check.cache_unproven[branch]
@@ -106,3 +106,28 @@ def test_a_cache_hit_of_the_other_variants_step_proves_nothing(tmp_path):
     assert name in check.missing and name not in check.cached and name not in check.cache_unproven
     check = check_log(markers, _cache_log(meg_files[DF_AMD]) + PUSH)  # its own step: fixed text, always printed
     assert name in check.cached
+
+
+def test_cached_steps_classify_as_cache_unproven_with_the_cache_bypass_and_the_report_names_each_step():
+    from domain.failures import HINTS, Evidence, FailureClass, classify, decide_retry
+    from domain.models import FileRef, LogCheck
+    from domain.outcome import targets_failure
+    from domain.report import log_evidence_lines
+    from domain.request import BuildRequest
+
+    why = "kaniko took the steps of 1 marker(s) from its cache, so this build never printed them, and ..."
+    c = classify(Evidence(job_state="succeeded", missing_markers=["m"], log_lost=[why], log_lost_cause="cache"))
+    assert (c.failure_class, c.reasons) == (FailureClass.CACHE_UNPROVEN, [why])
+    assert "KANIKO_CACHE=0" in c.operator_hint and "clusters.<name>.job_env" in c.operator_hint
+    assert decide_retry(c, {}, {"cache_unproven": 3}) == "fail"  # the same cache would answer the same
+    lost = classify(Evidence(job_state="succeeded", missing_markers=["m"], log_lost=[why]))
+    assert lost.failure_class is FailureClass.LOG_LOST and lost.operator_hint == HINTS[FailureClass.LOG_LOST]
+
+    step = "unproven (kaniko took its step from the cache: docker/Dockerfile.gpu-rl:72, `RUN if …`): a branch"
+    check = LogCheck(log=FileRef(uri="file:///x.log", sha256="0" * 64, size_bytes=1), found=[], missing=["m"],
+                     final_push_seen=True, pushed_digest=None, incomplete=["kaniko took the steps of 1 marker(s)"],
+                     lost=[why], unproven={"m": step}, lost_cause="cache")
+    lines = log_evidence_lines("amd64-standard", check, inert=lambda s: s)
+    assert f"  - m: {step}" in lines, lines
+    req = BuildRequest(architectures=["amd64"], compatibility_request=None)
+    assert "resume WID" in targets_failure(["x"], ["cache_unproven"], req, "WID").next_step

@@ -101,6 +101,10 @@ CASES = {
         Evidence(job_state="succeeded", missing_markers=["Pushed <repo>@sha256:<digest>"],
                  log_lost=["the log store kept no line of the job and the image cannot stand in for 31 markers"]),
         FailureClass.LOG_LOST, "log store kept no line"),
+    "cache_unproven: a green job whose unproven markers' steps kaniko took from its cache": (
+        Evidence(job_state="succeeded", missing_markers=["Megatron native imports OK"], log_lost_cause="cache",
+                 log_lost=["kaniko took the steps of 1 marker(s) from its cache, so this build never printed them"]),
+        FailureClass.CACHE_UNPROVEN, "from its cache"),
     "timeout: per-task": (
         Evidence(job_state="failed", error="Execution timeout exceeded",
                  attempts=[att("failed", 0, "Execution timeout exceeded")]),

@@ -148,6 +148,7 @@ class Round:
     evidence: Evidence | None = None  # what capture_failure classifies; None: missing-marker evidence
     log_error: tuple[str, str] | None = None  # check_build_log fails for good: (ActivityFailure type, message)
     lost: list[str] = field(default_factory=list)  # check_build_log's log_lost reasons (missing markers unproven)
+    lost_cause: str = "log"  # check_build_log: "cache" where every unproven marker's step was a kaniko cache hit
     stood_in: dict[str, str] = field(default_factory=dict)  # markers the image proved for an incomplete log
     contradicted: list[str] = field(default_factory=list)  # check_build_log: own-output lines against the plan
     image_digest: str | None = None  # check_build_log: the registry digest the image judgement relied on
@@ -253,6 +254,7 @@ class Standins:
         return LogCheck(log=_ref(f"{inp.job_id}.log"), found=list(r.stood_in), missing=list(r.missing),
                         final_push_seen=r.final_push, pushed_digest=DIGEST if r.final_push and not r.image_digest else None,
                         lost=list(r.lost), stood_in=dict(r.stood_in), contradicted=list(r.contradicted),
+                        lost_cause=r.lost_cause,
                         image_digest=r.image_digest,
                         incomplete=["the log store holds no line of the job"] if r.lost or r.stood_in else [])
 
@@ -261,6 +263,7 @@ class Standins:
         await self._enter("capture_failure", inp)
         ev = self._round(inp.job_id).evidence or Evidence(job_state="succeeded", missing_markers=inp.missing_markers,
                                                           log_lost=inp.log_lost,
+                                                          log_lost_cause=inp.log_lost_cause,
                                                           contradicted=inp.contradicted)
         return CapturedFailure(classification=classify(ev),
                                diagnostics=_ref(f"evidence/{inp.job_id.rsplit('/', 1)[-1]}.diagnostics.json"))

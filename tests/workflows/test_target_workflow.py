@@ -325,6 +325,30 @@ async def test_a_lost_log_the_image_cannot_prove_ends_log_lost_at_once_with_the_
     assert s.names("check_build_log")[0].build_commit == target_input(wid).build_commit
 
 
+async def test_markers_of_cached_steps_end_cache_unproven_with_the_cache_bypass_as_next_step(time_skipping_env):
+    """A succeeded job whose unproven markers all come from steps kaniko took from its cache (a rebuild after a
+    cancel): the target fails at once as ``cache_unproven`` (not a generic ``log_lost``), naming the cached step,
+    and its next step bypasses the cache (a plain resume would take the same steps from it again)."""
+    wid, tq = _ids()
+    marker = "Megatron native imports OK"
+    why = (f"kaniko took the steps of 1 marker(s) from its cache, so this build never printed them, and neither that "
+           f"cache hit nor the image r/x:t@sha256:ab proves them: `{marker}` (unproven (kaniko took its step from "
+           f"the cache: docker/Dockerfile.gpu-rl:68, `RUN if …`): it is printed on a branch of its step)")
+    s = Standins(rounds={KEY: [Round(state="succeeded", missing=[marker], lost=[why], lost_cause="cache")]})
+    async with worker(time_skipping_env.client, tq, s):
+        handle = await _start(time_skipping_env, s, tq, wid)
+        cause, res = await _failure(handle)
+        status = await _status(handle)
+
+    assert [(c.log_lost, c.log_lost_cause) for c in s.names("capture_failure")] == [([why], "cache")]
+    assert len(s.names("check_build_log")) == 1 and len(s.names("submit_job")) == 1
+    (f,) = res.failures
+    assert (f.failure_class, f.decision, f.reasons) == ("cache_unproven", "fail", [why])
+    assert "cache_unproven failure" in cause.message and "docker/Dockerfile.gpu-rl:68" in cause.message
+    assert "KANIKO_CACHE=0" in cause.message and "starter.py resume" in cause.message
+    assert status.stage == Stage.FAILED and status.failure_class == "cache_unproven"
+
+
 async def test_the_digest_the_image_judgement_relied_on_is_the_one_validated(time_skipping_env):
     """Issue #34 item 3: without a `Pushed` line, the image judged for the lost log must still be at the tag."""
     wid, tq = _ids()
