@@ -141,9 +141,10 @@ def cached_values_confirmed(markers: list[Marker], check: MarkerCheck, image: Im
         if image is None or image.built_by_job is not True or not image.env_present:
             why = (image.not_ours_reason or image.built_why or "its config was not read") if image else \
                 "the image was not inspected"
-            moved[name] = cache_unproven_reason(m, None, f"its value is proven only where the image this job "
-                                                         f"pushed sets none of {', '.join(m.values)} in its Env: {why}")
-        elif set_by := [v for v in m.values if v in image.env_keys]:
+            moved[name] = cache_unproven_reason(m, None, f"its values are proven only where the image this job pushed "
+                                                         f"sets none of {', '.join(m.cache_vars or m.values)} in "
+                                                         f"its Env: {why}")
+        elif set_by := [v for v in (m.cache_vars or m.values) if v in image.env_keys]:
             moved[name] = cache_unproven_reason(m, None, f"the image's config Env sets {', '.join(set_by)} (its "
                                                          "base image's ENV wins over the build arg the plan reads)")
     if not moved:

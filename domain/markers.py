@@ -50,9 +50,10 @@ class Marker(BaseModel):
     # ``step_env`` (the planned build args the step reads) as defaults under the image's own ENV.
     check_step: bool = False
     step_env: dict[str, str] = {}
-    # A value marker a kaniko cache hit of its step proves (domain/markers.py _cache_proves): its values are ARGs
-    # in the step's cache key with the planned values.
+    # A value or branch marker a kaniko cache hit of its step proves (domain/markers.py _cache_proves): its values,
+    # and the tests that choose its branch, read only ARGs of the step's cache key with the planned values.
     cache_proof: bool = False
+    cache_vars: list[str] = []  # those ARGs: an ENV of the image (its base image's too) that sets one voids it
     # A Dockerfile echo: ``step_key(step)`` of its RUN instruction (a short digest, so every marker carries it at a
     # few bytes): a kaniko cache-hit line counts for the marker only where it quotes exactly this step.
     step_key: str | None = None
@@ -204,7 +205,8 @@ def expected_markers(
         build_env.update(passed)
         stage_markers = _echo_markers(stage.echoes, build_env, build_env, df.path)
         for m, e in stage_markers:
-            m.cache_proof = _cache_proves(m, e, chain[:i + 1], passed, df.pins, s.build_args)
+            keyed = _cache_proves(m, e, chain[:i + 1], passed, df.pins, s.build_args, build_env)
+            m.cache_proof, m.cache_vars = keyed is not None, keyed or []
         markers.extend(m for m, _ in stage_markers)
 
     # kaniko's final push of this tag (the wheels push has another tag and does not count).
@@ -226,36 +228,54 @@ def expected_markers(
 
 
 def _cache_proves(m: Marker, e: EchoLine, chain: list[Stage], passed: dict[str, str], pins: dict[str, str],
-                  build_args: dict[str, str] | None) -> bool:
-    """A kaniko cache hit of the step that prints value marker ``m`` proves it: kaniko caches only a step that
-    exited 0, under a key of the step's text AND every build arg and ENV value in force there
-    (populateCompositeKey: args.ReplacementEnvs(env)), so the reused layer's step printed what this build's would.
-    Only where that line is ours: printed unconditionally by a zero exit (``must_run``), no wildcard, one RUN
-    step of the file holds its text, and each value is an ARG the step's stage (``chain[-1]``) declares before
-    it, that no ENV of the chain overrides (ENV wins over ARG, and is not what we planned), with the value the
-    plan says: what the job passes (our knobs, the pins), else the stage's default or the pin it imports, where
-    the script passes no other `--build-arg` of that name. Anything else stays unproven by a cache hit."""
-    if not (m.values and m.pattern is None and m.must_run and not m.conditional and e.only_step):
-        return False
+                  build_args: dict[str, str] | None, planned: dict[str, str]) -> list[str] | None:
+    """The ARGs whose keyed values let a kaniko cache hit of the step that prints ``m`` prove it, or None where a
+    hit cannot. Why a hit can: kaniko caches only a step that exited 0, under a key of the step's text AND every
+    build arg and ENV value in force there (populateCompositeKey: args.ReplacementEnvs(env)), so the reused
+    layer's step ran on the very values this build's would have. It then printed:
+    - a value marker (``m.values``) printed unconditionally by a zero exit (``must_run``): the planned values;
+    - a branch marker (``m.conditional``) in the final `&&` chain of an `if` branch that is the step's final
+      statement (``EchoLine.runs_when``), where every test choosing that branch reads only such ARGs: those
+      values chose the planned branch, and the step's zero exit ran the chain (its values keyed likewise).
+    Each ARG must be declared by the step's stage (``chain[-1]``) before it, set by no ENV of the chain (ENV wins
+    over ARG, and is not what we planned), and hold the plan's value: what the job passes (our knobs, the pins),
+    else the stage's default or the pin it imports, where the script passes no other `--build-arg` of that name.
+    One RUN step of the file must hold the echo (``only_step``), and no wildcard may remain in its text."""
+    if m.pattern is not None or not e.only_step:
+        return None
+    need: dict[str, str] = dict(m.values)
+    if m.conditional:
+        if not e.runs_when or any(g.opaque is not None for g in e.runs_when):
+            return None
+        for g in e.runs_when:
+            for clause in g.dnf():
+                for c in clause:
+                    if c.var not in planned:
+                        return None
+                    need[c.var] = planned[c.var]
+        if guards_hold(e.runs_when, need) is not True:
+            return None
+    elif not (m.values and m.must_run):
+        return None
     stage = chain[-1]
-    for name, value in m.values.items():
+    for name, value in need.items():
         declared = stage.arg_lines.get(name)
         if declared is None or declared >= e.line:
-            return False  # not an ARG of this stage at the step: the key holds no value we planned
+            return None  # not an ARG of this stage at the step: the key holds no value we planned
         if any(name in st.env_lines and (st is not stage or st.env_lines[name] < e.line) for st in chain):
-            return False  # an ENV sets it: that value, not the planned one, is what the step printed
+            return None  # an ENV sets it: that value, not the planned one, is what the step read
         if build_args is None:
-            return False  # the script passes build args we cannot name: any default may be overridden
+            return None  # the script passes build args we cannot name: any default may be overridden
         if name in build_args:
             if name not in passed or build_args[name] not in (f"${name}", f"${{{name}}}"):
-                return False  # the script passes a value we do not plan (only `NAME=$NAME` carries ours)
-            planned = passed[name]
+                return None  # the script passes a value we do not plan (only `NAME=$NAME` carries ours)
+            keyed = passed[name]
         else:
             default = stage.args.get(name)
-            planned = default if default is not None else pins.get(name)
-        if planned is None or planned != value:
-            return False
-    return True
+            keyed = default if default is not None else pins.get(name)
+        if keyed is None or keyed != value:
+            return None
+    return list(need)
 
 
 def _echo_markers(echoes: list[EchoLine], cond_env: dict[str, str], values: dict[str, str],
@@ -419,15 +439,17 @@ def cache_proves_line(m: Marker) -> str | None:
     """None where a cache hit of ``m``'s step proves its line was printed (see the section comment above), else
     why not. Proven: an unguarded echo of the step's final `&&` chain (``must_run``: the step exited 0, so it
     printed), with fixed text, or with values that are ARGs of the step's cache key with the planned values
-    (``cache_proof``: the same key cannot hold other values)."""
-    if m.conditional:
-        return ("it is printed on a branch of its step: the hit shows the step ran on the same inputs, not which "
-                "branch printed")
+    (``cache_proof``: the same key cannot hold other values), or in the final chain of an `if` branch whose
+    tests read only such keyed values (``cache_proof`` of a conditional marker: those values chose it)."""
+    if m.conditional and not m.cache_proof:
+        return ("it is printed on a branch of its step, and the service cannot tell from the step's cache key "
+                "that the branch ran (its test reads something other than a build arg of the key with the planned "
+                "value, or the echo is not in the final `&&` chain of a branch ending the step)")
     if m.pattern is not None:
         vals = ", ".join(f"{k}={v}" for k, v in m.values.items())
         return ("its text holds a value the step computes (a `$(...)` or shell variable)"
                 + (f" besides {vals}" if vals else "") + ": only a line showing it proves it")
-    if not m.must_run:
+    if not m.must_run and not (m.conditional and m.cache_proof):
         return ("its step can exit 0 without printing it, as far as the service reads the step (it is not an "
                 "unguarded `echo` of the step's final `&&` chain)")
     if m.values and not m.cache_proof:

@@ -21,7 +21,16 @@ import dockerfile as bk
 
 from domain.contract.errors import ContractError
 from domain.contract.models import ArchSpec, CopyStep, DockerfileContract, EchoLine, ScriptContract, Stage
-from domain.contract.shell import command_args, command_name, parse_bash, printed_lines, src, statements
+from domain.contract.shell import (
+    command_args,
+    command_name,
+    descendants,
+    if_clauses,
+    parse_bash,
+    printed_lines,
+    src,
+    statements,
+)
 
 _LAYER = {"RUN", "COPY", "ADD"}
 # BuildKit's instruction set: the parser accepts any word, the builder (and kaniko) rejects the rest.
@@ -125,17 +134,17 @@ def _run_markers(command: str, start: int, end: int, lines: list[str], stage: st
         root = parse_bash(command, path, line_offset=start - 1)
     except ContractError:
         return []  # a RUN body we cannot read prints no marker we rely on; BuildKit runs it regardless
-    final = _final_chain(root)
+    final = {} if _may_end_early(root) else _final_commands(root)
     check = _is_check(root)
     out = []
     for s in statements(root):
         for p in printed_lines(s):
             at = next((i for i in range(start, end + 1) if i <= len(lines) and p.source_text[:40] in lines[i - 1]),
                       start)
-            must = (command_name(s.node) == "echo" and not s.guards and not s.in_loop
-                    and _span(s.node) in final)
+            when = final.get(_span(s.node)) if command_name(s.node) == "echo" and not s.in_loop else None
             out.append(EchoLine(template=p.template, guards=s.guards, in_loop=s.in_loop, stage=stage, line=at,
-                                source_text=p.source_text, step=step, must_run=must,
+                                source_text=p.source_text, step=step, must_run=when == [] and not s.guards,
+                                runs_when=when if when else None,
                                 check_step=check and command_name(s.node) != "echo"))
     return out
 
@@ -172,27 +181,51 @@ def _span(node) -> tuple[int, int]:
     return node.start_byte, node.end_byte
 
 
-def _final_chain(root) -> set[tuple[int, int]]:
-    """The commands a zero exit of ``sh -c`` proves ran: the step's last top-level statement, split on `&&`
-    (`a; b && c` exits 0 only if b and c ran; `a && b; c` says nothing of a or b). An `||`, `if`, loop or
-    anything else there proves nothing."""
+def _final_commands(root) -> dict[tuple[int, int], list]:
+    """The commands a zero exit of ``sh -c`` proves ran, each with the `if` conditions it needs ([]: none): the
+    step's last top-level statement, split on `&&` (`a; b && c` exits 0 only if b and c ran; `a && b; c` says
+    nothing of a or b), and inside an `if` there, the last statement of each branch, likewise (an `if` exits with
+    its taken branch's last command, so that branch's final chain ran, given the branch's conditions). An `||`,
+    loop, pipeline, subshell or anything else proves nothing of what it holds, but no longer of its `&&` siblings:
+    `if …; fi && echo x` exits 0 only after `echo x` ran."""
     top = [n for n in root.named_children if n.type != "comment"]
-    if not top:
-        return set()
-    out: set[tuple[int, int]] = set()
+    out: dict[tuple[int, int], list] = {}
 
-    def walk(n) -> bool:
+    def walk(n, conds: list) -> None:
         if n.type == "list":
             kids = n.children
             if len(kids) == 3 and kids[1].type == "&&":
-                return walk(kids[0]) and walk(kids[2])
-            return False
-        if n.type in ("command", "variable_assignment", "declaration_command"):
-            out.add(_span(n))
-            return True
-        return False
+                walk(kids[0], conds)
+                walk(kids[2], conds)
+        elif n.type in ("command", "variable_assignment", "declaration_command"):
+            out[_span(n)] = list(conds)
+        elif n.type == "if_statement":
+            for here, body in if_clauses(n):
+                if body:
+                    walk(body[-1], conds + here)
 
-    return out if walk(top[-1]) else set()
+    if top:
+        walk(top[-1], [])
+    return out
+
+
+_ENDS_SHELL = {"exit", "return", "exec", "eval", ".", "source"}
+
+
+def _may_end_early(root) -> bool:
+    """The step may end with 0 before a later command, or runs code the parser does not read: an `exit`/`return`
+    without a literal non-zero status, `exec`, `eval`, a sourced file, a function (run where it is called). Then
+    no zero exit proves any of its echoes ran (the real Dockerfiles only `exit 1`)."""
+    for n in descendants(root):
+        if n.type == "function_definition":
+            return True
+        name = command_name(n)
+        if name in _ENDS_SHELL:
+            args = [src(a) for a in command_args(n)]
+            if name == "exit" and args and re.fullmatch(r"[1-9][0-9]*", args[0]):
+                continue  # `exit 1`: the step fails, it never exits 0 here
+            return True
+    return False
 
 
 def arch_dockerfiles(script: ScriptContract, texts: Mapping[str, str], commit: str) -> dict[str, DockerfileContract]:

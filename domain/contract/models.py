@@ -254,6 +254,9 @@ class EchoLine(BaseModel):
     source_text: str | None = None  # as written in the file (what a kaniko cache-hit line quotes)
     step: str | None = None  # a Dockerfile echo: its whole RUN instruction as written (what kaniko's history records)
     must_run: bool = False  # an `echo` a zero exit of its RUN step proves ran (its final `&&` chain, unguarded)
+    # An `echo` of a final `&&` chain of an `if` branch that is the step's final statement: a zero exit of the step
+    # proves it ran where these conditions held (the branch's test, earlier tests negated). None: no such proof.
+    runs_when: list[Guard] | None = None
     # Printed by a `python -c` of a RUN step that only tests and prints: running the step again in the image
     # proves what the image answers (an echo of a variable would only repeat the value it is given).
     check_step: bool = False

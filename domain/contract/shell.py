@@ -384,7 +384,14 @@ def _case_guard(var: tuple[str, str | None] | None, pats: list[Node], value: Nod
 
 def _walk_if(node: Node, guards: list[Guard], loops: list[Node], redirected: bool,
              arms: list[tuple[Node, Node]]) -> Iterator[Stmt]:
-    prior: list[Guard] = []
+    for here, body in if_clauses(node):
+        for stmt in body:
+            yield from _walk(stmt, guards + here, loops, redirected, arms)
+
+
+def if_clauses(node: Node) -> list[tuple[list[Guard], list[Node]]]:
+    """The branches of an `if_statement`: each body (its statements, comments left out) with the conditions under
+    which it runs (its own test, and every earlier test negated; `else`: the earlier ones negated)."""
     clauses: list[tuple[Guard | None, list[Node]]] = []
     cond_nodes: list[Node] = []
     body: list[Node] = []
@@ -410,12 +417,13 @@ def _walk_if(node: Node, guards: list[Guard], loops: list[Node], redirected: boo
             clauses.append((_cond_guard(conds), b))
         elif c.type == "else_clause":
             clauses.append((None, [cc for cc in c.named_children if cc.type != "comment"]))
+    out: list[tuple[list[Guard], list[Node]]] = []
+    prior: list[Guard] = []
     for g, b in clauses:
-        here = guards + prior + ([g] if g is not None else [])
-        for stmt in b:
-            yield from _walk(stmt, here, loops, redirected, arms)
+        out.append((prior + ([g] if g is not None else []), b))
         if g is not None:
-            prior.append(negated_guard(g))
+            prior = prior + [negated_guard(g)]
+    return out
 
 
 def _cond_guard(conds: list[Node]) -> Guard:

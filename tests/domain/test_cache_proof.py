@@ -82,15 +82,43 @@ def test_an_env_in_an_earlier_stage_keeps_the_cached_marker_unproven():
 
 
 def test_a_conditional_or_command_substituted_value_echo_cached_stays_lost():
-    cond = 'RUN if [ -n "$TORCH_VERSION" ]; then echo "base: torch ${TORCH_VERSION}+cu129 index pinned"; fi'
+    """A branch whose test reads an ARG the step's stage does not declare (its RUN env has no such value: the
+    key does not hold the one the plan read) or a `$(...)`: the cache hit proves neither."""
+    cond = ('RUN if [ -n "$FLASH_ATTN_VERSION" ]; then echo "base: torch ${TORCH_VERSION}+cu129 index pinned"; '
+            'fi')
     subst = 'RUN echo "base: torch ${TORCH_VERSION}+cu129 index pinned on $(uname -m)"'
     for step in (cond, subst):
+        # FLASH_ATTN_VERSION: a global pin the base stage does not declare (the plan reads the pin's value)
         files = edited(DF_AMD, lambda t, s=step: t.replace(TORCH_STEP + "\n", s + "\n"))
         markers = _markers(files)
         torch = next(m for m in markers if m.name.startswith(TORCH))
-        assert not torch.cache_proof and (torch.conditional or torch.pattern is not None)
+        assert not torch.cache_proof and (torch.conditional or torch.pattern is not None), step
         check, j = _judged(markers, _log_with_cache_hit(markers, torch.name, step))
         assert check.missing == [torch.name] and j.verdict == "log_lost", (step, check)
+
+
+def test_a_branch_its_keyed_args_force_is_proven_by_a_cache_hit_of_its_step():
+    """`if [ -n "$TORCH_VERSION" ]; then echo …; fi` as the step: the key holds TORCH_VERSION=2.11.0, so the
+    reused layer's step took that branch, and its zero exit ran the branch's echo. Not where the echo is not the
+    branch's last statement (`echo …; false || true` exits 0 whatever ran before), nor after an `exit 0` that
+    may end the step first."""
+    step = 'RUN if [ -n "$TORCH_VERSION" ]; then echo "base: torch ${TORCH_VERSION}+cu129 index pinned"; fi'
+    files = edited(DF_AMD, lambda t: t.replace(TORCH_STEP + "\n", step + "\n"))
+    markers = _markers(files)
+    torch = next(m for m in markers if m.name == TORCH)
+    assert torch.conditional and torch.cache_proof and torch.cache_vars == ["TORCH_VERSION"]
+    check, j = _judged(markers, _log_with_cache_hit(markers, TORCH, step))
+    assert check.cached == [TORCH] and j.verdict == "log", (check, j)
+    for bad in ('RUN if [ -n "$TORCH_VERSION" ]; then echo "base: torch ${TORCH_VERSION}+cu129 index pinned"; '
+                'false || true; fi',
+                'RUN if [ -n "$TORCH_VERSION" ]; then exit 0; fi; echo "base: torch ${TORCH_VERSION}+cu129 index '
+                'pinned"'):
+        files = edited(DF_AMD, lambda t, b=bad: t.replace(TORCH_STEP + "\n", b + "\n"))
+        markers = _markers(files)
+        torch = next(m for m in markers if m.name == TORCH)
+        assert not torch.cache_proof and not torch.must_run, bad
+        check, j = _judged(markers, _log_with_cache_hit(markers, TORCH, bad))
+        assert check.missing == [TORCH] and TORCH in check.cache_unproven and j.verdict == "log_lost", (bad, check)
 
 
 def test_an_arg_default_applies_to_its_own_stage_only():
@@ -104,7 +132,7 @@ def test_an_arg_default_applies_to_its_own_stage_only():
     assert torch.cache_proof
     late = edited(DF_AMD, lambda t: t.replace("ARG TORCH_VERSION\nENV", "ENV").replace(
         TORCH_STEP + "\n", TORCH_STEP + "\nARG TORCH_VERSION\n"))
-    assert not any(m.cache_proof for m in _markers(late) if "torch" in m.name)
+    assert not any(m.cache_proof for m in _markers(late) if m.name.startswith("base: torch"))
     script = "docker/build_gpu_rl_kaniko.sh"
     passed = edited(script, lambda t: t.replace('--build-arg "GITSHA=$GITSHA"',
                                                 '--build-arg "GITSHA=$GITSHA"\n  --build-arg "TORCH_VERSION=$T"'))

@@ -38,7 +38,8 @@ def _ours(ref: str, env_keys=("PATH", "NVIDIA_VISIBLE_DEVICES", "CUDA_VERSION"))
 @pytest.mark.parametrize("variant,env", [("standard", {}), ("megatron", {"INSTALL_MEGATRON": "1"})])
 def test_a_rebuild_of_the_real_era_c_dockerfile_from_the_cache_names_each_cached_step(tmp_path, variant, env):
     """The real era-C Dockerfile, every marker step a cache hit (a rebuild after a late failure or a cancel): the
-    fixed echoes of each step's final `&&` chain and the ARG-keyed `(megatron=N)` values are proven by the hits;
+    fixed echoes of each step's final `&&` chain, the ARG-keyed `(megatron=N)` and harbor commit values, and the
+    echo of the `if [ "${INSTALL_MEGATRON}" = … ]` branch the keyed INSTALL_MEGATRON chose are proven by the hits;
     every other marker is unproven, naming its cached step (file:line) and why. Old code: a cached step's marker
     was a generic `log_lost` ("carries a value", "printed on a branch"), never naming the cache, and it counted a
     hit for the fixed `memray OK` / `boto3 s3 client ctor OK` lines, whose steps can exit 0 without printing them."""
@@ -51,17 +52,21 @@ def test_a_rebuild_of_the_real_era_c_dockerfile_from_the_cache_names_each_cached
     layers = [m.name for m in markers if m.name.startswith("uv sync ")]
     assert len(layers) == 10 and f"uv sync FINAL (vllm, cufft, triton, nvshmem, nvrtc + closure verify) done " \
         f"(megatron={megatron})" in layers
-    assert check.cached == layers  # fixed echoes + the keyed INSTALL_MEGATRON value
+    harbor = next(m.name for m in markers if m.name.startswith("baked harbor commit: "))
+    echo = ("FSDP torchtitan backend not installed (INSTALL_MEGATRON=1)" if variant == "megatron" else
+            "megatron backend not installed (INSTALL_MEGATRON=0)")
+    # fixed echoes, the keyed INSTALL_MEGATRON and HARBOR_COMMIT values, the else-branch echo the key chose
+    assert check.cached == [*layers, echo, harbor]
     asserts = [m for m in markers if m.role == "assert"]
-    assert set(check.cache_unproven) == {m.name for m in asserts} - set(layers)
+    assert set(check.cache_unproven) == {m.name for m in asserts} - set(check.cached)
     memray = check.cache_unproven["memray OK"]
     line = line_in("era-c", DF_AMD, "RUN uv pip install --python ${RL_ENV_DIR}/bin/python cloudpickle")
     assert memray.startswith(f"unproven (kaniko took its step from the cache: {DF_AMD}:{line + 3}, `RUN uv pip "
                              "install --python ${RL_ENV_DIR}/bin/python cloudpickle"), memray
     assert memray.endswith("its step can exit 0 without printing it, as far as the service reads the step (it "
                            "is not an unguarded `echo` of the step's final `&&` chain)")
-    branch = "Megatron native imports OK" if variant == "megatron" else "megatron backend not installed " \
-                                                                        "(INSTALL_MEGATRON=0)"
+    branch = "Megatron native imports OK" if variant == "megatron" else \
+        "torchtitan ExpertParallel import OK (apply_ep EP>1 unblocked)"  # a python print: exit 0 proves no print
     assert "printed on a branch of its step" in check.cache_unproven[branch]
     assert "holds a value the step computes" in check.cache_unproven["harbor …"]
 

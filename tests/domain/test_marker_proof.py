@@ -59,11 +59,12 @@ def test_a_cache_hit_proves_only_a_fixed_unconditional_line():
     assert check.cached == [] and check.missing == [fixed.name, value.name, branch.name]
     own = "".join(f"INFO[0003] Using caching version of cmd: {c.original}\n" for c in _runs(contract_files()))
     check = check_log([fixed, value, branch], own)
-    assert check.cached == [fixed.name] and check.missing == [value.name, branch.name]
+    # `if …; fi && echo "… (megatron=${INSTALL_MEGATRON})"`: the zero exit ran the echo, the key holds the value;
+    # the branch's `python3 -c "…print('Megatron native imports OK')"` may exit 0 without printing it
+    assert check.cached == [fixed.name, value.name] and check.missing == [branch.name]
+    assert check.cache_unproven[branch.name].startswith(
+        f"unproven (kaniko took its step from the cache: {DF_AMD}:{branch.line}, `RUN if ")
     assert "printed on a branch of its step" in check.cache_unproven[branch.name]
-    assert check.cache_unproven[value.name].startswith(
-        f"unproven (kaniko took its step from the cache: {DF_AMD}:{value.line}, `RUN if ")
-    assert "its step can exit 0 without printing it" in check.cache_unproven[value.name]
 
 
 def contract_files():
