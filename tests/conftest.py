@@ -80,3 +80,34 @@ def pytest_terminal_summary(terminalreporter):
     for nodeid, text in _RERUNS:
         terminalreporter.write_sep("-", f"first failure of {nodeid} (retried once: a known flake)")
         terminalreporter.write_line(text)
+
+
+# GRB_TEST_TIMES=<path>: each test's wall and CPU seconds, one JSON line per test appended to <path>.<worker> as it
+# ends (read while the suite still runs), to find where a 2-core run's time goes (docs/benchmarks.md, session 15).
+# CPU: this process's (the in-process workers, SDK threads, stand-ins) and its reaped children's (git, bwrap,
+# proot, worker.py, CLI runs; a session service is reaped at teardown, so its CPU lands on the session's last test).
+_TIMES = __import__("os").environ.get("GRB_TEST_TIMES")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not _TIMES:
+        yield
+        return
+    import json
+    import os
+    import resource
+    import time
+
+    def cpu() -> tuple[float, float]:
+        s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    t0, (s0, c0), start = time.monotonic(), cpu(), time.time()
+    yield
+    s1, c1 = cpu()
+    with open(f"{_TIMES}.{worker}", "a") as f:
+        f.write(json.dumps({"id": item.nodeid, "start": round(start, 2), "wall": round(time.monotonic() - t0, 3),
+                            "self_cpu": round(s1 - s0, 3), "child_cpu": round(c1 - c0, 3),
+                            "load": os.getloadavg()[0]}) + "\n")
