@@ -53,7 +53,9 @@ class Marker(BaseModel):
     # A value or branch marker a kaniko cache hit of its step proves (domain/markers.py _cache_proves): its values,
     # and the tests that choose its branch, read only ARGs of the step's cache key with the planned values.
     cache_proof: bool = False
-    cache_vars: list[str] = []  # those ARGs: an ENV of the image (its base image's too) that sets one voids it
+    # Those ARGs -> their planned values: an ENV of the image (its base image's too) that sets one, or the log's
+    # traced kaniko command passing another value (``traced_build_args``), voids the proof.
+    cache_vars: dict[str, str] = {}
     # A Dockerfile echo: ``step_key(step)`` of its RUN instruction (a short digest, so every marker carries it at a
     # few bytes): a kaniko cache-hit line counts for the marker only where it quotes exactly this step.
     step_key: str | None = None
@@ -206,7 +208,7 @@ def expected_markers(
         stage_markers = _echo_markers(stage.echoes, build_env, build_env, df.path)
         for m, e in stage_markers:
             keyed = _cache_proves(m, e, chain[:i + 1], passed, df.pins, s.build_args, build_env)
-            m.cache_proof, m.cache_vars = keyed is not None, keyed or []
+            m.cache_proof, m.cache_vars = keyed is not None, keyed or {}
         markers.extend(m for m, _ in stage_markers)
 
     # kaniko's final push of this tag (the wheels push has another tag and does not count).
@@ -228,7 +230,7 @@ def expected_markers(
 
 
 def _cache_proves(m: Marker, e: EchoLine, chain: list[Stage], passed: dict[str, str], pins: dict[str, str],
-                  build_args: dict[str, str] | None, planned: dict[str, str]) -> list[str] | None:
+                  build_args: dict[str, str] | None, planned: dict[str, str]) -> dict[str, str] | None:
     """The ARGs whose keyed values let a kaniko cache hit of the step that prints ``m`` prove it, or None where a
     hit cannot. Why a hit can: kaniko caches only a step that exited 0, under a key of the step's text AND every
     build arg and ENV value in force there (populateCompositeKey: args.ReplacementEnvs(env)), so the reused
@@ -275,7 +277,7 @@ def _cache_proves(m: Marker, e: EchoLine, chain: list[Stage], passed: dict[str, 
             keyed = default if default is not None else pins.get(name)
         if keyed is None or keyed != value:
             return None
-    return list(need)
+    return need
 
 
 def _echo_markers(echoes: list[EchoLine], cond_env: dict[str, str], values: dict[str, str],
@@ -350,6 +352,7 @@ def check_log(markers: list[Marker], log_text: str) -> MarkerCheck:
     digest: str | None = None
     own, numbers = own_output(log_text)
     hits = cache_hits(log_text)
+    traced = traced_build_args(log_text)
     cached: list[str] = []
     unproven: dict[str, str] = {}
     for m in markers:
@@ -358,7 +361,7 @@ def check_log(markers: list[Marker], log_text: str) -> MarkerCheck:
                 found.append(m.name)
                 continue
             hit = cache_hit_of(m, hits)
-            why = cache_proves_line(m) if hit is not None else None
+            why = cache_proves_line(m, traced) if hit is not None else None
             if hit is not None and why is None:
                 # kaniko skipped the step: its layer, built earlier from identical inputs (same cache key: the
                 # step, its parent layers, the build args and ENV in force), already printed this line.
@@ -435,12 +438,14 @@ def cache_hit_of(m: Marker, hits: dict[str, str]) -> str | None:
     return hits.get(m.step_key)
 
 
-def cache_proves_line(m: Marker) -> str | None:
+def cache_proves_line(m: Marker, traced: dict[str, str] | None = None) -> str | None:
     """None where a cache hit of ``m``'s step proves its line was printed (see the section comment above), else
     why not. Proven: an unguarded echo of the step's final `&&` chain (``must_run``: the step exited 0, so it
     printed), with fixed text, or with values that are ARGs of the step's cache key with the planned values
     (``cache_proof``: the same key cannot hold other values), or in the final chain of an `if` branch whose
-    tests read only such keyed values (``cache_proof`` of a conditional marker: those values chose it)."""
+    tests read only such keyed values (``cache_proof`` of a conditional marker: those values chose it). Where the
+    log shows the kaniko command the script ran (``traced``), it must pass those args with the planned values:
+    the key of this job's hit holds what kaniko was given, which the plan only expects."""
     if m.conditional and not m.cache_proof:
         return ("it is printed on a branch of its step, and the service cannot tell from the step's cache key "
                 "that the branch ran (its test reads something other than a build arg of the key with the planned "
@@ -456,7 +461,45 @@ def cache_proves_line(m: Marker) -> str | None:
         vals = ", ".join(f"{k}={v}" for k, v in m.values.items())
         return (f"it carries a value ({vals}) that is not a build arg of the step's cache key with the planned "
                 "value")
+    if m.cache_proof and traced is not None:
+        other = [k for k, want in m.cache_vars.items() if k in traced and traced[k] != want]
+        if other:
+            return (f"the log's traced kaniko command passes {', '.join(f'{k}={traced[k]}' for k in other)} where "
+                    f"the plan says {', '.join(f'{k}={m.cache_vars[k]}' for k in other)}: the hit is of a step run "
+                    "on those values")
     return None
+
+
+_TRACED = re.compile(r"^(?:\[[^\]\n]*\] )?\++ (.*--build-arg.*)$")
+
+
+def traced_build_args(log_text: str) -> dict[str, str] | None:
+    """The `--build-arg NAME=VALUE` pairs of the last kaniko command the build script's xtrace (`set -x`, both
+    MarinSkyRL eras and the fixture) shows in the log: what kaniko was actually given. None where the log shows
+    none (a script without xtrace, or a log that lost the line). A line that does not split as shell words
+    is left out, never guessed."""
+    import shlex
+
+    last: dict[str, str] | None = None
+    for line in log_text.splitlines():
+        hit = _TRACED.match(line)
+        if not hit:
+            continue
+        try:
+            words = shlex.split(hit.group(1))
+        except ValueError:
+            continue
+        if not any(w == "--destination" or w.startswith("--destination=") for w in words):
+            continue  # not an image build
+        pairs: dict[str, str] = {}
+        for i, w in enumerate(words):
+            arg = words[i + 1] if w == "--build-arg" and i + 1 < len(words) else (
+                w.removeprefix("--build-arg=") if w.startswith("--build-arg=") else None)
+            if arg is not None and "=" in arg:
+                k, _, v = arg.partition("=")
+                pairs[k] = v
+        last = pairs
+    return last
 
 
 def cache_unproven_reason(m: Marker, step: str | None, why: str) -> str:

@@ -106,7 +106,7 @@ def test_a_branch_its_keyed_args_force_is_proven_by_a_cache_hit_of_its_step():
     files = edited(DF_AMD, lambda t: t.replace(TORCH_STEP + "\n", step + "\n"))
     markers = _markers(files)
     torch = next(m for m in markers if m.name == TORCH)
-    assert torch.conditional and torch.cache_proof and torch.cache_vars == ["TORCH_VERSION"]
+    assert torch.conditional and torch.cache_proof and torch.cache_vars == {"TORCH_VERSION": "2.11.0"}
     check, j = _judged(markers, _log_with_cache_hit(markers, TORCH, step))
     assert check.cached == [TORCH] and j.verdict == "log", (check, j)
     for bad in ('RUN if [ -n "$TORCH_VERSION" ]; then echo "base: torch ${TORCH_VERSION}+cu129 index pinned"; '

@@ -136,3 +136,34 @@ def test_cached_steps_classify_as_cache_unproven_with_the_cache_bypass_and_the_r
     assert f"  - m: {step}" in lines, lines
     req = BuildRequest(architectures=["amd64"], compatibility_request=None)
     assert "resume WID" in targets_failure(["x"], ["cache_unproven"], req, "WID").next_step
+
+
+def test_a_traced_kaniko_command_with_other_build_args_takes_the_keyed_proof_back():
+    """The cache key holds what kaniko was given. The script's xtrace of its kaniko command (`set -x`: both eras
+    and the fixture) shows that: a megatron plan judged on a log whose kaniko got INSTALL_MEGATRON=0 proves none
+    of the values or branches INSTALL_MEGATRON keys, however the cache lines read; the planned value does."""
+    files = __import__("tests.contract.helpers", fromlist=["fixture_files"]).fixture_files()
+    markers = expected_markers(contract(files, commit=COMMIT), "amd64", "megatron", "wheel-builder", "TAG",
+                               image_repository=REPO)
+    keyed = [m.name for m in markers if m.cache_proof and "INSTALL_MEGATRON" in m.cache_vars]
+    assert "FSDP torchtitan backend not installed (INSTALL_MEGATRON=1)" in keyed and \
+        "uv sync FINAL (vllm, cufft, triton, nvshmem, nvrtc + closure verify) done (megatron=1)" in keyed
+    cached = _cache_log(files[DF_AMD]) + PUSH
+
+    def xtrace(megatron: str) -> str:
+        return ("[/u/job/0:0 stderr] + BUILD_ARGS=(--build-arg 'WHEEL_SOURCE=wheel-builder' --build-arg "
+                "'INSTALL_MEGATRON=9')\n"  # an assignment, not the kaniko command
+                "[/u/job/0:0 stderr] + exec python3 /app/docker/kaniko_standin.py --context dir:///app --dockerfile "
+                f"/app/{DF_AMD} --destination {REPO}:TAG --custom-platform linux/amd64 --cache=true --cache-repo "
+                f"{REPO}/cache --build-arg WHEEL_SOURCE=wheel-builder --build-arg INSTALL_MEGATRON={megatron} "
+                f"--build-arg GITSHA={COMMIT}\n")
+
+    assert set(keyed) <= set(check_log(markers, cached).cached)  # no trace: the plan's args
+    assert set(keyed) <= set(check_log(markers, xtrace("1") + cached).cached)
+    check = check_log(markers, xtrace("0") + cached)
+    assert not set(keyed) & set(check.cached)
+    for name in keyed:
+        assert check.cache_unproven[name].endswith(
+            "the log's traced kaniko command passes INSTALL_MEGATRON=0 where the plan says INSTALL_MEGATRON=1: the "
+            "hit is of a step run on those values"), check.cache_unproven[name]
+    assert "uv sync layer 1 (ray, hydra, datasets stack) done" in check.cached  # a fixed echo needs no arg

@@ -19,7 +19,7 @@ from domain.failures import HINTS, FailureClass
 from domain.markers import own_output
 from domain.models import CaptureInput
 from tests.contract.helpers import DF_AMD, fixture_files
-from tests.iris.test_log_evidence import HARBOR, _check_input, _run_to_end
+from tests.iris.test_log_evidence import COMMIT, HARBOR, _check_input, _run_to_end
 from tests.iris.test_wrong_image import MEG, _acts, _build, _context, _target
 
 pytestmark = pytest.mark.stack
@@ -77,9 +77,20 @@ async def test_a_rebuild_from_the_cache_ends_cache_unproven_naming_each_cached_s
     assert (c.failure_class, c.reasons) == (FailureClass.CACHE_UNPROVEN, check.lost)
     assert c.operator_hint == HINTS[FailureClass.CACHE_UNPROVEN] and "KANIKO_CACHE=0" in c.operator_hint
 
-    # The same log judged for the megatron target (whose image the tag does not hold): never a pass. (The cache
-    # keys of this log hold INSTALL_MEGATRON=0; a megatron job's own kaniko would look up keys with 1.)
+    # The same build judged for the megatron target (whose image the tag does not hold): never a pass. The log
+    # as the script prints it holds its xtrace of the kaniko command, with INSTALL_MEGATRON=0: the hits are of
+    # steps run on 0, so no value or branch INSTALL_MEGATRON keys counts for the megatron plan.
     meg_target = _target(files, "megatron", repo, tag)
+    traced = tmp_path / "traced.out"
+    traced.write_text(f"+ exec python3 /app/docker/kaniko_standin.py --context dir:///app --dockerfile /app/{DF_AMD} "
+                      f"--destination {repo}:{tag} --build-arg WHEEL_SOURCE=wheel-builder --build-arg "
+                      f"INSTALL_MEGATRON=0 --build-arg GITSHA={COMMIT} --build-arg HARBOR_COMMIT={HARBOR}\n" + text)
+    name = f"/tester/cached-traced-{uuid.uuid4().hex[:8]}"
+    await _run_to_end(iris_client, name, f"cat {traced}")
     meg = await ActivityEnvironment().run(acts.check_build_log, _check_input(name, meg_target))
     assert meg.contradicted or meg.lost, meg
-    assert MEG not in meg.cached and MEG not in meg.stood_in
+    keyed = [m.name for m in meg_target.expected_markers if m.cache_proof and "INSTALL_MEGATRON" in m.cache_vars]
+    assert f"{FINAL} (megatron=1)" in keyed and "FSDP torchtitan backend not installed (INSTALL_MEGATRON=1)" in keyed
+    assert not set(keyed) & set(meg.cached) and MEG not in meg.cached and MEG not in meg.stood_in, meg
+    assert "the log's traced kaniko command passes INSTALL_MEGATRON=0 where the plan says INSTALL_MEGATRON=1" in \
+        meg.unproven.get(f"{FINAL} (megatron=1)", "") or meg.contradicted, meg
