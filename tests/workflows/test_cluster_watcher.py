@@ -8,6 +8,7 @@ Requests are counted on the wire by a recording httpx transport."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import uuid
 
@@ -31,6 +32,17 @@ N_TARGETS = 4
 POLICY = PolicySettings(watch_interval_s=0.5, watch_fast_interval_s=0.5, watch_idle_interval_s=0.5,
                         watch_status_budget_per_min=600, watch_log_interval_s=2.0, watch_progress_interval_s=2.0,
                         monitor_safety_interval_s=600)
+
+
+@contextlib.asynccontextmanager
+async def _workers(client, tq: str, activities: list, watch: WatchActivities):
+    """The production pair of workers (worker.py build_worker): the targets' queue with the scripted activities and
+    ``watch_job``, and the watcher's own queue with the watcher workflow and its poll."""
+    async with Worker(client, task_queue=tq, workflows=[TargetBuildWorkflow, IrisWatcherWorkflow],
+                      activities=[*activities, *watch.all()]), \
+            Worker(client, task_queue=watcher_task_queue(tq), workflows=[IrisWatcherWorkflow],
+                   activities=[watch.watch_cluster]):
+        yield
 
 
 class RealJobs(Standins):
@@ -71,10 +83,7 @@ async def test_one_watcher_serves_every_running_target_with_one_request_per_poll
     watch = WatchActivities(_config(tmp_path, cluster, iris_controller.url), transport=recorder)
     activities = [a for a in s.all() if getattr(a, "__temporal_activity_definition").name != "watch_job"]
     try:
-        async with Worker(temporal_client, task_queue=tq, workflows=[TargetBuildWorkflow, IrisWatcherWorkflow],
-                          activities=[*activities, *watch.all()]), \
-                Worker(temporal_client, task_queue=watcher_task_queue(tq), workflows=[IrisWatcherWorkflow],
-                       activities=[watch.watch_cluster]):
+        async with _workers(temporal_client, tq, activities, watch):
             handles = [await temporal_client.start_workflow(
                 TargetBuildWorkflow.run, target_input(f"w{run}-{i}", target), id=f"w{run}-{i}", task_queue=tq)
                 for i in range(N_TARGETS)]
@@ -148,10 +157,7 @@ async def test_follow_shows_the_watchers_live_progress_and_leases_the_fast_log_c
     live = WatchedProgress(temporal_client, tq)
     try:
         watch = WatchActivities(config)
-        async with Worker(temporal_client, task_queue=tq, workflows=[TargetBuildWorkflow, IrisWatcherWorkflow],
-                          activities=[*activities, *watch.all()]), \
-                Worker(temporal_client, task_queue=watcher_task_queue(tq), workflows=[IrisWatcherWorkflow],
-                       activities=[watch.watch_cluster]):
+        async with _workers(temporal_client, tq, activities, watch):
             h = await temporal_client.start_workflow(TargetBuildWorkflow.run, target_input(f"f{run}", target),
                                                      id=f"f{run}", task_queue=tq)
 
@@ -210,10 +216,7 @@ async def test_the_watcher_polls_when_the_controllers_audit_line_names_an_end_no
     job_id = f"/tester/e{run}-0"
     try:
         watch = WatchActivities(config, transport=recorder)
-        async with Worker(temporal_client, task_queue=tq, workflows=[TargetBuildWorkflow, IrisWatcherWorkflow],
-                          activities=[*activities, *watch.all()]), \
-                Worker(temporal_client, task_queue=watcher_task_queue(tq), workflows=[IrisWatcherWorkflow],
-                       activities=[watch.watch_cluster]):
+        async with _workers(temporal_client, tq, activities, watch):
             h = await temporal_client.start_workflow(TargetBuildWorkflow.run, target_input(f"e{run}", target),
                                                      id=f"e{run}", task_queue=tq)
 
