@@ -48,6 +48,16 @@ async def _received(client, wid: str) -> list[tuple[str, str, bool]]:
     return got
 
 
+async def _watch_running(client, cluster: str, tq: str, handles: dict) -> None:
+    """Start the cluster's watcher with each job (running) registered for its receiver, as ``watch_job`` does."""
+    await client.start_workflow(
+        IrisWatcherWorkflow.run, WatcherInput(cluster=cluster), id=watcher_id(cluster, tq),
+        task_queue=watcher_task_queue(tq), start_signal="watch_many", start_signal_args=[[
+            WatchRequest(job_id=j, workflow_id=h.id, known=JobProgress(job_id=j, state="running", terminal=False),
+                         registered_at="2026-12-01T00:00:00+00:00")
+            for j, h in handles.items()]])
+
+
 async def test_an_end_wakes_the_target_with_its_update_and_a_previous_release_target_with_the_signal(
         temporal_client, tmp_path):
     run = uuid.uuid4().hex[:8]
@@ -60,12 +70,7 @@ async def test_an_end_wakes_the_target_with_its_update_and_a_previous_release_ta
                    activities=[watch.watch_cluster]):
         new = await temporal_client.start_workflow(EndReceiver.run, id=f"new-{run}", task_queue=tq)
         old = await temporal_client.start_workflow(SignalOnlyReceiver.run, id=f"old-{run}", task_queue=tq)
-        running = {j: JobProgress(job_id=j, state="running", terminal=False) for j in (new_job, old_job)}
-        await temporal_client.start_workflow(
-            IrisWatcherWorkflow.run, WatcherInput(cluster=cluster), id=watcher_id(cluster, tq),
-            task_queue=watcher_task_queue(tq), start_signal="watch_many", start_signal_args=[[
-                WatchRequest(job_id=j, workflow_id=h.id, known=running[j], registered_at="2026-12-01T00:00:00+00:00")
-                for j, h in ((new_job, new), (old_job, old))]])
+        await _watch_running(temporal_client, cluster, tq, {new_job: new, old_job: old})
         iris.set_state(new_job, "succeeded")
         iris.set_state(old_job, "failed")
         got_new = await new.result()
@@ -99,12 +104,7 @@ async def test_an_end_is_woken_at_once_while_another_targets_wake_up_is_still_wa
                    activities=[watch.watch_cluster]):
         quick = await temporal_client.start_workflow(EndReceiver.run, id=f"quick-{run}", task_queue=tq)
         slow = await temporal_client.start_workflow(EndReceiver.run, id=f"slow-{run}", task_queue=f"{tq}-nobody")
-        running = {j: JobProgress(job_id=j, state="running", terminal=False) for j in (slow_job, quick_job)}
-        await temporal_client.start_workflow(
-            IrisWatcherWorkflow.run, WatcherInput(cluster=cluster), id=watcher_id(cluster, tq),
-            task_queue=watcher_task_queue(tq), start_signal="watch_many", start_signal_args=[[
-                WatchRequest(job_id=j, workflow_id=h.id, known=running[j], registered_at="2026-12-01T00:00:00+00:00")
-                for j, h in ((slow_job, slow), (quick_job, quick))]])
+        await _watch_running(temporal_client, cluster, tq, {slow_job: slow, quick_job: quick})
         iris.set_state(slow_job, "failed")
         # A poll after the end has seen it, so the slow target's wake-up is in flight: its update waits up to 10 s.
         mark = len(iris.calls)
