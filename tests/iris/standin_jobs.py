@@ -102,11 +102,11 @@ class StandinJobs(httpx.AsyncBaseTransport):
             source, cursor = body.get("source", ""), int(body.get("cursor") or 0)
             limit = int(body.get("maxLines") or 1000)
             now = time.time()
-            rows = [e for e in self.lines if e["key"].startswith(source) and e["seq"] > cursor
-                    and e.get("visible_at", 0) <= now][:limit]
+            after = self.lines[cursor:]  # seq is the index + 1: the lines after the cursor, without a scan
+            rows = [e for e in after if e["key"].startswith(source) and e.get("visible_at", 0) <= now][:limit]
             if any("visible_at" in e for e in rows):  # the controller's lines: the same seq order, shown later
-                rows = [e for e in rows if e["seq"] < min((x["seq"] for x in self.lines if x.get("visible_at", 0) > now),
-                                                          default=float("inf"))]
+                hidden = min((x["seq"] for x in after if x.get("visible_at", 0) > now), default=float("inf"))
+                rows = [e for e in rows if e["seq"] < hidden]
             reply = {"entries": [{k: v for k, v in e.items() if k != "visible_at"} for e in rows],
                      "cursor": str(rows[-1]["seq"] if rows else cursor)}
         else:
