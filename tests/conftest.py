@@ -48,6 +48,21 @@ def pytest_configure(config):
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, _terminate)
+    _cache_bytecode_outside_the_tree()
+
+
+def _cache_bytecode_outside_the_tree() -> None:
+    """With PYTHONDONTWRITEBYTECODE set (some shells and sandboxes set it), every Python process the suite starts
+    (each CLI command, worker.py, bench, sandbox demo: hundreds) compiled the project's ~85 modules from source
+    on import, 0.3 CPU s each on a 2-core machine (docs/benchmarks.md, session 15). Instead the session and its
+    children keep bytecode in a cache directory of their own (PYTHONPYCACHEPREFIX), so no ``__pycache__`` is
+    written into a source tree, which is what the setting is usually for. An explicit prefix is kept."""
+    import os
+
+    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is None:
+        return
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-rl-builder-tests" / "pycache"
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", str(cache))
 
 
 def _children(pid: int) -> list[int]:
