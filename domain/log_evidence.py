@@ -224,15 +224,12 @@ def needs_image(check: MarkerCheck, integrity: LogIntegrity) -> bool:
     return bool(check.missing) or not check.final_push_seen or integrity.empty
 
 
-_normal_step = normal_step  # kaniko's history `created_by` is the instruction as written, like its cache lines
-
-
 def _history_step(m: Marker, history: list[str]) -> bool:
     """A history entry IS the marker's RUN step (equal, not merely holding its text)."""
     if not m.step:
         return False
-    want = _normal_step(m.step)
-    return any(_normal_step(h) == want for h in history)
+    want = normal_step(m.step)
+    return any(normal_step(h) == want for h in history)
 
 
 def _why_unprovable(m: Marker) -> str | None:
